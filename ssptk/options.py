@@ -1,0 +1,208 @@
+"""The one definition of a run's options, shared by the CLI, the Python API, the worker command and
+the notebook magics. Help text, defaults and validation all come from :data:`OPTIONS`."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ssptk.delays import Jitter, parse_jitter, parse_straggler
+from ssptk.errors import UsageError
+
+MODES = ("sync", "ssp", "async", "allreduce")
+BUILTIN_MODELS = ("linear", "keras")
+DEFAULT_STALENESS = 2
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flag, type, default and help; ``repeat`` options may be given several times."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    metavar: str | None = None
+    repeat: bool = False
+    flag: bool = False
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features) or package.module:function",
+           "M"),
+    Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
+    Option("staleness", int, None,
+           f"SSP bound S >= 0: no worker more than S steps ahead of the slowest (ssp only; default {DEFAULT_STALENESS})",
+           "S"),
+    Option("workers", int, 3, "number of worker tasks", "N"),
+    Option("steps", int, 200,
+           "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared)", "K"),
+    Option("batch", int, 16, "minibatch size", "B"),
+    Option("lr", float, None, "learning rate (default: the model's own)", "LR"),
+    Option("seed", int, 0, "seed for data, model initialisation and injected delays", "N"),
+    Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
+    Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
+           repeat=True),
+    Option("jitter", str, None, "random extra delay every step: exp:MEAN or uniform:LO:HI (seconds)", "SPEC"),
+    Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
+    Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
+    Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
+)
+
+
+@dataclass
+class RunOptions:
+    """A run's resolved options (see :data:`OPTIONS` for meanings)."""
+
+    model: str = "linear"
+    mode: str = "ssp"
+    staleness: int | None = None
+    workers: int = 3
+    steps: int = 200
+    batch: int = 16
+    lr: float | None = None
+    seed: int = 0
+    backup: int = 0
+    straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+    jitter: str | None = None
+    gpus: str = "auto"
+    out: str | None = None
+    no_log: bool = False
+
+    @property
+    def stragglers(self) -> dict[int, float]:
+        """Straggler seconds by worker index (repeated indices add up)."""
+        out: dict[int, float] = {}
+        for i, s in self.straggler:
+            out[i] = out.get(i, 0.0) + s
+        return out
+
+    @property
+    def jitter_spec(self) -> Jitter | None:
+        return parse_jitter(self.jitter)
+
+    @property
+    def label(self) -> str:
+        return f"ssp:{self.staleness}" if self.mode == "ssp" else self.mode
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["straggler"] = [list(x) for x in self.straggler]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["straggler"] = tuple(tuple(x) for x in kw.get("straggler", ()))
+        return cls(**kw)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+
+
+def resolve(**kwargs: Any) -> RunOptions:
+    """Build and validate :class:`RunOptions` from keyword arguments (the Python API's entry).
+
+    Raises :class:`UsageError` with a one-line message for anything a user got wrong, before any
+    process starts. Model import problems are checked separately (:func:`ssptk.models.load_model`).
+    """
+    known = {o.name for o in OPTIONS}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
+    kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out")}
+    mode = str(kw.get("mode", "ssp"))
+    if ":" in mode and mode.split(":", 1)[0] == "ssp":  # "ssp:4" is accepted as a shorthand
+        mode, s = mode.split(":", 1)
+        try:
+            kw["staleness"] = int(s)
+        except ValueError:
+            raise UsageError(f"bad mode {kwargs['mode']!r}: use ssp:S with an integer S >= 0") from None
+    _check_mode(mode)
+    kw["mode"] = mode
+    for name in ("workers", "steps", "batch", "seed", "backup"):
+        if name in kw and not isinstance(kw[name], int) or isinstance(kw.get(name), bool):
+            try:
+                kw[name] = int(kw[name])
+            except (TypeError, ValueError):
+                raise UsageError(f"--{name} must be an integer, got {kw[name]!r}") from None
+    straggler = kw.get("straggler") or ()
+    if isinstance(straggler, (str, dict)):
+        straggler = straggler.items() if isinstance(straggler, dict) else [straggler]
+    kw["straggler"] = tuple(parse_straggler(s) for s in straggler)
+    opts = RunOptions(**kw)
+    _validate(opts)
+    if opts.mode == "ssp" and opts.staleness is None:
+        opts.staleness = DEFAULT_STALENESS
+    return opts
+
+
+def _validate(o: RunOptions) -> None:
+    if o.staleness is not None:
+        if o.mode != "ssp":
+            raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
+        if not isinstance(o.staleness, int) or o.staleness < 0:
+            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
+    if o.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {o.workers}")
+    if o.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {o.steps}")
+    if o.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {o.batch}")
+    if o.backup:
+        if o.mode != "sync":
+            raise UsageError(f"--backup applies to sync only, not {o.mode}")
+        if not 0 <= o.backup < o.workers:
+            raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
+    if o.lr is not None and not o.lr > 0:
+        raise UsageError(f"--lr must be > 0, got {o.lr}")
+    for i, _ in o.straggler:
+        if i >= o.workers:
+            raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
+    parse_jitter(o.jitter)
+    if ":" not in o.model and o.model not in BUILTIN_MODELS:
+        raise UsageError(f"unknown model {o.model!r}: use linear, keras, or package.module:function")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Add every run option to ``parser``; help text comes from :data:`OPTIONS`."""
+    for o in OPTIONS:
+        if o.name in skip:
+            continue
+        flag = "--" + o.name.replace("_", "-")
+        if o.flag:
+            parser.add_argument(flag, dest=o.name, action="store_true", help=o.help)
+        elif o.repeat:
+            parser.add_argument(flag, dest=o.name, action="append", metavar=o.metavar, help=o.help, default=None)
+        else:
+            default = f" (default: {o.default})" if o.default is not None else ""
+            parser.add_argument(flag, dest=o.name, type=o.type, metavar=o.metavar, default=None,
+                                help=o.help + default)
+
+
+def from_namespace(ns: argparse.Namespace, **override: Any) -> RunOptions:
+    """Resolve :class:`RunOptions` from parsed arguments (unset ones take their defaults)."""
+    kw = {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
+    kw.update({k: v for k, v in override.items() if v is not None})
+    return resolve(**kw)
+
+
+def to_argv(o: RunOptions) -> list[str]:
+    """The command-line form of ``o`` (used to start workers with the same options)."""
+    argv: list[str] = []
+    for opt in OPTIONS:
+        value = getattr(o, opt.name)
+        flag = "--" + opt.name.replace("_", "-")
+        if opt.flag:
+            if value:
+                argv.append(flag)
+        elif opt.repeat:
+            for i, s in value:
+                argv += [flag, f"{i}:{s!r}"]
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv

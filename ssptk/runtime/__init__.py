@@ -1,0 +1,1 @@
+"""The worker runtime: what runs inside each TensorFlow task (modes, models, delay injection)."""

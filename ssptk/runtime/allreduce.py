@@ -1,0 +1,90 @@
+"""``allreduce`` mode: synchronous data-parallel SGD with ``tf.distribute.MultiWorkerMirroredStrategy``.
+
+Each worker is a process configured by ``TF_CONFIG``. A step computes the local gradient, sleeps the
+injected delay, then all-reduces the gradient and applies the mean: the collective is where workers
+wait for each other, so the time spent in it is the step's ``wait_s``. (Keras' ``model.fit`` over a
+distributed dataset fails under Keras 3 in TF 2.21, so this is a custom loop.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from ssptk.delays import DelayModel
+from ssptk.models import ModelSpec, eval_batch, minibatch
+from ssptk.options import RunOptions
+from ssptk.runtime.ps_loop import write_final
+from ssptk.runtime.recorder import Recorder
+
+
+def tf_config(cluster: dict[str, list[str]], index: int) -> str:
+    """The ``TF_CONFIG`` of worker ``index`` (allreduce uses the workers only, no PS)."""
+    return json.dumps({"cluster": {"worker": cluster["worker"]}, "task": {"type": "worker", "index": index}})
+
+
+def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
+    """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
+    os.environ["TF_CONFIG"] = tf_config(cluster, index)
+    import tensorflow as tf
+
+    tf.random.set_seed(opts.seed)
+    n = len(cluster["worker"])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    lr = opts.lr or spec.lr
+    with strategy.scope():
+        module = spec.build()
+        x0, _ = minibatch(spec, opts.seed, 0, 2)
+        if not module.trainable_variables:
+            module(x0)
+        variables = list(module.trainable_variables)
+
+    def compute_fn(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = spec.loss(y, module(x))
+        return loss, tape.gradient(loss, variables)
+
+    def apply_fn(grads: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        # identity places the arguments on this replica's device; all_reduce of a bare function
+        # argument fails with "destinations can not be empty".
+        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
+        for var, g in zip(variables, summed):
+            var.assign_sub(lr * g / n)
+        return tf.constant(0)
+
+    def barrier_fn() -> Any:
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
+
+    compute = tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y)))
+    apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
+    barrier = tf.function(lambda: strategy.run(barrier_fn))
+
+    rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
+    delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
+    barrier()  # first collective: every worker is connected before step 1
+    rec.event("start")
+    for step in range(1, opts.steps + 1):
+        mb = (step - 1) * n + index
+        x, y = minibatch(spec, opts.seed, mb, opts.batch)
+        loss, grads = compute(x, y)
+        loss = float(loss)
+        delay = delays.next()
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.perf_counter()
+        apply(grads)
+        wait = time.perf_counter() - t0
+        rec.step(step, step, loss, wait, 0, mb, delay)
+    rec.event("done", steps=opts.steps)
+    barrier()  # nobody leaves while a peer still needs it for a collective
+    if index == 0:
+        model_dir = os.path.join(run_dir, "model")
+        os.makedirs(model_dir, exist_ok=True)
+        xe, ye = eval_batch(spec, opts.seed)
+        eval_loss = float(spec.loss(ye, module(xe)))
+        ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
+        ckpt.write(os.path.join(model_dir, "ckpt"))
+        write_final(model_dir, eval_loss, variables, [v.numpy() for v in variables])
+    rec.close()

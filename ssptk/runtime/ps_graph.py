@@ -1,0 +1,195 @@
+"""The between-graph replicated training graph for the parameter-server modes (sync, ssp, async).
+
+Every worker builds the same graph; ``replica_device_setter`` puts the variables on the PS and the
+computation on the worker. One ``session.run`` per step does everything that step needs on the PS
+(read the parameters, apply the update, tick the SSP clock, claim the next minibatch), so no mode
+adds a round trip per step. All state lives in a per-run container so a warm cluster never leaks
+variables, counters or queues from one run into the next.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ssptk.models import ModelSpec
+
+PS = "/job:ps/task:0"
+# A finished worker's SSP clock: far ahead, so it never holds the others back.
+FINISHED_CLOCK = 2**40
+QUEUE_CAPACITY = 1 << 20
+
+
+@dataclass
+class PSGraph:
+    """Handles to the ops of one worker's graph (``None`` where the mode has no such op)."""
+
+    graph: Any
+    x: Any
+    y: Any
+    delay: Any | None
+    loss: Any
+    g_read: Any                   # global step read just before the parameters
+    init: Any
+    saver: Any
+    model_vars: list[Any]
+    # barriers
+    arrive: Any
+    arrivals: Any
+    release: Any
+    go: Any                       # dequeue the start token, then claim the first minibatch
+    done: Any
+    dones: Any
+    # async / ssp
+    train: Any | None = None      # apply the update, then the global step after it
+    claim: Any | None = None      # next minibatch number (1-based)
+    clocks_after: Any | None = None
+    want_after: Any | None = None
+    want_value: Any | None = None
+    register: Any | None = None   # want[i] = want_value, then read the clocks
+    clear_want: Any | None = None
+    wake_wait: Any | None = None  # blocking dequeue on this worker's wake queue
+    signal: list[Any] = field(default_factory=list)  # signal[j]: wake worker j and clear its want
+    finish: Any | None = None     # clock[i] = FINISHED, then read want and clocks
+    # sync
+    local_step: Any | None = None
+    push: Any | None = None       # apply this worker's gradient to the accumulators
+    token: Any | None = None      # dequeue this worker's sync token, then read global step and backlog
+    drain_n: Any | None = None
+    drain: Any | None = None
+    aggregate: Any | None = None  # chief: take N-B gradients, apply, release one token per worker
+    close_tokens: Any | None = None
+
+
+def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
+    x0, y0 = spec.data(np.random.default_rng(0), 2)
+    x = tf.compat.v1.placeholder(tf.as_dtype(x0.dtype), shape=(None,) + x0.shape[1:], name="x")
+    y = tf.compat.v1.placeholder(tf.as_dtype(y0.dtype), shape=(None,) + y0.shape[1:], name="y")
+    return x, y
+
+
+def _sleep(seconds: np.ndarray) -> np.ndarray:
+    import time
+
+    if seconds > 0:
+        time.sleep(float(seconds))
+    return np.float32(seconds)
+
+
+def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
+          staleness: int | None, backup: int, seed: int, container: str, with_delay: bool) -> PSGraph:
+    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph``."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    n = len(cluster["worker"])
+    graph = tf.Graph()
+    with graph.as_default(), v1.container(container):
+        v1.set_random_seed(seed)
+        setter = v1.train.replica_device_setter(
+            worker_device=f"/job:worker/task:{index}", cluster=v1.train.ClusterSpec(cluster))
+        with v1.device(setter):
+            global_step = v1.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            x, y = _placeholders(tf, spec)
+            module = spec.build()
+            if not module.trainable_variables:  # Keras layers may create variables on first call
+                module(x)
+            model_vars = list(module.trainable_variables)
+            g_read = global_step.read_value()
+            # The step's parameters are read after the global step, so `staleness` counts every update
+            # that landed between this step's read and its own update.
+            with tf.control_dependencies([g_read]):
+                pred = module(x)
+            loss = tf.identity(spec.loss(y, pred), name="loss")
+            grads = tf.gradients(loss, model_vars)
+            delay = None
+            after_compute: list[Any] = [g for g in grads if g is not None]
+            if with_delay:  # injected compute time: after the read, before the update
+                delay = v1.placeholder(tf.float32, shape=(), name="delay")
+                with tf.control_dependencies(after_compute):
+                    after_compute = [tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")]
+            extra: dict[str, Any] = {}
+            if mode == "sync":
+                counters: list[Any] = []
+            else:
+                claimed = v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
+                counters = [claimed]
+            with v1.device(PS):
+                clock = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_clock")
+                want = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_want")
+                arrive_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive")
+                go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
+                done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
+            opt = v1.train.GradientDescentOptimizer(lr)
+            if mode in ("async", "ssp"):
+                with tf.control_dependencies(after_compute):
+                    apply = opt.apply_gradients(zip(grads, model_vars))
+                with tf.control_dependencies([apply]):
+                    extra["train"] = global_step.assign_add(1)
+                extra["claim"] = claimed.assign_add(1)
+                with tf.control_dependencies(after_compute):
+                    extra["clocks_after"] = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
+                with tf.control_dependencies([extra["clocks_after"]]):
+                    extra["want_after"] = want.read_value()
+                want_value = v1.placeholder(tf.int64, shape=(), name="want_value")
+                extra["want_value"] = want_value
+                with tf.control_dependencies([want.scatter_update(tf.IndexedSlices(tf.reshape(want_value, [1]),
+                                                                                   [index]))]):
+                    extra["register"] = clock.read_value()
+                extra["clear_want"] = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index])).op
+                with v1.device(PS):
+                    wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
+                                         name=f"ssp_wake_{j}") for j in range(n)]
+                extra["wake_wait"] = wake[index].dequeue()
+                extra["signal"] = [
+                    tf.group(wake[j].enqueue(1),
+                             want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [j])))
+                    for j in range(n)]
+                fin = clock.scatter_update(tf.IndexedSlices(tf.constant([FINISHED_CLOCK], tf.int64), [index]))
+                with tf.control_dependencies([fin]):
+                    extra["finish"] = (want.read_value(), clock.read_value())
+            else:  # sync: accumulators and one token queue per worker
+                local_step = v1.placeholder(tf.int64, shape=(), name="local_step")
+                extra["local_step"] = local_step
+                accs = []
+                for k, var in enumerate(model_vars):
+                    with v1.device(PS):
+                        accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
+                                                              shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
+                # The global step read on the PS just before the push tells whether this gradient was in
+                # time for its step (the accumulators drop gradients whose local_step is behind).
+                with tf.control_dependencies(after_compute):
+                    g_before_push = global_step.read_value()
+                with tf.control_dependencies([g_before_push]):
+                    pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, grads)]
+                with tf.control_dependencies(pushes):
+                    extra["push"] = tf.identity(g_before_push)
+                with v1.device(PS):
+                    tokens = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int64, shapes=[[]], shared_name=f"sync_token_{j}",
+                                           name=f"sync_token_{j}") for j in range(n)]
+                tok = tokens[index].dequeue()
+                with tf.control_dependencies([tok]):
+                    extra["token"] = (tok, global_step.read_value(), tokens[index].size())
+                extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
+                extra["drain"] = tokens[index].dequeue_many(extra["drain_n"])
+                with v1.device(PS):
+                    taken = [acc.take_grad(n - backup) for acc in accs]
+                    update = opt.apply_gradients(zip(taken, model_vars))
+                    with tf.control_dependencies([update]):
+                        new_step = global_step.assign_add(1)
+                    with tf.control_dependencies([new_step]):
+                        released = [acc.set_global_step(new_step) for acc in accs]
+                        released += [q.enqueue(new_step) for q in tokens]
+                    with tf.control_dependencies(released):
+                        extra["aggregate"] = tf.identity(new_step)
+                extra["close_tokens"] = tf.group(*[q.close() for q in tokens])
+            init = v1.variables_initializer(v1.global_variables())
+            saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
+            with tf.control_dependencies([go_q.dequeue()]):
+                go = counters[0].assign_add(1) if counters else tf.constant(0, tf.int64)
+            return PSGraph(
+                graph=graph, x=x, y=y, delay=delay, loss=loss, g_read=g_read, init=init, saver=saver,
+                model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
+                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go, done=done_q.enqueue(index),
+                dones=done_q.dequeue_many(n - 1), **extra)

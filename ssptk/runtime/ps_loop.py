@@ -1,0 +1,207 @@
+"""The training loops of the parameter-server modes, run by each worker task.
+
+- ``async``: every step's update is applied as soon as it is computed.
+- ``ssp``: after each step the worker knows every worker's clock (read in the same run as its own
+  tick, so no extra round trip). Only when it is more than ``staleness`` steps ahead does it block:
+  it registers the clock it needs in ``want[i]``, re-reads the clocks (so a wake-up cannot be lost)
+  and blocks on its own wake queue; whichever worker's tick satisfies it enqueues the token.
+- ``sync``: each worker pushes its gradient to conditional accumulators and blocks on its own token
+  queue; the chief's aggregator thread applies the mean of the first N-B gradients of the step and
+  puts exactly one token in every worker's queue, so no worker can take two tokens in one step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from ssptk.delays import DelayModel
+from ssptk.models import ModelSpec, eval_batch, minibatch
+from ssptk.options import RunOptions
+from ssptk.runtime import ps_graph
+from ssptk.runtime.recorder import Recorder
+
+# A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
+# instead of a hang.
+SAFETY_TIMEOUT_MS = 20_000
+
+
+class Trainer:
+    """One worker's session and loop for ``sync``, ``ssp`` or ``async``."""
+
+    def __init__(self, spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int,
+                 target: str, run_dir: str, container: str) -> None:
+        import tensorflow as tf
+
+        self.tf = tf
+        self.spec, self.opts, self.index = spec, opts, index
+        self.n = len(cluster["worker"])
+        self.run_dir = run_dir
+        self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
+        with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
+        self.g = ps_graph.build(spec, opts.mode, cluster, index, opts.lr or spec.lr, opts.staleness, opts.backup,
+                                opts.seed, container, with_delay)
+        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
+        config.gpu_options.allow_growth = True
+        self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
+        self.rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
+        self.safety_timeouts = 0
+
+    # -- shared pieces -------------------------------------------------------------------------
+    def _feed(self, mb: int) -> tuple[dict[Any, Any], float]:
+        x, y = minibatch(self.spec, self.opts.seed, mb, self.opts.batch)
+        feed = {self.g.x: x, self.g.y: y}
+        delay = self.delays.next()
+        if self.g.delay is not None:
+            feed[self.g.delay] = delay
+        return feed, delay
+
+    def _start(self) -> int:
+        """Start barrier: the chief initialises, waits for every worker, then releases all at once."""
+        g, s = self.g, self.sess
+        if self.index == 0:
+            s.run(g.init)
+            if self.n > 1:
+                s.run(g.arrivals)
+            s.run(g.release)
+        else:
+            s.run(g.arrive)
+        first = int(s.run(g.go))
+        self.rec.event("start")
+        return first
+
+    def run(self) -> None:
+        first = self._start()
+        steps = self._sync_loop() if self.opts.mode == "sync" else self._ps_loop(first)
+        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts)
+        if self.index == 0:
+            if self.n > 1:
+                self.sess.run(self.g.dones)
+            self._finalize()
+        else:
+            self.sess.run(self.g.done)
+        self.sess.close()
+        self.rec.close()
+
+    def _finalize(self) -> None:
+        """Chief, after every worker is done: evaluate the final model and save it."""
+        model_dir = os.path.join(self.run_dir, "model")
+        os.makedirs(model_dir, exist_ok=True)
+        x, y = eval_batch(self.spec, self.opts.seed)
+        g_read_loss = self.sess.run(self.g.loss, {self.g.x: x, self.g.y: y})
+        values = self.sess.run(self.g.model_vars)
+        with self.g.graph.as_default():
+            self.g.saver.save(self.sess, os.path.join(model_dir, "ckpt"), write_meta_graph=False)
+        write_final(model_dir, float(g_read_loss), self.g.model_vars, values)
+
+    # -- async and ssp -------------------------------------------------------------------------
+    def _ps_loop(self, claim: int) -> int:
+        g, s, tf = self.g, self.sess, self.tf
+        budget = self.n * self.opts.steps
+        ssp = self.opts.mode == "ssp"
+        fetch: list[Any] = [g.train, g.loss, g.g_read, g.claim]
+        if ssp:
+            fetch += [g.clocks_after, g.want_after]
+        fetch_clear = fetch + [g.clear_want] if ssp else fetch
+        step, wait_s, clear = 0, 0.0, False
+        while claim <= budget:
+            mb = claim - 1
+            feed, delay = self._feed(mb)
+            out = s.run(fetch_clear if clear else fetch, feed)
+            t = time.time()
+            step += 1
+            g_after, loss, g_read, claim = int(out[0]), out[1], int(out[2]), int(out[3])
+            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
+            wait_s, clear = 0.0, False
+            if not ssp:
+                continue
+            clocks, want = out[4], out[5]
+            self._signal(clocks, want)
+            if claim <= budget and clocks[self.index] - clocks.min() > self.opts.staleness:
+                wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
+                clear = True
+        if ssp:
+            want, clocks = s.run(g.finish)
+            self._signal(clocks, want)
+        return step
+
+    def _signal(self, clocks: np.ndarray, want: np.ndarray) -> None:
+        """Wake every waiting worker whose wanted minimum clock has been reached."""
+        low = clocks.min()
+        ops = [self.g.signal[j] for j in range(self.n) if j != self.index and 0 < want[j] <= low]
+        if ops:
+            self.sess.run(ops)
+
+    def _ssp_wait(self, need: int) -> float:
+        """Block until every worker's clock is >= ``need``; returns the seconds spent."""
+        g, s = self.g, self.sess
+        t0 = time.perf_counter()
+        opts = self.tf.compat.v1.RunOptions(timeout_in_ms=SAFETY_TIMEOUT_MS)
+        while True:
+            clocks = s.run(g.register, {g.want_value: need})
+            if clocks.min() >= need:
+                break
+            try:
+                s.run(g.wake_wait, options=opts)
+            except self.tf.errors.DeadlineExceededError:
+                self.safety_timeouts += 1
+        return time.perf_counter() - t0
+
+    # -- sync ----------------------------------------------------------------------------------
+    def _sync_loop(self) -> int:
+        g, s, tf = self.g, self.sess, self.tf
+        k = self.opts.steps
+        aggregator = None
+        if self.index == 0:
+            aggregator = threading.Thread(target=self._aggregate, args=(k,), name="sync-aggregator", daemon=True)
+            aggregator.start()
+        local, step = 0, 0
+        fetch = [g.push, g.loss]
+        while local < k:
+            mb = local * self.n + self.index
+            feed, delay = self._feed(mb)
+            feed[g.local_step] = local
+            g_at_push, loss = s.run(fetch, feed)
+            t0 = time.perf_counter()
+            step += 1
+            try:
+                token, g_now, backlog = s.run(g.token)
+            except tf.errors.OutOfRangeError:  # queues closed: the run's last update is done
+                token, g_now, backlog = k, k, 0
+            if backlog:
+                token = int(s.run(g.drain, {g.drain_n: int(backlog)})[-1])
+            wait = time.perf_counter() - t0
+            applied = int(g_at_push) == local
+            stale = 0 if applied else int(g_at_push) - local
+            self.rec.step(step, token if applied else int(g_at_push), loss, wait, stale, mb, delay, applied)
+            local = max(int(token), int(g_now))
+        if aggregator is not None:
+            aggregator.join()
+        return step
+
+    def _aggregate(self, k: int) -> None:
+        """Chief's aggregator: one update per step from the first N-B gradients, then one token per worker."""
+        try:
+            for _ in range(k):
+                self.sess.run(self.g.aggregate)
+            self.sess.run(self.g.close_tokens)
+        except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
+            self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
+            os._exit(1)
+
+
+def write_final(model_dir: str, loss: float, variables: list[Any], values: list[np.ndarray]) -> None:
+    """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name."""
+    info: dict[str, Any] = {"eval_loss": loss, "variables": {}, "params": {}}
+    for var, value in zip(variables, values):
+        name = var.name.split(":")[0]
+        arr = np.asarray(value)
+        info["variables"][name] = list(arr.shape)
+        if arr.size == 1:
+            info["params"][name.split("/")[-1]] = float(arr.reshape(()))
+    with open(os.path.join(model_dir, "final.json"), "w") as f:
+        json.dump(info, f, indent=1)

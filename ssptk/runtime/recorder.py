@@ -1,0 +1,36 @@
+"""Writes a worker's JSONL log: one ``os.write`` of one whole line per record, so every line on disk is
+complete or absent (line-atomic with O_APPEND) and readers can follow the file while it grows."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+
+class Recorder:
+    """Appends records to ``path``; ``enabled=False`` keeps only events (for overhead benchmarks)."""
+
+    def __init__(self, path: str, worker: int, enabled: bool = True) -> None:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.worker = worker
+        self.enabled = enabled
+
+    def _write(self, record: dict[str, Any]) -> None:
+        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def step(self, step: int, global_step: int, loss: float, wait_s: float, staleness: int, minibatch: int,
+             delay_s: float, applied: bool = True, t: float | None = None) -> None:
+        if not self.enabled:
+            return
+        self._write({"t": time.time() if t is None else t, "worker": self.worker, "step": step,
+                     "global_step": int(global_step), "loss": float(loss), "wait_s": round(wait_s, 6),
+                     "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
+                     "applied": applied})
+
+    def event(self, event: str, **fields: Any) -> None:
+        self._write({"event": event, "t": time.time(), "worker": self.worker, **fields})
+
+    def close(self) -> None:
+        os.close(self._fd)

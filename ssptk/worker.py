@@ -1,0 +1,140 @@
+"""The task entry point: ``python -m ssptk.worker --cluster JSON --task worker:0 [run options]``.
+
+The same command runs a task of a local cluster (started by :mod:`ssptk.cluster`) or of a cluster a
+user starts by hand on several hosts: the cluster spec says where every task is, ``--task`` which one
+this is, and the run options must be the same on every task.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from ssptk.errors import UsageError
+from ssptk.options import add_run_arguments, from_namespace
+
+READY = "SSPTK_READY"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ssptk worker", description="Run one task (PS or worker) of a cluster.")
+    p.add_argument("--cluster", required=True,
+                   help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file)')
+    p.add_argument("--task", required=True, help="this task: ps:0 or worker:I")
+    p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
+    add_run_arguments(p)
+    return p
+
+
+def parse_cluster(text: str) -> dict[str, list[str]]:
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            text = f.read()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--cluster is not valid JSON ({e.msg}): give {{\"ps\": [...], \"worker\": [...]}}") from None
+    if isinstance(spec, dict) and "cluster" in spec:  # a whole TF_CONFIG is accepted too
+        spec = spec["cluster"]
+    if not isinstance(spec, dict) or not spec.get("worker"):
+        raise UsageError('--cluster needs a "worker" list of host:port (and "ps" for sync, ssp and async)')
+    return {k: list(v) for k, v in spec.items()}
+
+
+def parse_task(text: str, cluster: dict[str, list[str]]) -> tuple[str, int]:
+    job, _, idx = text.partition(":")
+    if job not in ("ps", "worker") or not idx.isdigit() or int(idx) >= len(cluster.get(job, [])):
+        raise UsageError(f"--task {text!r} is not in the cluster: use ps:0 or worker:I with I < {len(cluster['worker'])}")
+    return job, int(idx)
+
+
+def _watch_parent() -> None:
+    """Exit if the process that started this task goes away (no orphaned TensorFlow servers)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    if os.environ.get("SSPTK_WATCH_PARENT") == "1":
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _setup_gpus(tf: Any) -> None:
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        cluster = parse_cluster(args.cluster)
+        job, index = parse_task(args.task, cluster)
+        opts = from_namespace(args)
+        from ssptk.models import load_model
+
+        spec = load_model(opts.model)
+    except UsageError as e:
+        print(f"ssptk worker: error: {e}", file=sys.stderr)
+        return 2
+    _watch_parent()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
+    run_dir = opts.out or "."
+    if opts.mode == "allreduce":
+        if job != "worker":
+            print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
+            return 2
+        print(f"{READY} {args.task}", flush=True)
+        from ssptk.runtime import allreduce
+
+        _run_guarded(lambda: allreduce.run(spec, opts, cluster, index, run_dir), run_dir, index)
+        return 0
+    import tensorflow as tf
+
+    _setup_gpus(tf)
+    server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster), job_name=job, task_index=index,
+                                       start=True)
+    print(f"{READY} {args.task}", flush=True)
+    if job == "ps":
+        server.join()
+        return 0
+    from ssptk.runtime.ps_loop import Trainer
+
+    def train() -> None:
+        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run()
+
+    _run_guarded(train, run_dir, index)
+    return 0
+
+
+def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
+    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1."""
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
+        from ssptk.runtime.recorder import Recorder
+
+        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        try:
+            Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index).event("error", message=msg)
+        finally:
+            import traceback
+
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip TF's slow teardown of the server threads
+
+
+if __name__ == "__main__":
+    sys.exit(main())
