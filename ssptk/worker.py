@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -85,7 +84,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ssptk worker: error: {e}", file=sys.stderr)
         return 2
     _watch_parent()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     run_dir = opts.out or "."
     if opts.mode == "allreduce":
         if job != "worker":
@@ -121,7 +119,7 @@ def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
         from ssptk.runtime.recorder import Recorder
 
-        msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        msg = f"{type(e).__name__}: {_message(e)}"
         try:
             Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index).event("error", message=msg)
         finally:
@@ -134,6 +132,14 @@ def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip TF's slow teardown of the server threads
+
+
+def _message(e: BaseException) -> str:
+    """The telling part of an exception's text (TensorFlow wraps it in 'Graph execution error' lines)."""
+    skip = ("Graph execution error", "Detected at node", "[[{{node", "From /job:", "Traceback", "File ")
+    lines = [ln.strip() for ln in str(getattr(e, "message", None) or e).splitlines()]
+    kept = [ln for ln in lines if ln and not ln.startswith(skip)]
+    return (kept[0] if kept else (lines[0] if lines else ""))[:300]
 
 
 if __name__ == "__main__":

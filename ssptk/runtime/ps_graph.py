@@ -44,6 +44,8 @@ class PSGraph:
     # async / ssp
     train: Any | None = None      # apply the update, then the global step after it
     claim: Any | None = None      # next minibatch number (1-based)
+    stamp: Any | None = None      # PS time after the update (async)
+    stamp_ssp: Any | None = None  # PS time after the update and the clock tick (ssp)
     clocks_after: Any | None = None
     want_after: Any | None = None
     want_value: Any | None = None
@@ -132,6 +134,13 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     extra["clocks_after"] = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
                 with tf.control_dependencies([extra["clocks_after"]]):
                     extra["want_after"] = want.read_value()
+                # `t` of the step record: the PS's clock once the update (and, for ssp, the tick) is in,
+                # not the worker's after its run returns, which lags whenever the worker waits for a core.
+                with v1.device(PS):
+                    with tf.control_dependencies([extra["train"]]):
+                        extra["stamp"] = tf.timestamp()
+                    with tf.control_dependencies([extra["train"], extra["clocks_after"]]):
+                        extra["stamp_ssp"] = tf.timestamp()
                 want_value = v1.placeholder(tf.int64, shape=(), name="want_value")
                 extra["want_value"] = want_value
                 with tf.control_dependencies([want.scatter_update(tf.IndexedSlices(tf.reshape(want_value, [1]),
@@ -166,11 +175,12 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 with tf.control_dependencies(pushes):
                     extra["push"] = tf.identity(g_before_push)
                 with v1.device(PS):
-                    tokens = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int64, shapes=[[]], shared_name=f"sync_token_{j}",
-                                           name=f"sync_token_{j}") for j in range(n)]
+                    # a token is (global step after the update, PS time the update was applied)
+                    tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
+                                           shared_name=f"sync_token_{j}", name=f"sync_token_{j}") for j in range(n)]
                 tok = tokens[index].dequeue()
-                with tf.control_dependencies([tok]):
-                    extra["token"] = (tok, global_step.read_value(), tokens[index].size())
+                with tf.control_dependencies(tok):
+                    extra["token"] = (tok[0], tok[1], global_step.read_value(), tokens[index].size())
                 extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
                 extra["drain"] = tokens[index].dequeue_many(extra["drain_n"])
                 with v1.device(PS):
@@ -179,8 +189,9 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     with tf.control_dependencies([update]):
                         new_step = global_step.assign_add(1)
                     with tf.control_dependencies([new_step]):
+                        applied_at = tf.timestamp()
                         released = [acc.set_global_step(new_step) for acc in accs]
-                        released += [q.enqueue(new_step) for q in tokens]
+                        released += [q.enqueue((new_step, applied_at)) for q in tokens]
                     with tf.control_dependencies(released):
                         extra["aggregate"] = tf.identity(new_step)
                 extra["close_tokens"] = tf.group(*[q.close() for q in tokens])

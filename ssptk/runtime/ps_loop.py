@@ -103,7 +103,7 @@ class Trainer:
         g, s, tf = self.g, self.sess, self.tf
         budget = self.n * self.opts.steps
         ssp = self.opts.mode == "ssp"
-        fetch: list[Any] = [g.train, g.loss, g.g_read, g.claim]
+        fetch: list[Any] = [g.train, g.loss, g.g_read, g.claim, g.stamp_ssp if ssp else g.stamp]
         if ssp:
             fetch += [g.clocks_after, g.want_after]
         fetch_clear = fetch + [g.clear_want] if ssp else fetch
@@ -112,14 +112,13 @@ class Trainer:
             mb = claim - 1
             feed, delay = self._feed(mb)
             out = s.run(fetch_clear if clear else fetch, feed)
-            t = time.time()
             step += 1
             g_after, loss, g_read, claim = int(out[0]), out[1], int(out[2]), int(out[3])
-            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
+            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=float(out[4]))
             wait_s, clear = 0.0, False
             if not ssp:
                 continue
-            clocks, want = out[4], out[5]
+            clocks, want = out[5], out[6]
             self._signal(clocks, want)
             if claim <= budget and clocks[self.index] - clocks.min() > self.opts.staleness:
                 wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
@@ -169,15 +168,16 @@ class Trainer:
             t0 = time.perf_counter()
             step += 1
             try:
-                token, g_now, backlog = s.run(g.token)
+                token, t_applied, g_now, backlog = s.run(g.token)
             except tf.errors.OutOfRangeError:  # queues closed: the run's last update is done
-                token, g_now, backlog = k, k, 0
-            if backlog:
-                token = int(s.run(g.drain, {g.drain_n: int(backlog)})[-1])
+                token, t_applied, g_now, backlog = k, time.time(), k, 0
+            if backlog:  # late for some steps (backup workers): skip to the newest
+                token = int(s.run(g.drain, {g.drain_n: int(backlog)})[0][-1])
             wait = time.perf_counter() - t0
             applied = int(g_at_push) == local
             stale = 0 if applied else int(g_at_push) - local
-            self.rec.step(step, token if applied else int(g_at_push), loss, wait, stale, mb, delay, applied)
+            self.rec.step(step, token if applied else int(g_at_push), loss, wait, stale, mb, delay, applied,
+                          t=float(t_applied) if applied else time.time())
             local = max(int(token), int(g_now))
         if aggregator is not None:
             aggregator.join()

@@ -1,0 +1,295 @@
+"""The Python API: :func:`run` and :func:`compare`. The CLI and the notebook magics are thin layers over it."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from ssptk import __version__
+from ssptk.errors import RunFailed, TaskFailure, UsageError
+from ssptk.options import RunOptions, resolve, to_argv
+
+ProgressFn = Callable[[int, int], None]
+POLL_S = 0.1
+PORT_RETRIES = 3
+
+
+@dataclass
+class RunResult:
+    """A finished (or failed) run: its directory, options, summary and step records."""
+
+    run_dir: str
+    options: RunOptions
+    summary: dict[str, Any]
+    failure: TaskFailure | None = None
+    _frames: tuple[pd.DataFrame, pd.DataFrame] | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.summary.get("status") == "ok"
+
+    def _load(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        if self._frames is None:
+            from ssptk.logs import read_run
+
+            self._frames = read_run(self.run_dir)
+        return self._frames
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """The step records of every worker, sorted by time (columns as in docs/run-directory.md)."""
+        return self._load()[0]
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self._load()[1]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        with open(os.path.join(self.run_dir, "config.json")) as f:
+            return json.load(f)
+
+    def plot(self) -> Any:
+        """A matplotlib Figure of loss, per-worker progress, step skew, waiting and staleness."""
+        from ssptk.report import run_figure
+
+        return run_figure(self.df, self.events, self.config, self._bound())
+
+    def _bound(self) -> int | None:
+        return self.options.staleness if self.options.mode == "ssp" else None
+
+    def __str__(self) -> str:
+        from ssptk.text import format_summary
+
+        return format_summary(self.summary)
+
+
+def new_run_dir(out: str | None, mode: str) -> str:
+    """Create the run directory; an existing non-empty one is refused, never overwritten."""
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = os.path.join("runs", f"{stamp}-{mode}")
+        base, k = out, 1
+        while os.path.exists(out):
+            k += 1
+            out = f"{base}-{k}"
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise UsageError(f"output directory {out} exists and is not empty: choose another --out")
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+def _check_model(opts: RunOptions) -> None:
+    if ":" in opts.model:  # builtins need no check, and importing TF here would cost seconds
+        from ssptk.models import load_model
+
+        load_model(opts.model)
+
+
+def run(*, progress: ProgressFn | None = None, raise_on_failure: bool = True, **options: Any) -> RunResult:
+    """Train one model on a local cluster and return its :class:`RunResult`.
+
+    Options are those of ``ssptk run`` (see :data:`ssptk.options.OPTIONS`), e.g.
+    ``ssptk.run(model="linear", mode="ssp", staleness=2, workers=3, steps=200, straggler=["2:0.02"])``.
+    Bad options raise :class:`UsageError` before any process starts; a failed run raises
+    :class:`RunFailed` (carrying the failing task and its log tail) unless ``raise_on_failure`` is false.
+    """
+    opts = resolve(**options)
+    _check_model(opts)
+    from ssptk.gpus import assign_gpus
+
+    gpus = assign_gpus(opts.gpus, opts.workers)
+    run_dir = new_run_dir(opts.out, opts.mode)
+    opts.out = run_dir
+    return _run_in(opts, run_dir, gpus, progress, raise_on_failure)
+
+
+def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], progress: ProgressFn | None,
+            raise_on_failure: bool) -> RunResult:
+    from ssptk.cluster import LocalCluster
+
+    total = opts.workers * opts.steps
+    with_ps = opts.mode != "allreduce"
+    gpus = {k: v for k, v in gpus.items() if with_ps or k != "ps:0"}
+    for attempt in range(PORT_RETRIES):
+        cluster = LocalCluster(opts.workers, run_dir, gpus, with_ps=with_ps)
+        _write_config(run_dir, opts, cluster.spec, gpus, total)
+        with cluster:
+            cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
+            failure = cluster.wait_ready()
+            if failure is None:
+                failure = _watch(cluster, run_dir, total, progress)
+            elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
+                _reset_attempt(run_dir)
+                continue
+        break
+    summary = _summarize(run_dir, opts, failure)
+    result = RunResult(run_dir, opts, summary, failure)
+    if failure is not None and raise_on_failure:
+        raise RunFailed(failure, result)
+    return result
+
+
+def _port_taken(failure: TaskFailure) -> bool:
+    text = " ".join(failure.log_tail).lower()
+    return "address already in use" in text or "failed to bind" in text or "could not start grpc server" in text
+
+
+def _reset_attempt(run_dir: str) -> None:
+    for sub in ("workers", "logs"):
+        d = os.path.join(run_dir, sub)
+        for name in os.listdir(d) if os.path.isdir(d) else []:
+            os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
+
+
+def _watch(cluster: Any, run_dir: str, total: int, progress: ProgressFn | None) -> TaskFailure | None:
+    """Follow the run until every worker has exited; the first failure ends it."""
+    from ssptk.logs import RunLogReader
+
+    reader = RunLogReader(run_dir)
+    while True:
+        failure = cluster.poll()
+        if failure is not None:
+            return failure
+        _, events = reader.read_new()
+        for e in events:
+            if e.get("event") == "error":
+                return cluster.failure(f"worker:{e.get('worker')}", f"error: {e.get('message', '')}")
+        if progress is not None:
+            progress(reader.n_steps, total)
+        if cluster.workers_finished():
+            if progress is not None:
+                reader.read_new()
+                progress(reader.n_steps, total)
+            return None
+        time.sleep(POLL_S)
+
+
+def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gpus: dict[str, str],
+                  total: int) -> None:
+    import importlib.metadata
+
+    try:
+        tf_version = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        tf_version = None
+    sync_like = opts.mode in ("sync", "allreduce")
+    config = {
+        "options": opts.to_dict(), "cluster": spec, "gpu_assignment": gpus,
+        "versions": {"ssptk": __version__, "tensorflow": tf_version, "python": platform.python_version()},
+        "budget": {"total_minibatches": total if not opts.backup else None,
+                   "per_worker": opts.steps if sync_like and not opts.backup else None,
+                   "updates": opts.steps if opts.mode == "sync" else None},
+        "created": time.time(),
+    }
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
+def _summarize(run_dir: str, opts: RunOptions, failure: TaskFailure | None) -> dict[str, Any]:
+    from ssptk.analysis import summarize
+    from ssptk.logs import load_run, read_json
+
+    steps, events, config, _ = load_run(run_dir)
+    final = read_json(os.path.join(run_dir, "model", "final.json"))
+    if failure is None and not final:
+        failure = TaskFailure("worker:0", "finished without writing model/final.json")
+    s: dict[str, Any] = {"status": "ok" if failure is None else "failed",
+                         "reason": None if failure is None else str(failure),
+                         "failed_task": None if failure is None else failure.task,
+                         "mode": opts.mode, "model": opts.model, "workers": opts.workers,
+                         "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
+    s.update(summarize(steps, events, config))
+    s["final_loss"] = final.get("eval_loss")
+    s["params"] = final.get("params") if opts.model == "linear" else None
+    s["run_dir"] = run_dir
+    with open(os.path.join(run_dir, "summary.json"), "w") as f:
+        json.dump(s, f, indent=1)
+    return s
+
+
+# --- comparisons ----------------------------------------------------------------------------------
+
+@dataclass
+class CompareResult:
+    """Runs of several modes with the same common options, their metrics table and report."""
+
+    out: str
+    runs: dict[str, RunResult]
+    table: pd.DataFrame
+    report: Any
+
+    @property
+    def report_path(self) -> str:
+        return os.path.join(self.out, "report.html")
+
+    def _repr_html_(self) -> str:
+        return self.report._repr_html_()
+
+    def __str__(self) -> str:
+        from ssptk.report import format_table
+
+        return format_table(self.table)
+
+
+def label_dir(label: str) -> str:
+    """The directory name of a comparison label (``ssp:2`` -> ``ssp-2``)."""
+    return label.replace(":", "-")
+
+
+def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """``["sync", "ssp:2", "async"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``."""
+    out = []
+    for label in labels:
+        mode, _, s = label.partition(":")
+        kw: dict[str, Any] = {"mode": mode}
+        if s:
+            if mode != "ssp":
+                raise UsageError(f"bad comparison label {label!r}: only ssp takes a staleness (ssp:S)")
+            try:
+                kw["staleness"] = int(s)
+            except ValueError:
+                raise UsageError(f"bad comparison label {label!r}: use ssp:S with an integer S >= 0") from None
+        out.append((label, kw))
+    if len({label_dir(lab) for lab, _ in out}) != len(out):
+        raise UsageError("comparison labels repeat: give each mode once")
+    if not out:
+        raise UsageError("nothing to compare: give modes like sync ssp:2 async")
+    return out
+
+
+def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
+            progress: Callable[[str, int, int], None] | None = None, **common: Any) -> CompareResult:
+    """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
+
+    Writes ``out/metrics.csv`` and a self-contained ``out/report.html``. Every option is checked for
+    every label before the first run starts.
+    """
+    plan = parse_labels(labels)
+    for label, kw in plan:  # validate all before running any
+        resolve(**{**common, **kw, "out": None})
+    base = new_run_dir(out, "compare")
+    runs: dict[str, RunResult] = {}
+    for label, kw in plan:
+        cb = (lambda done, total, _l=label: progress(_l, done, total)) if progress else None
+        runs[label] = run(progress=cb, raise_on_failure=False, **{**common, **kw},
+                          out=os.path.join(base, label_dir(label)))
+    return _compare_result(base, runs)
+
+
+def _compare_result(base: str, runs: dict[str, RunResult]) -> CompareResult:
+    from ssptk.analysis import compare_table
+    from ssptk.report import build_report, write_metrics_csv
+
+    frames = {label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()}
+    table = compare_table(frames)
+    write_metrics_csv(table, os.path.join(base, "metrics.csv"))
+    report = build_report(frames, title=f"ssptk comparison: {', '.join(runs)}")
+    report.save(os.path.join(base, "report.html"))
+    return CompareResult(base, runs, table, report)

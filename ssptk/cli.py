@@ -1,0 +1,165 @@
+"""``ssptk`` on the command line: run, compare, report, sim and worker. A thin layer over :mod:`ssptk.api`.
+
+Exit codes: 0 ok, 1 the run failed (with the reason and the failing task's log tail), 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ssptk.errors import RunFailed, UsageError
+from ssptk.options import OPTIONS, add_run_arguments, from_namespace
+
+EXAMPLES = """examples:
+  ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 300 --straggler 2:0.02
+  ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
+  ssptk report runs/cmp
+  ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ssptk", description="Sync, SSP and async distributed training, side by side.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    r = sub.add_parser("run", help="train one model in one mode on a local cluster")
+    add_run_arguments(r)
+    c = sub.add_parser("compare", help="run several modes with the same options and write a report",
+                       description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
+                                   "OUT/report.html.")
+    c.add_argument("labels", nargs="+", metavar="MODE", help="sync, ssp:S, async, allreduce")
+    add_run_arguments(c, skip=("mode", "staleness"))
+    rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
+    rep.add_argument("dir", help="a comparison directory (or one run directory)")
+    s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
+    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "model"))
+    s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
+                   help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
+    sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        from ssptk.worker import main as worker_main
+
+        return worker_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": _run, "compare": _compare, "report": _report, "sim": _sim}[args.command](args)
+    except UsageError as e:
+        print(f"ssptk: error: {e}", file=sys.stderr)
+        return 2
+    except RunFailed as e:
+        _print_failure(e)
+        return 1
+    except KeyboardInterrupt:
+        print("\nssptk: interrupted; every task was stopped", file=sys.stderr)
+        return 130
+
+
+def _print_failure(e: RunFailed) -> None:
+    f = e.failure
+    print(f"ssptk: run failed: {f}", file=sys.stderr)
+    if f.log_tail:
+        print(f"last lines of {f.task}'s log:", file=sys.stderr)
+        for line in f.log_tail[-10:]:
+            print(f"  {line}", file=sys.stderr)
+    result = getattr(e, "result", None)
+    if result is not None:
+        print(f"logs kept in {result.run_dir}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ssptk.api import run
+    from ssptk.text import ProgressBar
+
+    opts = from_namespace(args)
+    bar = ProgressBar(f"{opts.label} ")
+    try:
+        result = run(progress=bar, **_kwargs(opts))
+    finally:
+        bar.close()
+    print(result)
+    return 0
+
+
+def _kwargs(opts: Any) -> dict[str, Any]:
+    return {o.name: getattr(opts, o.name) for o in OPTIONS}
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ssptk.api import compare
+    from ssptk.text import ProgressBar
+
+    opts = from_namespace(args, mode="async")  # validated again per label by compare()
+    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
+    bars: dict[str, ProgressBar] = {}
+
+    def progress(label: str, done: int, total: int) -> None:
+        if label not in bars:
+            for b in bars.values():
+                b.close()
+            bars[label] = ProgressBar(f"{label:>8} ")
+        bars[label](done, total)
+
+    try:
+        result = compare(args.labels, out=args.out, progress=progress, **common)
+    finally:
+        for b in bars.values():
+            b.close()
+    print(result)
+    print(f"\nreport: {result.report_path}")
+    failed = [label for label, r in result.runs.items() if not r.ok]
+    for label in failed:
+        print(f"ssptk: {label} failed: {result.runs[label].summary.get('reason')}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    import os
+
+    from ssptk.report import format_table, load_comparison
+
+    if os.path.exists(os.path.join(args.dir, "config.json")):  # one run: its summary from the logs
+        from ssptk.api import _summarize
+        from ssptk.logs import read_json
+        from ssptk.options import RunOptions
+        from ssptk.text import format_summary
+
+        config = read_json(os.path.join(args.dir, "config.json"))
+        old = read_json(os.path.join(args.dir, "summary.json"))
+        failure = None
+        if old.get("status") == "failed":
+            from ssptk.errors import TaskFailure
+
+            failure = TaskFailure(old.get("failed_task") or "?", old.get("reason") or "failed")
+        print(format_summary(_summarize(args.dir, RunOptions.from_dict(config["options"]), failure)))
+        return 0
+    if not os.path.isdir(args.dir):
+        raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")
+    report = load_comparison(args.dir)
+    path = report.save(os.path.join(args.dir, "report.html"))
+    print(format_table(report.table))
+    print(f"\nreport: {path}")
+    return 0
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from ssptk.sim import simulate
+
+    opts = from_namespace(args)
+    r = simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps, staleness=opts.staleness,
+                 backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed,
+                 overhead=args.overhead)
+    print(f"simulated {opts.label}: {r.total_steps} minibatches in {r.wall_s:.3f} s = {r.steps_per_s:.1f} steps/s, "
+          f"{r.updates_per_s:.1f} updates/s\nmax skew {r.max_skew}, waiting {100 * r.wait_fraction:.1f}% of worker "
+          f"time, staleness mean {r.steps['staleness'].mean():.2f} max {int(r.steps['staleness'].max())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""The one owner of a local cluster's processes: starts, watches and stops every task.
+
+Each task is ``python -m ssptk.worker`` in its own session (process group) with its output in
+``logs/<task>.log``. Stopping escalates SIGTERM -> wait -> SIGKILL on the whole group; the children
+also die with their parent (``PR_SET_PDEATHSIG`` and a watchdog thread), so a killed kernel or CLI
+leaves no TensorFlow server behind.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ssptk.errors import TaskFailure
+from ssptk.worker import READY
+
+LOG_TAIL_LINES = 20
+# TF's own chatter that says nothing about the run: left out of the log tails shown to users.
+_NOISE = ("cuInit", "cuda_", "cudart_stub", "absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS",
+          "rebuild TensorFlow", "cpu_feature_guard", "This TensorFlow binary", "port.cc", "Could not find cuda")
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports the OS says are free now (a later bind may still lose a race: callers retry)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def log_tail(path: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` meaningful lines of a task log."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()[-64_000:]
+    except OSError:
+        return []
+    kept = [ln for ln in text.splitlines() if ln.strip() and not any(n in ln for n in _NOISE)]
+    return kept[-lines:]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+@dataclass
+class Task:
+    """One process of the cluster."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: str
+    proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+
+class LocalCluster:
+    """One PS (unless ``with_ps`` is false) and ``workers`` worker tasks on free localhost ports.
+
+    Use as a context manager; :meth:`stop` is idempotent and always leaves no process behind.
+    """
+
+    def __init__(self, workers: int, run_dir: str, gpu_assignment: dict[str, str], with_ps: bool = True,
+                 host: str = "127.0.0.1") -> None:
+        self.run_dir = run_dir
+        self.with_ps = with_ps
+        ports = free_ports(workers + (1 if with_ps else 0), host)
+        self.spec: dict[str, list[str]] = {"worker": [f"{host}:{p}" for p in ports[-workers:]]}
+        if with_ps:
+            self.spec = {"ps": [f"{host}:{ports[0]}"], **self.spec}
+        self.gpu_assignment = gpu_assignment
+        self.tasks: list[Task] = []
+
+    @property
+    def task_names(self) -> list[str]:
+        return (["ps:0"] if self.with_ps else []) + [f"worker:{i}" for i in range(len(self.spec["worker"]))]
+
+    def start(self, worker_args: list[str], run_id: str = "run") -> None:
+        """Start every task with the same run options (``worker_args``)."""
+        os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
+        base_env = dict(os.environ)
+        base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        base_env["SSPTK_WATCH_PARENT"] = "1"
+        base_env["PYTHONUNBUFFERED"] = "1"
+        # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
+        # the tasks' own parent watchdog covers runs started from other threads.
+        preexec = _die_with_parent if threading.current_thread() is threading.main_thread() else None
+        for name in self.task_names:
+            env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
+            argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), "--task", name,
+                    "--run-id", run_id, *worker_args]
+            task = Task(name, argv, env, os.path.join(self.run_dir, "logs", name.replace(":", "-") + ".log"))
+            task.log = open(task.log_path, "ab")
+            task.proc = subprocess.Popen(argv, stdout=task.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True, preexec_fn=preexec)
+            self.tasks.append(task)
+
+    def wait_ready(self, timeout: float = 120.0) -> TaskFailure | None:
+        """Block until every task's server is up; a failure if one exits first or time runs out."""
+        deadline = time.monotonic() + timeout
+        pending = {t.name for t in self.tasks}
+        while pending:
+            for t in self.tasks:
+                if t.name in pending and _log_has(t.log_path, READY):
+                    pending.discard(t.name)
+            failure = self.poll()
+            if failure is not None:
+                return failure
+            if time.monotonic() > deadline:
+                name = sorted(pending)[0]
+                return self.failure(name, f"not ready after {timeout:.0f} s")
+            if pending:
+                time.sleep(0.05)
+        return None
+
+    def poll(self) -> TaskFailure | None:
+        """The first task that exited with an error (or a PS that exited at all), else ``None``."""
+        for t in self.tasks:
+            code = t.exit_code
+            if code is None or (code == 0 and t.name != "ps:0"):
+                continue
+            reason = "exited unexpectedly" if code == 0 else ("was killed" if code < 0 else "failed")
+            return self.failure(t.name, reason, code)
+        return None
+
+    def workers_finished(self) -> bool:
+        return all(t.exit_code == 0 for t in self.tasks if t.name.startswith("worker"))
+
+    def failure(self, name: str, reason: str, code: int | None = None) -> TaskFailure:
+        task = next(t for t in self.tasks if t.name == name)
+        tail = log_tail(task.log_path)
+        detail = _error_line(tail)
+        if code is not None and code < 0:
+            reason = f"was killed by {signal.Signals(-code).name}"
+        return TaskFailure(name, f"{reason}: {detail}" if detail else reason, code, tail)
+
+    def pids(self) -> list[int]:
+        return [t.proc.pid for t in self.tasks if t.proc is not None]
+
+    def stop(self, grace: float = 3.0) -> None:
+        """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        live = [t for t in self.tasks if t.proc is not None and t.proc.poll() is None]
+        for t in live:
+            _signal_group(t.proc, signal.SIGTERM)  # type: ignore[arg-type]
+        deadline = time.monotonic() + grace
+        for t in live:
+            try:
+                t.proc.wait(max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                pass
+        for t in self.tasks:
+            if t.proc is not None:
+                _signal_group(t.proc, signal.SIGKILL)  # the group too: anything a task started
+                t.proc.wait()
+            if t.log is not None and not t.log.closed:
+                t.log.close()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _log_has(path: str, marker: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return marker.encode() in f.read()
+    except OSError:
+        return False
+
+
+def _error_line(tail: list[str]) -> str:
+    """The most telling line of a failed task's log: its last exception line, if any."""
+    for line in reversed(tail):
+        s = line.strip()
+        if "Error" in s or "error:" in s or "Exception" in s:
+            return s[:300]
+    return ""

@@ -1,0 +1,58 @@
+"""Plain-text rendering for terminals: the one-screen run summary and the progress bar."""
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+
+def _fmt(v: Any, spec: str = ".4g") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A run's summary.json as a short block of text."""
+    mode = f"ssp (staleness {s.get('staleness')})" if s.get("mode") == "ssp" else str(s.get("mode"))
+    if s.get("backup"):
+        mode += f", {s['backup']} backup worker(s)"
+    lines = [
+        f"run       {s.get('run_dir')}  [{s.get('status')}]",
+        f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",
+        f"steps     {s.get('total_steps')} minibatches in {_fmt(s.get('wall_s'), '.2f')} s "
+        f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",
+        f"loss      final (eval) {_fmt(s.get('final_loss'))}   last train {_fmt(s.get('train_loss_last'))}",
+        f"skew      max {_fmt(s.get('max_skew'))} steps   waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% "
+        f"of worker time",
+        f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}",
+    ]
+    if s.get("params"):
+        lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
+    if s.get("status") != "ok":
+        lines.append(f"failed    {s.get('reason')}")
+    return "\n".join(lines)
+
+
+class ProgressBar:
+    """A one-line ``[#####.....] 120/600`` bar on a terminal (nothing when not a tty, unless forced)."""
+
+    def __init__(self, label: str = "", stream: IO[str] | None = None, width: int = 30) -> None:
+        self.stream = stream or sys.stderr
+        self.label, self.width = label, width
+        self.enabled = self.stream.isatty()
+        self._last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or done == self._last:
+            return
+        self._last = done
+        filled = int(self.width * min(done, total) / max(total, 1))
+        self.stream.write(f"\r{self.label}[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self._last >= 0:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,192 @@
+"""Tests of ssptk.report: figures, self-contained HTML, text tables, loading a comparison dir."""
+from __future__ import annotations
+
+import base64
+import importlib
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+try:  # shared synthetic run directories
+    from test_analysis import DONE_A, RUN_A, START_A, comparison_dir, write_run  # noqa: F401
+except ImportError:  # tests/ imported as a package
+    from tests.test_analysis import DONE_A, RUN_A, START_A, comparison_dir, write_run  # noqa: F401
+
+from ssptk import analysis as an
+from ssptk import report as rp
+from ssptk.errors import UsageError
+from ssptk.logs import load_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _rc_snapshot() -> dict:
+    copy = matplotlib.rcParams.copy()  # reads raw values: does not resolve the backend
+    return {k: copy._get(k) for k in copy}
+
+
+@pytest.fixture
+def runs(comparison_dir: Path) -> dict:
+    return {label: load_run(comparison_dir / label) for label in ("a", "b", "c")}
+
+
+def _line_labels(ax) -> list[str]:
+    return [line.get_label() for line in ax.get_lines()]
+
+
+def test_run_figure_panels_and_bound(runs) -> None:
+    steps, events, config, _ = runs["a"]
+    fig = rp.run_figure(steps, events, config)
+    assert isinstance(fig, Figure)
+    assert len(fig.axes) == 6
+    skew_ax = fig.axes[2]
+    bound = [ln for ln in skew_ax.get_lines() if ln.get_label().startswith("bound")]
+    assert len(bound) == 1 and list(bound[0].get_ydata()) == [2, 2]  # S=1 -> S+1
+    (skew_line,) = [ln for ln in skew_ax.get_lines() if ln.get_label() == "skew"]
+    assert list(skew_line.get_ydata()) == [1, 1, 2, 3, 2, 3, 1, 0, 1, 0]
+    assert list(skew_line.get_xdata()) == pytest.approx([t - START_A for t, *_ in RUN_A])
+    loss_ax = fig.axes[0]
+    assert _line_labels(loss_ax)[:3] == ["worker 0", "worker 1", "worker 2"]
+    assert len(loss_ax.get_lines()) == 4  # 3 workers + overall smoothed
+    progress_ax = fig.axes[1]
+    assert list(progress_ax.get_lines()[0].get_ydata()) == [1, 2, 3, 4]
+    wait_ax = fig.axes[3]
+    assert len(wait_ax.patches) == 6  # wait and delay bars for 3 workers
+    stale_ax = fig.axes[4]
+    assert [p.get_height() for p in stale_ax.patches] == [3, 5, 1, 1]
+    # an explicit bound overrides the config; async config draws none
+    fig = rp.run_figure(steps, events, config, staleness_bound=4)
+    (bound,) = [ln for ln in fig.axes[2].get_lines() if ln.get_label().startswith("bound")]
+    assert list(bound.get_ydata()) == [5, 5]
+    b_steps, b_events, b_config, _ = runs["b"]
+    fig = rp.run_figure(b_steps, b_events, b_config)
+    assert not [ln for ln in fig.axes[2].get_lines() if ln.get_label().startswith("bound")]
+
+
+def test_run_figure_without_records() -> None:
+    fig = rp.run_figure(pd.DataFrame(), None, None)
+    assert len(fig.axes) == 6
+    assert base64.b64decode(rp.figure_to_png_base64(fig)).startswith(PNG_MAGIC)
+
+
+def test_comparison_figure(runs) -> None:
+    fig = rp.comparison_figure(runs)
+    assert len(fig.axes) == 4
+    assert _line_labels(fig.axes[0]) == ["a", "b", "c"]
+    assert _line_labels(fig.axes[2]) == ["a", "b", "c"]
+    # a step DataFrame alone works too; one line per worker in the progress panel
+    fig = rp.comparison_figure({"a": runs["a"][0], "empty": pd.DataFrame()})
+    assert len(fig.axes) == 4
+    assert len(fig.axes[3].get_lines()) == 3
+    assert _line_labels(fig.axes[0]) == ["a", "empty (no records)"]
+
+
+def test_figure_to_png_base64() -> None:
+    fig = Figure(figsize=(2, 1))
+    fig.subplots().plot([0, 1], [1, 0])
+    data = rp.figure_to_png_base64(fig)
+    assert re.fullmatch(r"[A-Za-z0-9+/=]+", data)
+    assert base64.b64decode(data).startswith(PNG_MAGIC)
+
+
+def test_report_html_is_self_contained(runs, tmp_path: Path) -> None:
+    report = rp.build_report(runs, title="Modes <compared>")
+    assert list(report.table["label"]) == ["a", "b", "c"]
+    assert [c for c, _ in report.figures] == ["All runs", "Run a", "Run b", "Run c"]
+    fragment = report._repr_html_()
+    assert fragment.count("data:image/png;base64,") == 4
+    assert "Modes &lt;compared&gt;" in fragment and "<compared>" not in fragment
+    assert "<table" in fragment and "<style>" in fragment
+    assert "Target training loss 4.18" in fragment
+    doc = report.to_html()
+    assert doc.startswith("<!DOCTYPE html>") and doc.rstrip().endswith("</html>")
+    assert "http://" not in doc and "https://" not in doc
+    srcs = re.findall(r'(?:src|href)="([^"]*)"', doc)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "<link" not in doc and "<script" not in doc
+    for payload in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", doc):
+        assert base64.b64decode(payload).startswith(PNG_MAGIC)
+    out = report.save(tmp_path / "sub" / "report.html")
+    assert out == tmp_path / "sub" / "report.html"
+    assert out.read_text(encoding="utf-8") == doc
+
+
+def test_report_str_is_plain_text(runs) -> None:
+    report = rp.build_report(runs, title="T", per_run=False)
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0] == "T" and lines[1] == "="
+    assert lines[2].split() == list(an.COMPARE_COLUMNS)
+    assert lines[4].split()[:3] == ["a", "ssp", "1"]
+    assert lines[6].split()[0] == "c" and lines[6].split()[-1] == "failed"
+    assert "<" not in text
+    assert len(report.figures) == 1
+
+
+def test_format_table() -> None:
+    df = pd.DataFrame({"label": ["a", "long"], "x": [1.23456, None], "n": [3, 12]})
+    df["n"] = df["n"].astype("Int64")
+    assert rp.format_table(df) == (
+        "label      x   n\n"
+        "-----  -----  --\n"
+        "a      1.235   3\n"
+        "long       -  12")
+    assert rp.format_table(df.iloc[0:0]).endswith("(no rows)")
+
+
+def test_metrics_csv_and_load_comparison(comparison_dir: Path, runs, tmp_path: Path) -> None:
+    report = rp.load_comparison(comparison_dir, per_run=False)
+    # metrics.csv lists c then a; b is not in it and follows
+    assert list(report.table["label"]) == ["c", "a", "b"]
+    assert report.title == "ssptk comparison: cmp"
+    path = rp.write_metrics_csv(report.table, tmp_path / "m" / "metrics.csv")
+    back = pd.read_csv(path)
+    assert list(back.columns) == list(an.COMPARE_COLUMNS)
+    assert back["label"].tolist() == ["c", "a", "b"]
+    assert back["steps_per_s"].iloc[1] == pytest.approx(2.0)
+    assert pd.isna(back["time_to_target_s"].iloc[0])
+    (comparison_dir / "metrics.csv").unlink()
+    assert list(rp.load_comparison(comparison_dir, per_run=False).table["label"]) == ["a", "b", "c"]
+    with pytest.raises(UsageError):
+        rp.load_comparison(tmp_path / "nothing-here")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError):
+        rp.load_comparison(tmp_path / "empty")
+
+
+def test_report_leaves_rcparams_alone(runs) -> None:
+    before = _rc_snapshot()
+    module = importlib.reload(rp)
+    steps, events, config, _ = runs["a"]
+    module.figure_to_png_base64(module.run_figure(steps, events, config))
+    module.build_report(runs, "x", per_run=False).to_html()
+    after = _rc_snapshot()
+    assert after == before
+
+
+def test_import_does_not_load_pyplot_or_touch_rcparams(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import sys, matplotlib
+        snap = lambda: {k: matplotlib.rcParams._get(k) for k in matplotlib.rcParams}
+        before = snap()
+        import pandas as pd
+        from ssptk import report
+        fig = report.run_figure(pd.DataFrame({"t": [1.0, 2.0], "worker": [0, 1],
+                                              "step": [1, 1], "loss": [2.0, 1.0]}))
+        report.figure_to_png_base64(fig)
+        assert snap() == before, "rcParams changed"
+        assert "matplotlib.pyplot" not in sys.modules, "pyplot was imported"
+        print("ok")
+    """)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
