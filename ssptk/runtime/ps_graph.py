@@ -64,6 +64,16 @@ class PSGraph:
     close_tokens: Any | None = None
 
 
+def fetch_add(tf: Any, var: Any) -> Any:
+    """Atomically add 1 to an int64 resource variable and return the new value.
+
+    ``var.assign_add(1)`` is not enough: its returned value is a separate read, so two concurrent
+    increments can both see the later value. ``ResourceCountUpTo`` returns the old value under the
+    variable's lock.
+    """
+    return tf.raw_ops.ResourceCountUpTo(resource=var.handle, limit=2**62, T=tf.int64) + 1
+
+
 def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
     x0, y0 = spec.data(np.random.default_rng(0), 2)
     x = tf.compat.v1.placeholder(tf.as_dtype(x0.dtype), shape=(None,) + x0.shape[1:], name="x")
@@ -128,19 +138,21 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 with tf.control_dependencies(after_compute):
                     apply = opt.apply_gradients(zip(grads, model_vars))
                 with tf.control_dependencies([apply]):
-                    extra["train"] = global_step.assign_add(1)
-                extra["claim"] = claimed.assign_add(1)
-                with tf.control_dependencies(after_compute):
-                    extra["clocks_after"] = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
-                with tf.control_dependencies([extra["clocks_after"]]):
-                    extra["want_after"] = want.read_value()
-                # `t` of the step record: the PS's clock once the update (and, for ssp, the tick) is in,
-                # not the worker's after its run returns, which lags whenever the worker waits for a core.
+                    extra["train"] = fetch_add(tf, global_step)
+                extra["claim"] = fetch_add(tf, claimed)
+                # `t` of a step record is the PS's clock, not the worker's after its run returns (which lags
+                # whenever the worker waits for a core). async: once the update is in. ssp: just before the
+                # clock tick, so a step that a peer's tick allowed always logs a later `t` than that tick's
+                # step: the logs show the bound exactly as the PS enforced it.
                 with v1.device(PS):
                     with tf.control_dependencies([extra["train"]]):
                         extra["stamp"] = tf.timestamp()
-                    with tf.control_dependencies([extra["train"], extra["clocks_after"]]):
+                    with tf.control_dependencies(after_compute):
                         extra["stamp_ssp"] = tf.timestamp()
+                with tf.control_dependencies([extra["stamp_ssp"]]):
+                    extra["clocks_after"] = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
+                with tf.control_dependencies([extra["clocks_after"]]):
+                    extra["want_after"] = want.read_value()
                 want_value = v1.placeholder(tf.int64, shape=(), name="want_value")
                 extra["want_value"] = want_value
                 with tf.control_dependencies([want.scatter_update(tf.IndexedSlices(tf.reshape(want_value, [1]),
@@ -151,10 +163,13 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
                                          name=f"ssp_wake_{j}") for j in range(n)]
                 extra["wake_wait"] = wake[index].dequeue()
-                extra["signal"] = [
-                    tf.group(wake[j].enqueue(1),
-                             want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [j])))
-                    for j in range(n)]
+                # Clear want[j] strictly before the token: otherwise the woken worker can re-register and
+                # have that registration wiped by this clear, and the next tick would not wake it.
+                extra["signal"] = []
+                for j in range(n):
+                    cleared = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [j]))
+                    with tf.control_dependencies([cleared]):
+                        extra["signal"].append(wake[j].enqueue(1))
                 fin = clock.scatter_update(tf.IndexedSlices(tf.constant([FINISHED_CLOCK], tf.int64), [index]))
                 with tf.control_dependencies([fin]):
                     extra["finish"] = (want.read_value(), clock.read_value())
@@ -187,7 +202,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     taken = [acc.take_grad(n - backup) for acc in accs]
                     update = opt.apply_gradients(zip(taken, model_vars))
                     with tf.control_dependencies([update]):
-                        new_step = global_step.assign_add(1)
+                        new_step = fetch_add(tf, global_step)
                     with tf.control_dependencies([new_step]):
                         applied_at = tf.timestamp()
                         released = [acc.set_global_step(new_step) for acc in accs]
@@ -198,7 +213,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
             with tf.control_dependencies([go_q.dequeue()]):
-                go = counters[0].assign_add(1) if counters else tf.constant(0, tf.int64)
+                go = fetch_add(tf, counters[0]) if counters else tf.constant(0, tf.int64)
             return PSGraph(
                 graph=graph, x=x, y=y, delay=delay, loss=loss, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),

@@ -1,0 +1,428 @@
+#!/usr/bin/env python
+"""ssptk benchmarks: ratios measured side by side in one invocation, each against its target.
+
+    python benchmarks/run.py                 # every benchmark, 3 alternating repeats
+    python benchmarks/run.py --quick         # smoke check: fewer steps, 1 repeat, RESULTS.md untouched
+    python benchmarks/run.py --only ssp_nonbinding_vs_async --repeat 5
+
+This is a measurement, not a test: it exits 0 when a target is missed, but says MISSED. Results are
+printed as a table and written to ``benchmarks/RESULTS.md`` (each benchmark's section is replaced;
+sections of benchmarks not run this time are kept).
+
+Throughput is always the run's own ``summary["steps_per_s"]``, which runs from the start barrier to
+the last step, so TensorFlow start-up is not in it. Configurations compared with each other are run
+in alternation (A, B, A, B, ...) so that slow phases of a noisy machine hit all of them alike.
+
+Adding a benchmark: write ``def bench_xxx(ctx: Context) -> list[Row]`` and append it to
+:data:`BENCHMARKS`. ``ctx.alternate({...}, repeat)`` runs labelled configurations in alternation and
+returns their summaries; :class:`Row` is one line of the final table (``target=None`` means
+"reported for information only").
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "RESULTS.md")
+NOISE_NOTE = (
+    "The machine is shared and noisy (another engineer's tests may run at the same time, and the "
+    "2-core VM has no CPU isolation): single figures can move by 10-30% between back-to-back runs. "
+    "Compare ratios from alternating repeats (median and best), not absolute steps/s across days."
+)
+
+
+# --- rows and targets -----------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """A target like ``>= 0.95``; ``check`` says whether a value meets it."""
+
+    text: str
+    check: Callable[[float], bool]
+
+
+def at_least(x: float) -> Target:
+    return Target(f">= {x:g}", lambda v: v >= x)
+
+
+def at_most(x: float) -> Target:
+    return Target(f"<= {x:g}", lambda v: v <= x)
+
+
+def more_than(x: float) -> Target:
+    return Target(f"> {x:g}", lambda v: v > x)
+
+
+@dataclass
+class Row:
+    """One line of the result table. ``value`` None means the measurement failed."""
+
+    name: str
+    value: float | None
+    target: Target | None = None
+    fmt: str = ".3f"
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.value is None:
+            return "FAILED"
+        if self.target is None:
+            return "info"
+        return "PASS" if self.target.check(self.value) else "MISSED"
+
+    def value_text(self) -> str:
+        return "n/a" if self.value is None else format(self.value, self.fmt)
+
+
+@dataclass
+class Section:
+    """What one benchmark produced: its rows and free-form detail lines (markdown) for RESULTS.md."""
+
+    name: str
+    rows: list[Row]
+    detail: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+class Context:
+    """Shared by every benchmark: options, the temp directory for run dirs, and a run helper."""
+
+    def __init__(self, args: argparse.Namespace, tmp: str) -> None:
+        self.args = args
+        self.quick: bool = args.quick
+        self.repeat: int = args.repeat
+        self.tmp = tmp
+        self._n = 0
+        self.detail: list[str] = []  # detail lines of the benchmark being run
+
+    def note(self, line: str) -> None:
+        self.detail.append(line)
+
+    def run(self, label: str, **options: Any) -> dict[str, Any]:
+        """One real run (PS + workers) with ``options``; returns its summary (status 'failed' on error)."""
+        from ssptk import api
+
+        self._n += 1
+        out = os.path.join(self.tmp, f"{self._n:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '-', label)}")
+        options.setdefault("gpus", "none")
+        t0 = time.perf_counter()
+        try:
+            summary = dict(api.run(out=out, raise_on_failure=False, **options).summary)
+        except Exception as e:  # noqa: BLE001 - a failed run is reported, the benchmark goes on
+            summary = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+        summary["total_s"] = time.perf_counter() - t0
+        if summary.get("status") == "ok":
+            print(f"    {label:<10} {_f(summary.get('steps_per_s'), '8.1f')} steps/s  "
+                  f"train {_f(summary.get('wall_s'), '.2f')} s  (whole run {summary['total_s']:.1f} s)  "
+                  f"wait {_f(summary.get('wait_fraction'), '.3f')}  skew {summary.get('max_skew')}",
+                  flush=True)
+        else:
+            print(f"    {label:<10} FAILED: {summary.get('reason')}", flush=True)
+        shutil.rmtree(out, ignore_errors=True)  # keep the temp dir small as we go
+        return summary
+
+    def alternate(self, configs: dict[str, dict[str, Any]], repeat: int | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Run every labelled configuration once per round, in the given order, ``repeat`` rounds."""
+        repeat = self.repeat if repeat is None else repeat
+        results: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
+        for r in range(repeat):
+            print(f"  round {r + 1}/{repeat}", flush=True)
+            for label, opts in configs.items():
+                results[label].append(self.run(label, **opts))
+        return results
+
+
+def rates(summaries: list[dict[str, Any]], key: str = "steps_per_s") -> list[float]:
+    """The ``key`` values of the successful runs."""
+    return [float(s[key]) for s in summaries if s.get("status") == "ok" and s.get(key) is not None]
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def best(xs: list[float]) -> float | None:
+    return max(xs) if xs else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _f(v: Any, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def values_line(label: str, summaries: list[dict[str, Any]], key: str = "steps_per_s", fmt: str = ".1f") -> str:
+    vals = [_f(s.get(key), fmt) if s.get("status") == "ok" else "FAILED" for s in summaries]
+    return f"{label}: " + ", ".join(vals)
+
+
+# --- benchmarks ---------------------------------------------------------------------------------------
+
+def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
+    """SSP whose bound never binds costs (almost) nothing over async: target >= 0.95 of async's steps/s."""
+    common = dict(model="linear", workers=3, steps=300 if ctx.quick else 1500, seed=0)
+    configs = {"async": dict(common, mode="async"), "ssp:1000": dict(common, mode="ssp", staleness=1000)}
+    ctx.note(f"Options: {_opts_text(common)}, no delays; async vs ssp staleness 1000 "
+             f"(never binds), alternating, {ctx.repeat} round(s).")
+    res = ctx.alternate(configs)
+    a, s = rates(res["async"]), rates(res["ssp:1000"])
+    ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
+    pairs = [ratio(y, x) for x, y in zip(_ok_or_none(res["async"]), _ok_or_none(res["ssp:1000"]))]
+    ctx.note("per-round ratio ssp/async: " + ", ".join(_f(p, ".3f") for p in pairs))
+    waits = rates(res["ssp:1000"], "wait_fraction")
+    ctx.note("ssp:1000 wait_fraction (should be 0: the bound never binds): " + ", ".join(f"{w:.4f}" for w in waits))
+    walls = [_f(x.get("wall_s"), ".2f") for x in res["async"] + res["ssp:1000"]]
+    ctx.note("training seconds per run (async runs, then ssp runs): " + ", ".join(walls))
+    n = "ssp_nonbinding_vs_async"
+    return [
+        Row(f"{n}: ratio of medians", ratio(median(s), median(a)), at_least(0.95)),
+        Row(f"{n}: ratio of bests", ratio(best(s), best(a)), at_least(0.95)),
+        Row(f"{n}: async median steps/s", median(a), fmt=".1f"),
+        Row(f"{n}: ssp:1000 median steps/s", median(s), fmt=".1f"),
+        Row(f"{n}: async best steps/s", best(a), fmt=".1f"),
+        Row(f"{n}: ssp:1000 best steps/s", best(s), fmt=".1f"),
+    ]
+
+
+def bench_modes_under_jitter(ctx: Context) -> list[Row]:
+    """sync, ssp:1, ssp:4 and async under exponential jitter (mean 20 ms per step): throughput and costs."""
+    common = dict(model="linear", workers=3, steps=40 if ctx.quick else 200, seed=0, jitter="exp:0.02")
+    modes = {"sync": dict(mode="sync"), "ssp:1": dict(mode="ssp", staleness=1),
+             "ssp:4": dict(mode="ssp", staleness=4), "async": dict(mode="async")}
+    configs = {label: dict(common, **kw) for label, kw in modes.items()}
+    ctx.note(f"Options: {_opts_text(common)}; modes run in alternation ({', '.join(modes)}), "
+             f"{ctx.repeat} round(s). Figures below are medians over the rounds.")
+    res = ctx.alternate(configs)
+    ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
+    ctx.note("final_loss of each run: " + "; ".join(values_line(k, v, "final_loss", ".4f") for k, v in res.items()))
+    n = "modes_under_jitter"
+    sync_med = median(rates(res["sync"]))
+    sync_best = best(rates(res["sync"]))
+    rows: list[Row] = []
+    for label in modes:
+        r = rates(res[label])
+        rows.append(Row(f"{n}: {label} median steps/s", median(r), fmt=".1f"))
+        if label != "sync":
+            # SSP and async exist to not wait for the slowest worker at every step: under jitter they
+            # should beat sync.
+            rows.append(Row(f"{n}: {label}/sync (medians)", ratio(median(r), sync_med), more_than(1.0)))
+            rows.append(Row(f"{n}: {label}/sync (bests)", ratio(best(r), sync_best)))
+    for label in modes:
+        wf = median(rates(res[label], "wait_fraction"))
+        rows.append(Row(f"{n}: {label} wait_fraction", wf, fmt=".3f"))
+    for label, kw in modes.items():
+        skews = rates(res[label], "max_skew")
+        # Under SSP a worker ticks its clock and only then checks the bound, so completed steps can be
+        # S + 1 apart for a moment (docs/run-directory.md's example: staleness 2, max_skew 3).
+        target = at_most(kw["staleness"] + 1) if kw.get("staleness") is not None else None
+        rows.append(Row(f"{n}: {label} max_skew (max over runs)", max(skews) if skews else None, target, fmt=".0f"))
+    for label in modes:
+        rows.append(Row(f"{n}: {label} final_loss", median(rates(res[label], "final_loss")), fmt=".4f"))
+    return rows
+
+
+#: Every benchmark, in the order they run. Issue 4 adds: logging on/off ratio, cold start vs a bare
+#: ``python -c "import tensorflow"``, scaling 1..8 workers, simulator vs real.
+BENCHMARKS: list[Callable[[Context], list[Row]]] = [
+    bench_ssp_nonbinding_vs_async,
+    bench_modes_under_jitter,
+]
+
+
+def bench_name(fn: Callable[..., Any]) -> str:
+    return fn.__name__.removeprefix("bench_")
+
+
+def _ok_or_none(summaries: list[dict[str, Any]]) -> list[float | None]:
+    return [float(s["steps_per_s"]) if s.get("status") == "ok" and s.get("steps_per_s") else None for s in summaries]
+
+
+def _opts_text(opts: dict[str, Any]) -> str:
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in opts.items())
+
+
+# --- machine ------------------------------------------------------------------------------------------
+
+def machine_info() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpuinfo = f.read()
+        models = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+        info["cpu"] = models[0].strip() if models else platform.processor() or "unknown"
+        info["logical cores"] = str(len(re.findall(r"^processor\s*:", cpuinfo, re.M)))
+    except OSError:
+        info["cpu"] = platform.processor() or "unknown"
+        info["logical cores"] = str(os.cpu_count())
+    try:
+        info["nproc"] = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        info["nproc"] = str(len(os.sched_getaffinity(0)))
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(re.search(r"^MemTotal:\s+(\d+)", f.read(), re.M).group(1))  # type: ignore[union-attr]
+        info["RAM"] = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        info["RAM"] = "unknown"
+    info["python"] = platform.python_version()
+    for pkg in ("tensorflow", "ssptk"):
+        try:
+            info[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            info[pkg] = "not installed"
+    info["os"] = f"{platform.system()} {platform.release()}"
+    try:
+        commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", os.path.dirname(HERE), "status", "--porcelain", "--", ".",
+                                ":(exclude)benchmarks"],
+                               capture_output=True, text=True, timeout=10).stdout
+        changed = [line[3:] for line in dirty.splitlines() if not line.startswith("??")]
+        info["commit"] = (commit or "unknown") + (f" + uncommitted changes to {', '.join(changed)}" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        info["commit"] = "unknown"
+    return info
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+# --- output -------------------------------------------------------------------------------------------
+
+def print_table(sections: list[Section]) -> None:
+    rows = [r for s in sections for r in s.rows]
+    w = max([len(r.name) for r in rows] + [4])
+    print()
+    print(f"{'name':<{w}}  {'value':>10}  {'target':<8}  result")
+    print(f"{'-' * w}  {'-' * 10}  {'-' * 8}  ------")
+    for r in rows:
+        print(f"{r.name:<{w}}  {r.value_text():>10}  {(r.target.text if r.target else '-'):<8}  {r.verdict}")
+    for s in sections:
+        if s.error:
+            print(f"\n{s.name}: ERROR {s.error}")
+    missed = [r.name for r in rows if r.verdict in ("MISSED", "FAILED")]
+    print()
+    if missed:
+        print(f"MISSED / FAILED ({len(missed)}): " + "; ".join(missed))
+    else:
+        print("all targets met")
+
+
+def section_markdown(s: Section, when: str, machine: str, argv: str, repeat: int, load: str) -> str:
+    lines = [f"<!-- bench:{s.name} -->", f"## {s.name}", "",
+             f"Measured {when} on {machine}; `{argv}`, {repeat} alternating round(s), "
+             f"{s.seconds:.0f} s in all; load average before/after: {load}.", ""]
+    if s.error:
+        lines += [f"**ERROR:** `{s.error}`", ""]
+    lines += ["| name | value | target | result |", "|---|---:|---|---|"]
+    for r in s.rows:
+        verdict = f"**{r.verdict}**" if r.verdict in ("MISSED", "FAILED") else r.verdict
+        lines.append(f"| {r.name} | {r.value_text()} | {r.target.text if r.target else '-'} | {verdict} |")
+    if s.detail:
+        lines += [""] + [f"- {d}" for d in s.detail]
+    lines += ["", f"<!-- /bench:{s.name} -->"]
+    return "\n".join(lines)
+
+
+def write_results(sections: list[Section], info: dict[str, str], argv: str, repeat: int, load: str) -> None:
+    old = ""
+    if os.path.exists(RESULTS):
+        with open(RESULTS) as f:
+            old = f.read()
+    kept = {name: text for text, name in re.findall(r"(<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->)", old, re.S)}
+    when = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    machine_short = f"{info['cpu']}, nproc {info['nproc']}, {info['RAM']}"
+    new = {s.name: section_markdown(s, when, machine_short, argv, repeat, load) for s in sections}
+    order = [bench_name(fn) for fn in BENCHMARKS]
+    order += [n for n in kept if n not in order]
+    head = ["# ssptk benchmarks", "",
+            "Written by `python benchmarks/run.py` (see its docstring); each benchmark's section is replaced "
+            "when it runs, so sections may date from different runs.", "",
+            f"> **Note:** {NOISE_NOTE}", "",
+            f"## Machine (last run: {when})", "",
+            "| | |", "|---|---|"]
+    head += [f"| {k} | {v} |" for k, v in info.items()]
+    body = [new.get(n) or kept.get(n) for n in order]
+    text = "\n".join(head) + "\n\n" + "\n\n".join(b for b in body if b) + "\n"
+    with open(RESULTS, "w") as f:
+        f.write(text)
+
+
+# --- main ---------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    names = [bench_name(fn) for fn in BENCHMARKS]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--repeat", type=int, default=None, metavar="R",
+                   help="alternating rounds per benchmark (default 3, or 1 with --quick)")
+    p.add_argument("--quick", action="store_true", help="fewer steps and 1 round: a smoke check (RESULTS.md untouched)")
+    p.add_argument("--only", action="append", choices=names, metavar="NAME",
+                   help=f"run only this benchmark (repeatable): {', '.join(names)}")
+    p.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    args = p.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    write = not (args.no_write or args.quick)
+    chosen = [fn for fn in BENCHMARKS if not args.only or bench_name(fn) in args.only]
+    cmdline = " ".join(["python benchmarks/run.py"] + (sys.argv[1:] if argv is None else argv))
+
+    info = machine_info()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
+    print(f"note: {NOISE_NOTE}", flush=True)
+    load_before = loadavg()
+    tmp = tempfile.mkdtemp(prefix="ssptk-bench-")
+    sections: list[Section] = []
+    try:
+        ctx = Context(args, tmp)
+        for fn in chosen:
+            name = bench_name(fn)
+            print(f"\n== {name} ==", flush=True)
+            ctx.detail = []
+            t0 = time.perf_counter()
+            try:
+                rows, error = fn(ctx), None
+            except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others
+                traceback.print_exc()
+                rows, error = [], f"{type(e).__name__}: {e}"
+            sections.append(Section(name, rows, list(ctx.detail), time.perf_counter() - t0, error))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    load = f"{load_before} / {loadavg()}"
+    print_table(sections)
+    if write:
+        write_results(sections, info, cmdline, args.repeat, load)
+        print(f"\nwrote {os.path.relpath(RESULTS)}")
+    else:
+        print("\n(RESULTS.md not updated: --quick or --no-write)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Shared fixtures. Every test that starts a cluster must prove its processes are gone afterwards."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def cluster_processes(marker: str) -> list[psutil.Process]:
+    """Live ``ssptk.worker`` processes whose command line mentions ``marker`` (a run directory)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "ssptk.worker" in cmd and marker in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+def assert_gone(marker: str, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while cluster_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = cluster_processes(marker)
+    assert not left, f"cluster processes left behind: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path):
+    """A fresh path for a run; after the test, no task of it may still be running."""
+    path = tmp_path / "run"
+    yield path
+    assert_gone(str(tmp_path))
+
+
+@pytest.fixture
+def user_model_path(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Make ``tests/fixtures`` importable for this process and the tasks it starts."""
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]))
+    return str(FIXTURES)
+
+
+def ssptk_cmd() -> list[str]:
+    return [sys.executable, "-m", "ssptk.cli"]

@@ -1,0 +1,144 @@
+"""The shared option grammar: parsing, validation messages, and the CLI's exit code 2 before any process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ssptk_cmd
+from ssptk.api import compare, new_run_dir, parse_labels, run
+from ssptk.cli import build_parser
+from ssptk.delays import DelayModel, parse_jitter, parse_straggler
+from ssptk.errors import UsageError
+from ssptk.models import load_model
+from ssptk.options import OPTIONS, from_namespace, resolve, to_argv
+
+
+def test_defaults_and_ssp_shorthand() -> None:
+    o = resolve()
+    assert (o.mode, o.staleness, o.workers, o.steps) == ("ssp", 2, 3, 200)
+    o = resolve(mode="ssp:7", straggler=["1:0.5", "1:0.25"], jitter="uniform:0.01:0.02")
+    assert o.staleness == 7 and o.stragglers == {1: 0.75} and str(o.jitter_spec) == "uniform:0.01:0.02"
+
+
+def test_argv_round_trip() -> None:
+    o = resolve(mode="sync", backup=1, workers=4, straggler=["3:0.02"], jitter="exp:0.01", no_log=True)
+    ns = build_parser().parse_args(["run", *to_argv(o)])
+    assert from_namespace(ns) == o
+
+
+def test_every_option_is_in_the_cli_help() -> None:
+    helptext = build_parser()._subparsers._group_actions[0].choices["run"].format_help()  # type: ignore[union-attr]
+    for o in OPTIONS:
+        assert "--" + o.name.replace("_", "-") in helptext
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "bsp"}, r"unknown mode 'bsp': choose one of sync, ssp, async, allreduce"),
+        ({"model": "resnet"}, r"unknown model 'resnet'"),
+        ({"mode": "async", "staleness": 2}, r"--staleness applies to ssp only, not async"),
+        ({"mode": "ssp", "staleness": -1}, r"--staleness must be an integer >= 0"),
+        ({"workers": 0}, r"--workers must be >= 1"),
+        ({"steps": 0}, r"--steps must be >= 1"),
+        ({"mode": "sync", "backup": 3, "workers": 3}, r"--backup must be >= 0 and less than --workers \(3\)"),
+        ({"mode": "ssp", "backup": 1}, r"--backup applies to sync only"),
+        ({"straggler": ["3:0.1"], "workers": 3}, r"--straggler index 3 is out of range: workers are 0\.\.2"),
+        ({"straggler": ["x"]}, r"bad --straggler 'x': use I:SECONDS"),
+        ({"jitter": "normal:1"}, r"bad --jitter 'normal:1': use exp:MEAN or uniform:LO:HI"),
+        ({"jitter": "uniform:2:1"}, r"bad --jitter"),
+        ({"lr": -1.0}, r"--lr must be > 0"),
+        ({"colour": "red"}, r"unknown option 'colour'"),
+    ],
+)
+def test_bad_options_say_what_to_do(kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        resolve(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("nosuchpkg.mod:fn", r"cannot import module 'nosuchpkg.mod' \(ModuleNotFoundError"),
+        ("usermodels:missing", r"module 'usermodels' has no function 'missing'"),
+        ("usermodels:raises", r"raises\(\) raised RuntimeError: broken on purpose"),
+        ("usermodels:returns_wrong_type", r"returned dict, expected ssptk.ModelSpec"),
+    ],
+)
+def test_user_model_errors_name_the_part_that_failed(path: str, message: str, user_model_path: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        load_model(path)
+
+
+def test_api_refuses_bad_input_before_creating_anything(tmp_path: Path, user_model_path: str) -> None:
+    out = tmp_path / "r"
+    with pytest.raises(UsageError, match="has no function"):
+        run(model="usermodels:missing", out=str(out))
+    with pytest.raises(UsageError, match="unknown GPU id 7"):
+        run(gpus="7", out=str(out))
+    assert not out.exists()
+    with pytest.raises(UsageError, match="only ssp takes a staleness"):
+        compare(["sync", "async:3"], out=str(out))
+    with pytest.raises(UsageError, match="--straggler index 5"):
+        compare(["sync", "ssp:2"], straggler=["5:0.1"], out=str(out))
+    assert not out.exists()
+
+
+def test_non_empty_output_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "keep.txt").write_text("mine")
+    with pytest.raises(UsageError, match=r"exists and is not empty: choose another --out"):
+        new_run_dir(str(tmp_path / "old"), "ssp")
+    assert (tmp_path / "old" / "keep.txt").read_text() == "mine"
+    assert new_run_dir(str(tmp_path / "empty"), "ssp") == str(tmp_path / "empty")
+
+
+def test_comparison_labels() -> None:
+    assert parse_labels(["sync", "ssp:4", "async"]) == [
+        ("sync", {"mode": "sync"}), ("ssp:4", {"mode": "ssp", "staleness": 4}), ("async", {"mode": "async"})]
+    with pytest.raises(UsageError, match="labels repeat"):
+        parse_labels(["ssp:2", "ssp:2"])
+
+
+def test_delays_are_seeded_per_worker() -> None:
+    a = DelayModel(1, {1: 0.5}, parse_jitter("exp:0.1"), seed=3).take(50)
+    b = DelayModel(1, {1: 0.5}, parse_jitter("exp:0.1"), seed=3).take(50)
+    c = DelayModel(0, {1: 0.5}, parse_jitter("exp:0.1"), seed=3).take(50)
+    assert (a == b).all() and (a >= 0.5).all() and not (a - 0.5 == c).all()
+    assert (DelayModel(0, None, None, 0).take(5) == 0).all()
+    assert parse_straggler("2:0.25") == (2, 0.25)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--mode", "bsp"], "unknown mode 'bsp'"),
+        (["run", "--workers", "2", "--straggler", "2:0.1"], "--straggler index 2 is out of range"),
+        (["run", "--jitter", "exp"], "bad --jitter 'exp'"),
+        (["run", "--model", "nosuch.module:f"], "cannot import module 'nosuch.module'"),
+        (["compare", "sync", "bsp"], "unknown mode 'bsp'"),
+        (["sim", "--mode", "sync", "--staleness", "1"], "--staleness applies to ssp only"),
+        (["report", "/nonexistent/dir"], "is not a directory"),
+    ],
+)
+def test_cli_usage_errors_exit_2_with_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    p = subprocess.run([*ssptk_cmd(), *args, *(["--out", str(tmp_path / "o")] if args[0] in ("run", "compare") else [])],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_argparse_errors_exit_2(tmp_path: Path) -> None:
+    p = subprocess.run([*ssptk_cmd(), "run", "--workers", "three"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "invalid int value" in p.stderr
+
+
+def test_worker_command_help_and_bad_task() -> None:
+    p = subprocess.run([sys.executable, "-m", "ssptk.worker", "--cluster", '{"worker": ["h:1"]}', "--task", "worker:3"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--task 'worker:3' is not in the cluster" in p.stderr

@@ -1,0 +1,85 @@
+"""The CLI end to end, and failures: a killed task or a broken model ends the run cleanly with a reason."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import ssptk
+from conftest import assert_gone, cluster_processes, ssptk_cmd
+from helpers import records
+
+pytestmark = pytest.mark.slow
+
+
+def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    p = subprocess.run([*ssptk_cmd(), "compare", "sync", "ssp:1", "async", "--workers", "2", "--steps", "30",
+                        "--straggler", "1:0.01", "--out", str(out)], capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr
+    for label in ("sync", "ssp:1", "async"):
+        assert label in p.stdout
+    assert f"report: {out / 'report.html'}" in p.stdout
+    assert sorted(os.listdir(out)) == ["async", "metrics.csv", "report.html", "ssp-1", "sync"]
+    csv = (out / "metrics.csv").read_text().splitlines()
+    assert csv[0].startswith("label,mode,staleness") and len(csv) == 4
+    html = (out / "report.html").read_text()
+    assert "data:image/png;base64," in html and "ssp:1" in html
+    (out / "report.html").unlink()
+    p = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and (out / "report.html").exists() and "ssp:1" in p.stdout
+    assert_gone(str(tmp_path))
+
+
+def test_cli_run_prints_summary(run_dir: Path) -> None:
+    p = subprocess.run([*ssptk_cmd(), "run", "--mode", "ssp", "--staleness", "1", "--workers", "2", "--steps", "40",
+                        "--out", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "[ok]" in p.stdout and "steps/s" in p.stdout and "params" in p.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_steps"] == 80 and summary["max_skew"] <= 2
+
+
+def test_killed_worker_fails_the_run_and_leaves_nothing(run_dir: Path) -> None:
+    """SIGKILL a worker mid-run: the run fails naming it, every other task is ended, logs stay valid."""
+
+    def kill_worker_1() -> None:
+        deadline = time.monotonic() + 120
+        log = run_dir / "workers" / "worker-1.jsonl"
+        while time.monotonic() < deadline:
+            if log.exists() and log.read_text().count('"step"') >= 20:
+                for p in cluster_processes(str(run_dir)):
+                    if "worker:1" in " ".join(p.cmdline()):
+                        os.kill(p.pid, signal.SIGKILL)
+                        return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_worker_1)
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(ssptk.RunFailed, match=r"worker:1 \(exit code -9\): was killed by SIGKILL") as info:
+        ssptk.run(mode="sync", workers=3, steps=100000, straggler=["0:0.005"], out=str(run_dir))
+    killer.join()
+    assert time.monotonic() - t0 < 120
+    assert info.value.failure.task == "worker:1"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "worker:1" in summary["reason"]
+    df, _ = records(run_dir)  # every line written is whole JSON
+    assert len(df) >= 20
+    assert_gone(str(run_dir))
+
+
+def test_model_failing_inside_tasks_exits_1_with_reason(run_dir: Path, user_model_path: str) -> None:
+    p = subprocess.run([*ssptk_cmd(), "run", "--model", "usermodels:bad_loss", "--workers", "2", "--steps", "10",
+                        "--out", str(run_dir)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": user_model_path})
+    assert p.returncode == 1
+    assert "ssptk: run failed: worker:" in p.stderr and "Traceback" not in p.stderr.splitlines()[0]
+    assert "last lines of worker:" in p.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
