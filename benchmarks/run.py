@@ -98,6 +98,9 @@ class Section:
     detail: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
+    started: str = ""
+    ended: str = ""
+    load: str = ""  # load average (1, 5, 15 min) at start / at end
 
 
 # --- running ----------------------------------------------------------------------------------------
@@ -211,7 +214,7 @@ def bench_modes_under_jitter(ctx: Context) -> list[Row]:
              "ssp:4": dict(mode="ssp", staleness=4), "async": dict(mode="async")}
     configs = {label: dict(common, **kw) for label, kw in modes.items()}
     ctx.note(f"Options: {_opts_text(common)}; modes run in alternation ({', '.join(modes)}), "
-             f"{ctx.repeat} round(s). Figures below are medians over the rounds.")
+             f"{ctx.repeat} round(s). Table figures are medians over the rounds (max_skew: the largest).")
     res = ctx.alternate(configs)
     ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
     ctx.note("final_loss of each run: " + "; ".join(values_line(k, v, "final_loss", ".4f") for k, v in res.items()))
@@ -304,6 +307,10 @@ def machine_info() -> dict[str, str]:
     return info
 
 
+def now() -> str:
+    return _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+
+
 def loadavg() -> str:
     try:
         with open("/proc/loadavg") as f:
@@ -333,10 +340,10 @@ def print_table(sections: list[Section]) -> None:
         print("all targets met")
 
 
-def section_markdown(s: Section, when: str, machine: str, argv: str, repeat: int, load: str) -> str:
+def section_markdown(s: Section, machine: str, argv: str, repeat: int) -> str:
     lines = [f"<!-- bench:{s.name} -->", f"## {s.name}", "",
-             f"Measured {when} on {machine}; `{argv}`, {repeat} alternating round(s), "
-             f"{s.seconds:.0f} s in all; load average before/after: {load}.", ""]
+             f"Measured {s.started} to {s.ended} on {machine}; `{argv}`, {repeat} alternating round(s), "
+             f"{s.seconds:.0f} s in all; load average (1/5/15 min) at start / end: {s.load}.", ""]
     if s.error:
         lines += [f"**ERROR:** `{s.error}`", ""]
     lines += ["| name | value | target | result |", "|---|---:|---|---|"]
@@ -349,15 +356,15 @@ def section_markdown(s: Section, when: str, machine: str, argv: str, repeat: int
     return "\n".join(lines)
 
 
-def write_results(sections: list[Section], info: dict[str, str], argv: str, repeat: int, load: str) -> None:
+def write_results(sections: list[Section], info: dict[str, str], argv: str, repeat: int) -> None:
     old = ""
     if os.path.exists(RESULTS):
         with open(RESULTS) as f:
             old = f.read()
     kept = {name: text for text, name in re.findall(r"(<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->)", old, re.S)}
-    when = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    when = now()
     machine_short = f"{info['cpu']}, nproc {info['nproc']}, {info['RAM']}"
-    new = {s.name: section_markdown(s, when, machine_short, argv, repeat, load) for s in sections}
+    new = {s.name: section_markdown(s, machine_short, argv, repeat) for s in sections}
     order = [bench_name(fn) for fn in BENCHMARKS]
     order += [n for n in kept if n not in order]
     head = ["# ssptk benchmarks", "",
@@ -396,7 +403,6 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in info.items()), flush=True)
     print(f"note: {NOISE_NOTE}", flush=True)
-    load_before = loadavg()
     tmp = tempfile.mkdtemp(prefix="ssptk-bench-")
     sections: list[Section] = []
     try:
@@ -405,19 +411,19 @@ def main(argv: list[str] | None = None) -> int:
             name = bench_name(fn)
             print(f"\n== {name} ==", flush=True)
             ctx.detail = []
-            t0 = time.perf_counter()
+            started, load0, t0 = now(), loadavg(), time.perf_counter()
             try:
                 rows, error = fn(ctx), None
             except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others
                 traceback.print_exc()
                 rows, error = [], f"{type(e).__name__}: {e}"
-            sections.append(Section(name, rows, list(ctx.detail), time.perf_counter() - t0, error))
+            sections.append(Section(name, rows, list(ctx.detail), time.perf_counter() - t0, error,
+                                    started, now(), f"{load0} / {loadavg()}"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    load = f"{load_before} / {loadavg()}"
     print_table(sections)
     if write:
-        write_results(sections, info, cmdline, args.repeat, load)
+        write_results(sections, info, cmdline, args.repeat)
         print(f"\nwrote {os.path.relpath(RESULTS)}")
     else:
         print("\n(RESULTS.md not updated: --quick or --no-write)")

@@ -129,7 +129,7 @@ def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], progress: Prog
                 _reset_attempt(run_dir)
                 continue
         break
-    summary = _summarize(run_dir, opts, failure)
+    summary = summarize_run(run_dir, opts, failure)
     result = RunResult(run_dir, opts, summary, failure)
     if failure is not None and raise_on_failure:
         raise RunFailed(failure, result)
@@ -192,7 +192,8 @@ def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gp
         json.dump(config, f, indent=1)
 
 
-def _summarize(run_dir: str, opts: RunOptions, failure: TaskFailure | None) -> dict[str, Any]:
+def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None) -> dict[str, Any]:
+    """Compute ``summary.json`` from the run directory's logs and write it; returns the summary."""
     from ssptk.analysis import summarize
     from ssptk.logs import load_run, read_json
 

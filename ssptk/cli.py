@@ -125,7 +125,7 @@ def _report(args: argparse.Namespace) -> int:
     from ssptk.report import format_table, load_comparison
 
     if os.path.exists(os.path.join(args.dir, "config.json")):  # one run: its summary from the logs
-        from ssptk.api import _summarize
+        from ssptk.api import summarize_run
         from ssptk.logs import read_json
         from ssptk.options import RunOptions
         from ssptk.text import format_summary
@@ -137,7 +137,7 @@ def _report(args: argparse.Namespace) -> int:
             from ssptk.errors import TaskFailure
 
             failure = TaskFailure(old.get("failed_task") or "?", old.get("reason") or "failed")
-        print(format_summary(_summarize(args.dir, RunOptions.from_dict(config["options"]), failure)))
+        print(format_summary(summarize_run(args.dir, RunOptions.from_dict(config["options"]), failure)))
         return 0
     if not os.path.isdir(args.dir):
         raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.errors import UsageError
-from ssptk.logs import load_run
+from ssptk.logs import load_run, read_json
 
 __all__ = [
     "run_figure",
@@ -357,17 +357,19 @@ def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory; pass a comparison output directory")
-    labels = sorted(p.name for p in directory.iterdir() if _is_run_dir(p))
-    if not labels:
+    dirs = sorted(p.name for p in directory.iterdir() if _is_run_dir(p))
+    if not dirs:
         raise UsageError(f"no run directories (with config.json, summary.json or workers/) "
                          f"under {directory}")
+    listed: list[str] = []
     metrics = directory / "metrics.csv"
     if metrics.is_file():
         try:
             listed = pd.read_csv(metrics, dtype={"label": str})["label"].dropna().tolist()
         except (KeyError, ValueError, OSError):
             listed = []
-        first = [lab for lab in dict.fromkeys(listed) if lab in labels]
-        labels = first + [lab for lab in labels if lab not in first]
-    runs = {label: load_run(directory / label) for label in labels}
+    # a label's run lives in DIR/<label with ':' as '-'> (ssp:2 -> ssp-2)
+    by_label = {lab: lab.replace(":", "-") for lab in dict.fromkeys(listed) if lab.replace(":", "-") in dirs}
+    by_label.update({d: d for d in dirs if d not in by_label.values()})
+    runs = {label: load_run(directory / d) for label, d in by_label.items()}
     return build_report(runs, title or f"ssptk comparison: {directory.name}", target, per_run)

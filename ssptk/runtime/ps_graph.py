@@ -42,12 +42,9 @@ class PSGraph:
     done: Any
     dones: Any
     # async / ssp
-    train: Any | None = None      # apply the update, then the global step after it
-    claim: Any | None = None      # next minibatch number (1-based)
-    stamp: Any | None = None      # PS time after the update (async)
-    stamp_ssp: Any | None = None  # PS time after the update and the clock tick (ssp)
-    clocks_after: Any | None = None
-    want_after: Any | None = None
+    # apply the update; then [global step after it, next minibatch claimed (1-based), global step read
+    # before the parameters, PS time of the update as int64 bits] + (ssp) [clocks after the tick, want]
+    step_meta: Any | None = None
     want_value: Any | None = None
     register: Any | None = None   # want[i] = want_value, then read the clocks
     clear_want: Any | None = None
@@ -137,22 +134,25 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             if mode in ("async", "ssp"):
                 with tf.control_dependencies(after_compute):
                     apply = opt.apply_gradients(zip(grads, model_vars))
-                with tf.control_dependencies([apply]):
-                    extra["train"] = fetch_add(tf, global_step)
-                extra["claim"] = fetch_add(tf, claimed)
-                # `t` of a step record is the PS's clock, not the worker's after its run returns (which lags
-                # whenever the worker waits for a core). async: once the update is in. ssp: just before the
-                # clock tick, so a step that a peer's tick allowed always logs a later `t` than that tick's
-                # step: the logs show the bound exactly as the PS enforced it.
+                # Everything after the update runs on the PS and comes back as ONE tensor: in TF's
+                # distributed runtime every fetched tensor and every cross-task control edge is an RPC of
+                # its own, and those RPCs, not the tiny ops, are what a step costs here.
                 with v1.device(PS):
-                    with tf.control_dependencies([extra["train"]]):
-                        extra["stamp"] = tf.timestamp()
-                    with tf.control_dependencies(after_compute):
-                        extra["stamp_ssp"] = tf.timestamp()
-                with tf.control_dependencies([extra["stamp_ssp"]]):
-                    extra["clocks_after"] = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
-                with tf.control_dependencies([extra["clocks_after"]]):
-                    extra["want_after"] = want.read_value()
+                    with tf.control_dependencies([apply]):
+                        g_after = fetch_add(tf, global_step)
+                    # `t` of a step record: the PS's clock once the update is in (not the worker's after
+                    # its run returns, which lags whenever the worker waits for a core).
+                    with tf.control_dependencies([g_after]):
+                        stamp = tf.timestamp()
+                    parts = [g_after, fetch_add(tf, claimed), g_read, tf.bitcast(stamp, tf.int64)]
+                    if mode == "ssp":
+                        # The tick follows the stamp, so a step that a peer's tick allowed always logs a
+                        # later `t` than the step that ticked: the logs show the bound as the PS enforced it.
+                        with tf.control_dependencies([stamp]):
+                            tick = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
+                        with tf.control_dependencies([tick]):
+                            parts += [clock.read_value(), want.read_value()]
+                    extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
                 want_value = v1.placeholder(tf.int64, shape=(), name="want_value")
                 extra["want_value"] = want_value
                 with tf.control_dependencies([want.scatter_update(tf.IndexedSlices(tf.reshape(want_value, [1]),

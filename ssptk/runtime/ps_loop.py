@@ -92,33 +92,32 @@ class Trainer:
         model_dir = os.path.join(self.run_dir, "model")
         os.makedirs(model_dir, exist_ok=True)
         x, y = eval_batch(self.spec, self.opts.seed)
-        g_read_loss = self.sess.run(self.g.loss, {self.g.x: x, self.g.y: y})
+        eval_loss = self.sess.run(self.g.loss, {self.g.x: x, self.g.y: y})
         values = self.sess.run(self.g.model_vars)
         with self.g.graph.as_default():
             self.g.saver.save(self.sess, os.path.join(model_dir, "ckpt"), write_meta_graph=False)
-        write_final(model_dir, float(g_read_loss), self.g.model_vars, values)
+        write_final(model_dir, float(eval_loss), self.g.model_vars, values)
 
     # -- async and ssp -------------------------------------------------------------------------
     def _ps_loop(self, claim: int) -> int:
-        g, s, tf = self.g, self.sess, self.tf
+        g, s = self.g, self.sess
         budget = self.n * self.opts.steps
         ssp = self.opts.mode == "ssp"
-        fetch: list[Any] = [g.train, g.loss, g.g_read, g.claim, g.stamp_ssp if ssp else g.stamp]
-        if ssp:
-            fetch += [g.clocks_after, g.want_after]
+        fetch: list[Any] = [g.step_meta, g.loss]
         fetch_clear = fetch + [g.clear_want] if ssp else fetch
-        step, wait_s, clear = 0, 0.0, False
+        step, wait_s, clear, n = 0, 0.0, False, self.n
         while claim <= budget:
             mb = claim - 1
             feed, delay = self._feed(mb)
-            out = s.run(fetch_clear if clear else fetch, feed)
+            meta, loss = s.run(fetch_clear if clear else fetch, feed)[:2]
             step += 1
-            g_after, loss, g_read, claim = int(out[0]), out[1], int(out[2]), int(out[3])
-            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=float(out[4]))
+            g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
+            t = float(meta[3:4].view(np.float64)[0])
+            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
             wait_s, clear = 0.0, False
             if not ssp:
                 continue
-            clocks, want = out[5], out[6]
+            clocks, want = meta[4:4 + n], meta[4 + n:4 + 2 * n]
             self._signal(clocks, want)
             if claim <= budget and clocks[self.index] - clocks.min() > self.opts.staleness:
                 wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
