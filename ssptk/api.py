@@ -120,16 +120,23 @@ def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], progress: Prog
     for attempt in range(PORT_RETRIES):
         cluster = LocalCluster(opts.workers, run_dir, gpus, with_ps=with_ps)
         _write_config(run_dir, opts, cluster.spec, gpus, total)
-        with cluster:
-            cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
-            failure = cluster.wait_ready()
-            if failure is None:
-                failure = _watch(cluster, run_dir, total, progress)
-            elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
-                _reset_attempt(run_dir)
-                continue
+        interrupted = False
+        with cluster:  # every task is stopped on the way out, whatever happens
+            try:
+                cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
+                failure = cluster.wait_ready()
+                if failure is None:
+                    failure = _watch(cluster, run_dir, total, progress)
+                elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
+                    _reset_attempt(run_dir)
+                    continue
+            except KeyboardInterrupt:
+                interrupted = True
+                failure = TaskFailure("ssptk", "interrupted by the user")
         break
     summary = summarize_run(run_dir, opts, failure)
+    if interrupted:  # the logs and summary of what ran are kept
+        raise KeyboardInterrupt
     result = RunResult(run_dir, opts, summary, failure)
     if failure is not None and raise_on_failure:
         raise RunFailed(failure, result)

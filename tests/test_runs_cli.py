@@ -83,3 +83,20 @@ def test_model_failing_inside_tasks_exits_1_with_reason(run_dir: Path, user_mode
     assert "ssptk: run failed: worker:" in p.stderr and "Traceback" not in p.stderr.splitlines()[0]
     assert "last lines of worker:" in p.stderr
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+def test_ctrl_c_stops_every_task_and_keeps_the_logs(run_dir: Path) -> None:
+    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--workers", "2", "--steps", "1000000",
+                             "--out", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = run_dir / "workers" / "worker-0.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count('"step"') > 10):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "interrupted by the user" in summary["reason"]
+    df, _ = records(run_dir)
+    assert len(df) > 10
+    assert_gone(str(run_dir), within=2.0)
