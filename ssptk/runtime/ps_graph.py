@@ -53,11 +53,12 @@ class PSGraph:
     finish: Any | None = None     # clock[i] = FINISHED, then read want and clocks
     # sync
     local_step: Any | None = None
-    push: Any | None = None       # apply this worker's gradient to the accumulators
-    token: Any | None = None      # dequeue this worker's sync token, then read global step and backlog
+    # push this worker's gradient, then block on its token: [global step before the push, token step,
+    # global step now, tokens left (backlog), PS time of the push and of the update, as int64 bits]
+    sync_meta: Any | None = None
     drain_n: Any | None = None
     drain: Any | None = None
-    aggregate: Any | None = None  # chief: take N-B gradients, apply, release one token per worker
+    aggregate: Any | None = None  # chief: `updates` times take N-B gradients, apply, one token per worker
     close_tokens: Any | None = None
 
 
@@ -87,8 +88,9 @@ def _sleep(seconds: np.ndarray) -> np.ndarray:
 
 
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
-          staleness: int | None, backup: int, seed: int, container: str, with_delay: bool) -> PSGraph:
-    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph``."""
+          staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
+          updates: int = 0) -> PSGraph:
+    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -187,18 +189,26 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     g_before_push = global_step.read_value()
                 with tf.control_dependencies([g_before_push]):
                     pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, grads)]
-                with tf.control_dependencies(pushes):
-                    extra["push"] = tf.identity(g_before_push)
                 with v1.device(PS):
                     # a token is (global step after the update, PS time the update was applied)
                     tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
                                            shared_name=f"sync_token_{j}", name=f"sync_token_{j}") for j in range(n)]
-                tok = tokens[index].dequeue()
-                with tf.control_dependencies(tok):
-                    extra["token"] = (tok[0], tok[1], global_step.read_value(), tokens[index].size())
+                    # One run per step: push, then block on this worker's own token. The wait is measured
+                    # on the PS clock, from the push landing to the update being applied.
+                    with tf.control_dependencies(pushes):
+                        pushed_at = tf.timestamp()
+                        tok = tokens[index].dequeue()
+                    with tf.control_dependencies(tok):
+                        parts = [g_before_push, tok[0], global_step.read_value(),
+                                 tf.cast(tokens[index].size(), tf.int64), tf.bitcast(pushed_at, tf.int64),
+                                 tf.bitcast(tok[1], tf.int64)]
+                    extra["sync_meta"] = tf.stack(parts, name="sync_meta")
                 extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
                 extra["drain"] = tokens[index].dequeue_many(extra["drain_n"])
-                with v1.device(PS):
+                # The chief's aggregator is one while loop that runs on the PS for the whole run: no
+                # round trip from the chief per update. Each iteration takes the mean of the first N-B
+                # fresh gradients, applies it, and puts one token in every worker's queue.
+                def aggregate_once(i: Any) -> Any:
                     taken = [acc.take_grad(n - backup) for acc in accs]
                     update = opt.apply_gradients(zip(taken, model_vars))
                     with tf.control_dependencies([update]):
@@ -208,7 +218,11 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                         released = [acc.set_global_step(new_step) for acc in accs]
                         released += [q.enqueue((new_step, applied_at)) for q in tokens]
                     with tf.control_dependencies(released):
-                        extra["aggregate"] = tf.identity(new_step)
+                        return i + 1
+
+                with v1.device(PS):
+                    extra["aggregate"] = tf.while_loop(lambda i: i < updates, aggregate_once,
+                                                       [tf.constant(0, tf.int64)], parallel_iterations=1)
                 extra["close_tokens"] = tf.group(*[q.close() for q in tokens])
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)

@@ -44,7 +44,7 @@ class Trainer:
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
         self.g = ps_graph.build(spec, opts.mode, cluster, index, opts.lr or spec.lr, opts.staleness, opts.backup,
-                                opts.seed, container, with_delay)
+                                opts.seed, container, with_delay, updates=opts.steps)
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
@@ -52,13 +52,18 @@ class Trainer:
         self.safety_timeouts = 0
 
     # -- shared pieces -------------------------------------------------------------------------
-    def _feed(self, mb: int) -> tuple[dict[Any, Any], float]:
+    def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = ()) -> Any:
+        """A callable for one step's run. Making it registers the graph partitions on the PS now, so a
+        worker's first step is not slower than the others' (and each call costs less than a feed_dict)."""
+        g = self.g
+        feeds = [g.x, g.y] + ([g.delay] if g.delay is not None else []) + list(extra_feeds)
+        return self.sess.make_callable(fetches, feed_list=feeds)
+
+    def _inputs(self, mb: int) -> tuple[list[Any], float]:
+        """Minibatch ``mb`` and this step's injected delay, in the order of :meth:`_make_step`'s feeds."""
         x, y = minibatch(self.spec, self.opts.seed, mb, self.opts.batch)
-        feed = {self.g.x: x, self.g.y: y}
         delay = self.delays.next()
-        if self.g.delay is not None:
-            feed[self.g.delay] = delay
-        return feed, delay
+        return ([x, y, delay] if self.g.delay is not None else [x, y]), delay
 
     def _start(self) -> int:
         """Start barrier: the chief initialises, waits for every worker, then releases all at once."""
@@ -75,8 +80,15 @@ class Trainer:
         return first
 
     def run(self) -> None:
+        g, sync = self.g, self.opts.mode == "sync"
+        if sync:
+            steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
+        else:
+            steps_fn = [self._make_step([g.step_meta, g.loss])]
+            if self.opts.mode == "ssp":
+                steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         first = self._start()
-        steps = self._sync_loop() if self.opts.mode == "sync" else self._ps_loop(first)
+        steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn)
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts)
         if self.index == 0:
             if self.n > 1:
@@ -99,17 +111,16 @@ class Trainer:
         write_final(model_dir, float(eval_loss), self.g.model_vars, values)
 
     # -- async and ssp -------------------------------------------------------------------------
-    def _ps_loop(self, claim: int) -> int:
+    def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None) -> int:
+        """async/ssp: ``step_fn`` runs one step; ``step_clear_fn`` also clears this worker's SSP want."""
         g, s = self.g, self.sess
         budget = self.n * self.opts.steps
         ssp = self.opts.mode == "ssp"
-        fetch: list[Any] = [g.step_meta, g.loss]
-        fetch_clear = fetch + [g.clear_want] if ssp else fetch
         step, wait_s, clear, n = 0, 0.0, False, self.n
         while claim <= budget:
             mb = claim - 1
-            feed, delay = self._feed(mb)
-            meta, loss = s.run(fetch_clear if clear else fetch, feed)[:2]
+            inputs, delay = self._inputs(mb)
+            meta, loss = (step_clear_fn if clear else step_fn)(*inputs)[:2]
             step += 1
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
@@ -150,43 +161,41 @@ class Trainer:
         return time.perf_counter() - t0
 
     # -- sync ----------------------------------------------------------------------------------
-    def _sync_loop(self) -> int:
+    def _sync_loop(self, step_fn: Any) -> int:
         g, s, tf = self.g, self.sess, self.tf
         k = self.opts.steps
         aggregator = None
         if self.index == 0:
-            aggregator = threading.Thread(target=self._aggregate, args=(k,), name="sync-aggregator", daemon=True)
+            aggregator = threading.Thread(target=self._aggregate, name="sync-aggregator", daemon=True)
             aggregator.start()
         local, step = 0, 0
-        fetch = [g.push, g.loss]
         while local < k:
             mb = local * self.n + self.index
-            feed, delay = self._feed(mb)
-            feed[g.local_step] = local
-            g_at_push, loss = s.run(fetch, feed)
-            t0 = time.perf_counter()
-            step += 1
+            inputs, delay = self._inputs(mb)
             try:
-                token, t_applied, g_now, backlog = s.run(g.token)
-            except tf.errors.OutOfRangeError:  # queues closed: the run's last update is done
-                token, t_applied, g_now, backlog = k, time.time(), k, 0
+                meta, loss = step_fn(*inputs, local)
+            except tf.errors.OutOfRangeError:  # token queues closed: the run's last update is done
+                break
+            step += 1
+            g_at_push, token, g_now, backlog = (int(v) for v in meta[:4])
+            pushed_at, applied_at = meta[4:6].view(np.float64)
             if backlog:  # late for some steps (backup workers): skip to the newest
-                token = int(s.run(g.drain, {g.drain_n: int(backlog)})[0][-1])
-            wait = time.perf_counter() - t0
-            applied = int(g_at_push) == local
-            stale = 0 if applied else int(g_at_push) - local
-            self.rec.step(step, token if applied else int(g_at_push), loss, wait, stale, mb, delay, applied,
-                          t=float(t_applied) if applied else time.time())
-            local = max(int(token), int(g_now))
+                token = int(s.run(g.drain, {g.drain_n: backlog})[0][-1])
+            applied = g_at_push == local
+            if applied:
+                self.rec.step(step, token, loss, max(0.0, applied_at - pushed_at), 0, mb, delay, t=float(applied_at))
+            else:
+                self.rec.step(step, g_at_push, loss, 0.0, g_at_push - local, mb, delay, applied=False,
+                              t=float(pushed_at))
+            local = max(token, g_now)
         if aggregator is not None:
             aggregator.join()
         return step
 
-    def _aggregate(self, k: int) -> None:
+    def _aggregate(self) -> None:
         """Chief's aggregator: one update per step from the first N-B gradients, then one token per worker."""
         try:
-            for _ in range(k):
-                self.sess.run(self.g.aggregate)
+            self.sess.run(self.g.aggregate)
             self.sess.run(self.g.close_tokens)
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
