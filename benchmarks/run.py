@@ -127,11 +127,13 @@ class Context:
         out = os.path.join(self.tmp, f"{self._n:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '-', label)}")
         options.setdefault("gpus", "none")
         t0 = time.perf_counter()
+        cpu0 = _children_cpu()
         try:
             summary = dict(api.run(out=out, raise_on_failure=False, **options).summary)
         except Exception as e:  # noqa: BLE001 - a failed run is reported, the benchmark goes on
             summary = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
         summary["total_s"] = time.perf_counter() - t0
+        summary["cpu_s"] = _children_cpu() - cpu0  # all the run's tasks, start-up included
         if summary.get("status") == "ok":
             print(f"    {label:<10} {_f(summary.get('steps_per_s'), '8.1f')} steps/s  "
                   f"train {_f(summary.get('wall_s'), '.2f')} s  (whole run {summary['total_s']:.1f} s)  "
@@ -143,14 +145,23 @@ class Context:
         return summary
 
     def alternate(self, configs: dict[str, dict[str, Any]], repeat: int | None = None) -> dict[str, list[dict[str, Any]]]:
-        """Run every labelled configuration once per round, in the given order, ``repeat`` rounds."""
+        """Run every labelled configuration once per round, ``repeat`` rounds, in ABBA order (the
+        order reverses every other round): whatever runs first in a round had a measurable edge here."""
         repeat = self.repeat if repeat is None else repeat
         results: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
         for r in range(repeat):
             print(f"  round {r + 1}/{repeat}", flush=True)
-            for label, opts in configs.items():
+            order = list(configs.items())
+            for label, opts in (order if r % 2 == 0 else order[::-1]):
                 results[label].append(self.run(label, **opts))
         return results
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def rates(summaries: list[dict[str, Any]], key: str = "steps_per_s") -> list[float]:
@@ -204,6 +215,14 @@ def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
         Row(f"{n}: ssp:1000 median steps/s", median(s), fmt=".1f"),
         Row(f"{n}: async best steps/s", best(a), fmt=".1f"),
         Row(f"{n}: ssp:1000 best steps/s", best(s), fmt=".1f"),
+        # CPU per minibatch while training (all tasks): steadier than steps/s when the machine is shared,
+        # and on 2 cores the tasks are CPU-bound, so steps/s goes as its inverse.
+        Row(f"{n}: CPU per minibatch, async/ssp (medians)",
+            ratio(median(rates(res["async"], "cpu_ms_per_step")), median(rates(res["ssp:1000"], "cpu_ms_per_step"))),
+            at_least(0.95), fmt=".3f"),
+        Row(f"{n}: async CPU ms per minibatch (median)", median(rates(res["async"], "cpu_ms_per_step")), fmt=".3f"),
+        Row(f"{n}: ssp:1000 CPU ms per minibatch (median)", median(rates(res["ssp:1000"], "cpu_ms_per_step")),
+            fmt=".3f"),
     ]
 
 

@@ -134,7 +134,7 @@ def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], progress: Prog
                 interrupted = True
                 failure = TaskFailure("ssptk", "interrupted by the user")
         break
-    summary = summarize_run(run_dir, opts, failure)
+    summary = summarize_run(run_dir, opts, failure, ps_cpu_s=cluster.train_cpu.get("ps:0"))
     if interrupted:  # the logs and summary of what ran are kept
         raise KeyboardInterrupt
     result = RunResult(run_dir, opts, summary, failure)
@@ -160,6 +160,7 @@ def _watch(cluster: Any, run_dir: str, total: int, progress: ProgressFn | None) 
     from ssptk.logs import RunLogReader
 
     reader = RunLogReader(run_dir)
+    ps_cpu0: float | None = None
     while True:
         failure = cluster.poll()
         if failure is not None:
@@ -168,9 +169,16 @@ def _watch(cluster: Any, run_dir: str, total: int, progress: ProgressFn | None) 
         for e in events:
             if e.get("event") == "error":
                 return cluster.failure(f"worker:{e.get('worker')}", f"error: {e.get('message', '')}")
+            if e.get("event") == "start" and ps_cpu0 is None:
+                ps_cpu0 = cluster.cpu_seconds("ps:0")
         if progress is not None:
             progress(reader.n_steps, total)
         if cluster.workers_finished():
+            ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
+            if not cluster.with_ps:
+                cluster.train_cpu["ps:0"] = 0.0
+            elif ps_cpu0 is not None and ps_cpu1 is not None:
+                cluster.train_cpu["ps:0"] = ps_cpu1 - ps_cpu0
             if progress is not None:
                 reader.read_new()
                 progress(reader.n_steps, total)
@@ -199,8 +207,13 @@ def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gp
         json.dump(config, f, indent=1)
 
 
-def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None) -> dict[str, Any]:
-    """Compute ``summary.json`` from the run directory's logs and write it; returns the summary."""
+def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
+                  ps_cpu_s: float | None = None) -> dict[str, Any]:
+    """Compute ``summary.json`` from the run directory's logs and write it; returns the summary.
+
+    ``ps_cpu_s``: CPU seconds the PS used between the start barrier and the end (the launcher measures
+    it); with the workers' own figures from their start/done events it gives ``cpu_ms_per_step``.
+    """
     from ssptk.analysis import summarize
     from ssptk.logs import load_run, read_json
 
@@ -214,12 +227,29 @@ def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None) -
                          "mode": opts.mode, "model": opts.model, "workers": opts.workers,
                          "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
     s.update(summarize(steps, events, config))
+    s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     s["final_loss"] = final.get("eval_loss")
     s["params"] = final.get("params") if opts.model == "linear" else None
     s["run_dir"] = run_dir
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     return s
+
+
+def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:
+    """CPU seconds all tasks spent training (start barrier to done), and per minibatch.
+
+    On a machine where the tasks share few cores, throughput is bound by this, and unlike steps/s it
+    barely moves when other programs take turns on the cores: the steadier measure of overhead.
+    """
+    out: dict[str, Any] = {"train_cpu_s": None, "cpu_ms_per_step": None}
+    if events.empty or "cpu_s" not in events or ps_cpu_s is None or not steps:
+        return out
+    by = events.dropna(subset=["cpu_s"]).groupby(["worker", "event"])["cpu_s"].first().unstack()
+    if not {"start", "done"} <= set(by.columns) or by[["start", "done"]].isna().any().any():
+        return out
+    total = float((by["done"] - by["start"]).sum()) + ps_cpu_s
+    return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
 
 
 # --- comparisons ----------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ class LocalCluster:
             self.spec = {"ps": [f"{host}:{ports[0]}"], **self.spec}
         self.gpu_assignment = gpu_assignment
         self.tasks: list[Task] = []
+        self.train_cpu: dict[str, float] = {}  # CPU seconds a task used while training, where measured
 
     @property
     def task_names(self) -> list[str]:
@@ -104,6 +105,10 @@ class LocalCluster:
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["SSPTK_WATCH_PARENT"] = "1"
         base_env["PYTHONUNBUFFERED"] = "1"
+        # The tasks must run the same ssptk as this launcher, not whichever copy their cwd or
+        # site-packages would give them.
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        base_env["PYTHONPATH"] = os.pathsep.join(p for p in (here, base_env.get("PYTHONPATH", "")) if p)
         # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
         # the tasks' own parent watchdog covers runs started from other threads.
         preexec = _die_with_parent if threading.current_thread() is threading.main_thread() else None
@@ -155,6 +160,18 @@ class LocalCluster:
         if code is not None and code < 0:
             reason = f"was killed by {signal.Signals(-code).name}"
         return TaskFailure(name, f"{reason}: {detail}" if detail else reason, code, tail)
+
+    def cpu_seconds(self, name: str) -> float | None:
+        """CPU time (user + system) task ``name`` has used so far; ``None`` where /proc cannot tell."""
+        task = next((t for t in self.tasks if t.name == name and t.proc is not None), None)
+        if task is None:
+            return None
+        try:
+            with open(f"/proc/{task.proc.pid}/stat") as f:  # type: ignore[union-attr]
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return None
 
     def pids(self) -> list[int]:
         return [t.proc.pid for t in self.tasks if t.proc is not None]

@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _watch_parent()
     run_dir = opts.out or "."
+    if job == "worker" and index == 0:
+        _write_config_if_missing(run_dir, opts, cluster)
     if opts.mode == "allreduce":
         if job != "worker":
             print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
@@ -110,6 +112,18 @@ def main(argv: list[str] | None = None) -> int:
 
     _run_guarded(train, run_dir, index)
     return 0
+
+
+def _write_config_if_missing(run_dir: str, opts: Any, cluster: dict[str, list[str]]) -> None:
+    """Tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does."""
+    path = os.path.join(run_dir, "config.json")
+    if os.path.exists(path):
+        return
+    os.makedirs(run_dir, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"options": opts.to_dict(), "cluster": cluster,
+                   "gpu_assignment": {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                   "started_by": "hand", "created": time.time()}, f, indent=1)
 
 
 def _run_guarded(fn: Any, run_dir: str, index: int) -> None:

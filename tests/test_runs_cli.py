@@ -100,3 +100,34 @@ def test_ctrl_c_stops_every_task_and_keeps_the_logs(run_dir: Path) -> None:
     df, _ = records(run_dir)
     assert len(df) > 10
     assert_gone(str(run_dir), within=2.0)
+
+
+def test_tasks_started_by_hand_like_on_several_hosts(tmp_path: Path) -> None:
+    """The README's multi-host recipe, on one host: `ssptk worker` per task, then `ssptk report`."""
+    from ssptk.cluster import free_ports
+
+    ports = free_ports(3)
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"ps": [f"127.0.0.1:{ports[0]}"],
+                                "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}))
+    out = tmp_path / "run"
+    common = ["--mode", "ssp", "--staleness", "1", "--steps", "30", "--out", str(out)]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+
+    def task(name: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([*ssptk_cmd(), "worker", "--cluster", f"@{spec}", "--task", name, *common],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+    ps = task("ps:0")
+    try:
+        workers = [task("worker:0"), task("worker:1")]
+        assert [w.wait(timeout=180) for w in workers] == [0, 0]
+    finally:
+        ps.kill()
+        ps.wait()
+    df, events = records(out)
+    assert len(df) == 60 and {e["event"] for e in events} == {"start", "done"}
+    assert (out / "model" / "final.json").exists() and (out / "config.json").exists()
+    p = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "60 minibatches" in p.stdout
+    assert_gone(str(tmp_path))

@@ -64,7 +64,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
     barrier()  # first collective: every worker is connected before step 1
-    rec.event("start")
+    rec.event("start", cpu_s=time.process_time())
     for step in range(1, opts.steps + 1):
         mb = (step - 1) * n + index
         x, y = minibatch(spec, opts.seed, mb, opts.batch)
@@ -77,7 +77,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         apply(grads)
         wait = time.perf_counter() - t0
         rec.step(step, step, loss, wait, 0, mb, delay)
-    rec.event("done", steps=opts.steps)
+    rec.event("done", steps=opts.steps, cpu_s=time.process_time())
     barrier()  # nobody leaves while a peer still needs it for a collective
     if index == 0:
         model_dir = os.path.join(run_dir, "model")

@@ -76,7 +76,7 @@ class Trainer:
         else:
             s.run(g.arrive)
         first = int(s.run(g.go))
-        self.rec.event("start")
+        self.rec.event("start", cpu_s=time.process_time())
         return first
 
     def run(self) -> None:
@@ -89,7 +89,7 @@ class Trainer:
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         first = self._start()
         steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn)
-        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts)
+        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
         if self.index == 0:
             if self.n > 1:
                 self.sess.run(self.g.dones)
