@@ -390,6 +390,8 @@ def write_results(sections: list[Section], info: dict[str, str], argv: str, repe
             "Written by `python benchmarks/run.py` (see its docstring); each benchmark's section is replaced "
             "when it runs, so sections may date from different runs.", "",
             f"> **Note:** {NOISE_NOTE}", "",
+            "One-off measurements (A/B of engine changes, simulator against real runs) and what they led to "
+            "are in [FINDINGS.md](FINDINGS.md).", "",
             f"## Machine (last run: {when})", "",
             "| | |", "|---|---|"]
     head += [f"| {k} | {v} |" for k, v in info.items()]
