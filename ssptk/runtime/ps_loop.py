@@ -50,6 +50,7 @@ class Trainer:
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
         self.rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
         self.safety_timeouts = 0
+        self._aggregator: threading.Thread | None = None
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = ()) -> Any:
@@ -65,11 +66,20 @@ class Trainer:
         delay = self.delays.next()
         return ([x, y, delay] if self.g.delay is not None else [x, y]), delay
 
-    def _start(self) -> int:
-        """Start barrier: the chief initialises, waits for every worker, then releases all at once."""
+    def _start(self, aggregate: Any = None) -> int:
+        """Start barrier: the chief initialises, waits for every worker, then releases all at once.
+
+        ``aggregate`` (sync): the chief's aggregator, started before the release so that it already
+        waits in ``take_grad`` when the first gradients arrive (``take_grad`` averages everything
+        accumulated, so a late start would let more than N-B gradients into the first update).
+        """
         g, s = self.g, self.sess
         if self.index == 0:
             s.run(g.init)
+            if aggregate is not None:
+                self._aggregator = threading.Thread(target=self._aggregate, args=(aggregate,),
+                                                    name="sync-aggregator", daemon=True)
+                self._aggregator.start()
             if self.n > 1:
                 s.run(g.arrivals)
             s.run(g.release)
@@ -87,7 +97,8 @@ class Trainer:
             steps_fn = [self._make_step([g.step_meta, g.loss])]
             if self.opts.mode == "ssp":
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
-        first = self._start()
+        aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
+        first = self._start(aggregate)
         steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn)
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
         if self.index == 0:
@@ -164,10 +175,6 @@ class Trainer:
     def _sync_loop(self, step_fn: Any) -> int:
         g, s, tf = self.g, self.sess, self.tf
         k = self.opts.steps
-        aggregator = None
-        if self.index == 0:
-            aggregator = threading.Thread(target=self._aggregate, name="sync-aggregator", daemon=True)
-            aggregator.start()
         local, step = 0, 0
         while local < k:
             mb = local * self.n + self.index
@@ -188,14 +195,14 @@ class Trainer:
                 self.rec.step(step, g_at_push, loss, 0.0, g_at_push - local, mb, delay, applied=False,
                               t=float(pushed_at))
             local = max(token, g_now)
-        if aggregator is not None:
-            aggregator.join()
+        if self._aggregator is not None:
+            self._aggregator.join()
         return step
 
-    def _aggregate(self) -> None:
+    def _aggregate(self, aggregate: Any) -> None:
         """Chief's aggregator: one update per step from the first N-B gradients, then one token per worker."""
         try:
-            self.sess.run(self.g.aggregate)
+            aggregate()
             self.sess.run(self.g.close_tokens)
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
