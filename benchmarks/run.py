@@ -127,13 +127,11 @@ class Context:
         out = os.path.join(self.tmp, f"{self._n:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '-', label)}")
         options.setdefault("gpus", "none")
         t0 = time.perf_counter()
-        cpu0 = _children_cpu()
         try:
             summary = dict(api.run(out=out, raise_on_failure=False, **options).summary)
         except Exception as e:  # noqa: BLE001 - a failed run is reported, the benchmark goes on
             summary = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
         summary["total_s"] = time.perf_counter() - t0
-        summary["cpu_s"] = _children_cpu() - cpu0  # all the run's tasks, start-up included
         if summary.get("status") == "ok":
             print(f"    {label:<10} {_f(summary.get('steps_per_s'), '8.1f')} steps/s  "
                   f"train {_f(summary.get('wall_s'), '.2f')} s  (whole run {summary['total_s']:.1f} s)  "
@@ -155,13 +153,6 @@ class Context:
             for label, opts in (order if r % 2 == 0 else order[::-1]):
                 results[label].append(self.run(label, **opts))
         return results
-
-
-def _children_cpu() -> float:
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def rates(summaries: list[dict[str, Any]], key: str = "steps_per_s") -> list[float]:

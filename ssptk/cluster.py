@@ -173,9 +173,6 @@ class LocalCluster:
         except (OSError, IndexError, ValueError):
             return None
 
-    def pids(self) -> list[int]:
-        return [t.proc.pid for t in self.tasks if t.proc is not None]
-
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
         live = [t for t in self.tasks if t.proc is not None and t.proc.poll() is None]

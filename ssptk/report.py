@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.errors import UsageError
-from ssptk.logs import load_run, read_json
+from ssptk.logs import load_run
 
 __all__ = [
     "run_figure",

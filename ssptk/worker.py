@@ -66,11 +66,6 @@ def _watch_parent() -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _setup_gpus(tf: Any) -> None:
-    for gpu in tf.config.list_physical_devices("GPU"):
-        tf.config.experimental.set_memory_growth(gpu, True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -98,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import tensorflow as tf
 
-    _setup_gpus(tf)
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)
     server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster), job_name=job, task_index=index,
                                        start=True)
     print(f"{READY} {args.task}", flush=True)

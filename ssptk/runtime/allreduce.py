@@ -29,6 +29,8 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     os.environ["TF_CONFIG"] = tf_config(cluster, index)
     import tensorflow as tf
 
+    for gpu in tf.config.list_physical_devices("GPU"):  # before the strategy touches the devices
+        tf.config.experimental.set_memory_growth(gpu, True)
     tf.random.set_seed(opts.seed)
     n = len(cluster["worker"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
