@@ -131,3 +131,17 @@ def test_tasks_started_by_hand_like_on_several_hosts(tmp_path: Path) -> None:
     p = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "60 minibatches" in p.stdout
     assert_gone(str(tmp_path))
+
+
+def test_parent_killed_outright_leaves_no_task(run_dir: Path) -> None:
+    """SIGKILL the launcher itself (no cleanup code can run): its tasks must still be gone within seconds."""
+    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "sync", "--workers", "2", "--steps", "1000000",
+                             "--out", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = run_dir / "workers" / "worker-1.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count('"step"') > 5):
+        time.sleep(0.1)
+    assert len(cluster_processes(str(run_dir))) == 3  # PS and two workers were running
+    proc.kill()
+    proc.wait()
+    assert_gone(str(run_dir), within=5.0)
