@@ -228,12 +228,25 @@ def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
                          "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
     s.update(summarize(steps, events, config))
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
+    s.update(_ideal(steps, opts))
+    ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
+    s["measured_over_ideal"] = measured / ideal if ideal and measured else None
     s["final_loss"] = final.get("eval_loss")
     s["params"] = final.get("params") if opts.model == "linear" else None
     s["run_dir"] = run_dir
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
     return s
+
+
+def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
+    """The simulator's steps/s for these options with this run's calibrated per-step overhead."""
+    from ssptk.sim import ideal_for
+
+    if steps.empty:
+        return {"overhead_ms": None, "ideal_steps_per_s": None}
+    return ideal_for(steps, opts.mode, opts.workers, opts.steps, staleness=opts.staleness, backup=opts.backup,
+                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed)
 
 
 def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:

@@ -57,7 +57,8 @@ from ssptk.delays import DelayModel, Jitter, parse_jitter, parse_straggler
 from ssptk.errors import UsageError
 from ssptk.sim_core import COLUMNS, run_free, run_sync_abandon, run_sync_drop
 
-__all__ = ["SimResult", "simulate", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
+__all__ = [
+    "SimResult", "simulate", "ideal_for", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
 
 MODES = ("sync", "ssp", "async", "allreduce")
 LATE = ("drop", "abandon")
@@ -224,13 +225,32 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     )
 
 
-def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
-    """Estimate the fixed per-step overhead (seconds) from a REAL ``async`` run's step records.
+def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
+              backup: int = 0, straggler: dict[int, float] | None = None, jitter: str | None = None,
+              seed: int = 0) -> dict[str, float | None]:
+    """What the simulator predicts for a real run's options, with the overhead calibrated from its records.
 
-    In async a worker is never blocked, so the time between two consecutive records of one worker is
-    that step's duration: overhead (including the model's real compute) plus its injected ``delay_s``.
-    For each worker with at least two records (ordered by ``step`` if present, else ``t``) take the
-    median of ``t[j] - t[j-1] - delay_s[j]``; return the median over workers, clipped at 0. Median,
+    ``measured_over_ideal`` near 1 means the run's throughput is what its consistency mode, delays and
+    per-step cost explain; well below 1, the engine loses time the model does not (extra round trips).
+    """
+    none: dict[str, float | None] = {"overhead_ms": None, "ideal_steps_per_s": None}
+    try:
+        overhead = calibrate_overhead(steps_df, workers)
+        sim = simulate("sync" if mode == "allreduce" else mode, workers, steps, staleness=staleness, backup=backup,
+                       straggler=straggler, jitter=jitter, seed=seed, overhead=overhead)
+    except UsageError:
+        return none
+    return {"overhead_ms": 1000.0 * overhead, "ideal_steps_per_s": sim.steps_per_s}
+
+
+def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
+    """Estimate the fixed per-step overhead (seconds) from a REAL run's step records.
+
+    The time between two consecutive records of one worker is that step's duration: overhead
+    (including the model's real compute) plus its injected ``delay_s`` plus the time the mode kept it
+    waiting (``wait_s``, 0 in async; subtracted when the column is there). For each worker with at
+    least two records (ordered by ``step`` if present, else ``t``) take the median of
+    ``t[j] - t[j-1] - delay_s[j] - wait_s[j]``; return the median over workers, clipped at 0. Median,
     not mean, so a few hiccups (GC, scheduling) do not move it. Pass the result as ``overhead=`` with
     ``compute=0``. Needs columns ``t``, ``worker``, ``delay_s``; rows with an ``event`` are ignored.
     """
@@ -249,6 +269,8 @@ def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
             continue
         t = rows["t"].to_numpy(dtype=float)
         d = rows["delay_s"].to_numpy(dtype=float)
+        if "wait_s" in rows.columns:
+            d = d + rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
         per_worker.append(float(np.median(np.diff(t) - d[1:])))
     if not per_worker:
         raise UsageError("calibrate_overhead needs at least one worker with two or more step records")

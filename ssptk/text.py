@@ -28,6 +28,10 @@ def format_summary(s: dict[str, Any]) -> str:
         f"of worker time",
         f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}",
     ]
+    if s.get("ideal_steps_per_s"):
+        lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
+                     f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead: measured / ideal "
+                     f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
     if s.get("status") != "ok":

@@ -320,3 +320,17 @@ def test_validation_messages_are_one_line() -> None:
         with pytest.raises(UsageError) as info:
             call()
         assert "\n" not in str(info.value)
+
+
+def test_calibration_recovers_the_overhead_of_a_simulated_run_in_every_mode() -> None:
+    """Calibrating on a run's own records (delay and wait subtracted) gives back the overhead it had,
+    and the simulator's ideal for those options is then that run's own throughput."""
+    from ssptk.sim import calibrate_overhead, ideal_for, simulate
+
+    for mode, staleness in (("async", None), ("ssp", 1), ("sync", None)):
+        run = simulate(mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002", seed=5,
+                       overhead=0.003)
+        assert calibrate_overhead(run.steps, 3) == pytest.approx(0.003, rel=0.02)
+        ideal = ideal_for(run.steps, mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002",
+                          seed=5)
+        assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.02)
