@@ -37,7 +37,7 @@ ALL_WORKERS = -1
 TARGET_FACTOR = 1.1
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "mode", "staleness", "workers", "steps_per_s", "wall_s", "final_loss",
+    "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
     "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
     "max_staleness", "status",
 )
@@ -311,6 +311,8 @@ def compare_table(
         rows.append({
             "label": str(label), "mode": mode, "staleness": staleness, "workers": workers,
             "steps_per_s": pick("steps_per_s"), "wall_s": pick("wall_s"),
+            # the simulator's view of the run (from summary.json only): see docs/run-directory.md
+            "measured_over_ideal": _clean(summary.get("measured_over_ideal")),
             "final_loss": _clean(summary.get("final_loss")),
             "time_to_target_s": None, "steps_to_target": None,
             "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
@@ -333,8 +335,8 @@ def compare_table(
                 df, window = prepared[row["label"]]
                 row["time_to_target_s"], row["steps_to_target"] = time_to_target(df, target, window)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("steps_per_s", "wall_s", "final_loss", "time_to_target_s", "wait_fraction",
-                "mean_staleness"):
+    for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "time_to_target_s",
+                "wait_fraction", "mean_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")

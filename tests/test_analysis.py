@@ -319,3 +319,11 @@ def test_compare_table(comparison_dir: Path) -> None:
     empty = an.compare_table({"x": (pd.DataFrame(), pd.DataFrame(), {}, {})})
     assert empty["status"].tolist() == ["unknown"] and empty.attrs["target"] is None
     assert math.isnan(empty["wall_s"].iloc[0])
+
+
+def test_compare_table_takes_measured_over_ideal_from_the_summary(comparison_dir: Path) -> None:
+    steps, events, config, summary = load_run(comparison_dir / "a")
+    table = an.compare_table({"with": (steps, events, config, {**summary, "measured_over_ideal": 0.87}),
+                              "without": (steps, events, config, summary)})
+    assert table["measured_over_ideal"].iloc[0] == pytest.approx(0.87)
+    assert pd.isna(table["measured_over_ideal"].iloc[1])
