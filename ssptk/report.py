@@ -58,6 +58,14 @@ def _bound_from_config(config: Mapping[str, Any] | None) -> int | None:
     return None
 
 
+def _loss_scale(ax: Axes, losses: pd.Series) -> None:
+    """Log scale when the losses are positive and span more than two decades (early losses would
+    otherwise flatten every later difference between modes into the axis)."""
+    values = pd.to_numeric(losses, errors="coerce").dropna()
+    if len(values) and (values > 0).all() and values.max() / values.min() > 100:
+        ax.set_yscale("log")
+
+
 def run_figure(
     steps: pd.DataFrame,
     events: pd.DataFrame | None = None,
@@ -103,6 +111,7 @@ def run_figure(
         ax.plot(c[by], c["smoothed"], lw=2.0, color="black", label=f"all (mean of {smooth})")
         ax.set_xlabel("wall time (s)" if by == "elapsed" else "minibatches processed")
         ax.set_ylabel("training loss")
+        _loss_scale(ax, df["loss"])
         ax.legend(fontsize="small")
     ax_loss.set_title(titles[0])
     ax_samples.set_title(titles[5])
@@ -186,6 +195,11 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches processed (smoothed)", xlabel="minibatches processed",
              ylabel="training loss")
+    frames = [_as_run(v)[0] for v in runs.values()]
+    losses = [f["loss"] for f in frames if "loss" in f.columns]
+    all_losses = pd.concat(losses) if losses else pd.Series(dtype=float)
+    for ax in (ax_t, ax_s):
+        _loss_scale(ax, all_losses)
     ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
     ax_prog.set(title="completed steps per worker", xlabel="wall time (s)",
                 ylabel="completed steps")
