@@ -127,11 +127,11 @@ def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
     try:
         fn()
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
-        from ssptk.runtime.recorder import Recorder
+        from ssptk.runtime.recorder import Recorder, worker_log_path
 
         msg = f"{type(e).__name__}: {_message(e)}"
         try:
-            Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index).event("error", message=msg)
+            Recorder(worker_log_path(run_dir, index), index).event("error", message=msg)
         finally:
             import traceback
 

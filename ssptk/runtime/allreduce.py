@@ -16,7 +16,7 @@ from ssptk.delays import DelayModel
 from ssptk.models import ModelSpec, eval_batch, minibatch
 from ssptk.options import RunOptions
 from ssptk.runtime.ps_loop import write_final
-from ssptk.runtime.recorder import Recorder
+from ssptk.runtime.recorder import Recorder, worker_log_path
 
 
 def tf_config(cluster: dict[str, list[str]], index: int) -> str:
@@ -63,7 +63,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
     barrier = tf.function(lambda: strategy.run(barrier_fn))
 
-    rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
+    rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
     barrier()  # first collective: every worker is connected before step 1
     rec.event("start", cpu_s=time.process_time())

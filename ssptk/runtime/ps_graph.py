@@ -121,11 +121,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 with tf.control_dependencies(after_compute):
                     after_compute = [tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")]
             extra: dict[str, Any] = {}
-            if mode == "sync":
-                counters: list[Any] = []
-            else:
-                claimed = v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
-                counters = [claimed]
+            # minibatch claims (async/ssp share the budget; sync indexes minibatches by step)
+            claimed = None if mode == "sync" else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
             with v1.device(PS):
                 clock = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_clock")
                 want = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_want")
@@ -227,7 +224,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
             with tf.control_dependencies([go_q.dequeue()]):
-                go = fetch_add(tf, counters[0]) if counters else tf.constant(0, tf.int64)
+                go = fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64)
             return PSGraph(
                 graph=graph, x=x, y=y, delay=delay, loss=loss, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),

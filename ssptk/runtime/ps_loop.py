@@ -23,7 +23,7 @@ from ssptk.delays import DelayModel
 from ssptk.models import ModelSpec, eval_batch, minibatch
 from ssptk.options import RunOptions
 from ssptk.runtime import ps_graph
-from ssptk.runtime.recorder import Recorder
+from ssptk.runtime.recorder import Recorder, worker_log_path
 
 # A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
 # instead of a hang.
@@ -48,7 +48,7 @@ class Trainer:
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
-        self.rec = Recorder(os.path.join(run_dir, "workers", f"worker-{index}.jsonl"), index, not opts.no_log)
+        self.rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
         self.safety_timeouts = 0
         self._aggregator: threading.Thread | None = None
 
