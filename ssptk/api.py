@@ -4,10 +4,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import pandas as pd
 
@@ -16,6 +17,21 @@ from ssptk.errors import RunFailed, TaskFailure, UsageError
 from ssptk.options import RunOptions, resolve, to_argv
 
 ProgressFn = Callable[[int, int], None]
+
+
+class RunObserver(Protocol):
+    """Follows a run as it goes (the notebook dashboard is one). Records are read once by the run's
+    watcher and handed over, so an observer never re-reads the logs.
+
+    ``records`` is called about every ``POLL_S`` seconds, also with empty lists, from the thread that
+    runs the run; ``finished`` once at the end (``result`` is ``None`` when the run was interrupted).
+    """
+
+    def started(self, run_dir: str, opts: RunOptions, total: int) -> None: ...
+
+    def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None: ...
+
+    def finished(self, result: RunResult | None) -> None: ...
 POLL_S = 0.1
 PORT_RETRIES = 3
 
@@ -69,6 +85,14 @@ class RunResult:
 
         return format_summary(self.summary)
 
+    def __repr__(self) -> str:
+        s = self.summary
+        rate, loss = s.get("steps_per_s"), s.get("final_loss")
+        parts = [self.options.label, s.get("status", "?"), f"{s.get('total_steps', 0)} steps"]
+        parts += [f"{rate:.1f} steps/s"] if rate else []
+        parts += [f"final loss {loss:.4g}"] if loss is not None else []
+        return f"<RunResult {', '.join(parts)}: {self.run_dir}>"
+
 
 def new_run_dir(out: str | None, mode: str) -> str:
     """Create the run directory; an existing non-empty one is refused, never overwritten."""
@@ -85,21 +109,60 @@ def new_run_dir(out: str | None, mode: str) -> str:
     return out
 
 
+USER_MODEL_FILE = "user_model.py"
+
+
+def _source_model_check(source: str, name: Any) -> str:
+    """Check that ``source`` defines a working model function ``name``; returns a model path to it."""
+    import tempfile
+
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UsageError("model code needs --model NAME: the function in it that returns an ssptk.ModelSpec")
+    with tempfile.TemporaryDirectory(prefix="ssptk-model-") as tmp:
+        path = os.path.join(tmp, USER_MODEL_FILE)
+        with open(path, "w") as f:
+            f.write(source)
+        from ssptk.models import load_model
+
+        try:
+            load_model(f"{path}:{name}")
+        except UsageError as e:
+            raise UsageError(str(e).replace(repr(f"{path}:{name}"), "in the cell").replace(path, USER_MODEL_FILE)) from None
+    return f"{USER_MODEL_FILE}:{name}"
+
+
+def _save_source(run_dir: str, source: str, model: str) -> str:
+    with open(os.path.join(run_dir, USER_MODEL_FILE), "w") as f:
+        f.write(source)
+    return f"{os.path.join(run_dir, USER_MODEL_FILE)}:{model.rpartition(':')[2]}"
+
+
 def _check_model(opts: RunOptions) -> None:
-    if ":" in opts.model:  # builtins need no check, and importing TF here would cost seconds
+    if ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":"):  # builtins need no check, and importing TF here would cost seconds
         from ssptk.models import load_model
 
         load_model(opts.model)
 
 
-def run(*, progress: ProgressFn | None = None, raise_on_failure: bool = True, **options: Any) -> RunResult:
+def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = None, raise_on_failure: bool = True,
+        warm: bool = False, model_source: str | None = None, cancel: threading.Event | None = None,
+        **options: Any) -> RunResult:
     """Train one model on a local cluster and return its :class:`RunResult`.
 
     Options are those of ``ssptk run`` (see :data:`ssptk.options.OPTIONS`), e.g.
     ``ssptk.run(model="linear", mode="ssp", staleness=2, workers=3, steps=200, straggler=["2:0.02"])``.
     Bad options raise :class:`UsageError` before any process starts; a failed run raises
     :class:`RunFailed` (carrying the failing task and its log tail) unless ``raise_on_failure`` is false.
+    ``progress(done, total)`` and ``observer`` (a :class:`RunObserver`) follow the run as it goes.
+    ``warm``: run on a warm cluster kept alive for the next run with the same workers and GPUs (see
+    :mod:`ssptk.warm`; :func:`shutdown` ends them); allreduce always starts its own tasks.
+    ``model_source``: Python code defining the function named by ``model`` (what a ``%%dtrain`` cell
+    holds); it is saved as ``user_model.py`` in the run directory, so ``--model <dir>/user_model.py:NAME``
+    repeats the run. ``cancel``: an event that, once set, stops the run as Ctrl-C would.
     """
+    launched = time.time()
+    if model_source is not None:
+        options["model"] = _source_model_check(model_source, options.get("model"))
     opts = resolve(**options)
     _check_model(opts)
     from ssptk.gpus import assign_gpus
@@ -107,40 +170,136 @@ def run(*, progress: ProgressFn | None = None, raise_on_failure: bool = True, **
     gpus = assign_gpus(opts.gpus, opts.workers)
     run_dir = new_run_dir(opts.out, opts.mode)
     opts.out = run_dir
-    return _run_in(opts, run_dir, gpus, progress, raise_on_failure)
+    if model_source is not None:
+        opts.model = _save_source(run_dir, model_source, opts.model)
+    observers: list[RunObserver] = [o for o in (observer, _ProgressObserver.of(progress)) if o is not None]
+    if cancel is not None:
+        observers.append(_Cancel(cancel))
+    return _run_in(opts, run_dir, gpus, observers, raise_on_failure, warm, launched)
 
 
-def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], progress: ProgressFn | None,
-            raise_on_failure: bool) -> RunResult:
-    from ssptk.cluster import LocalCluster
+class _Cancel:
+    """Ends the run, as Ctrl-C would, once ``event`` is set (a background run's ``stop()``)."""
 
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def started(self, run_dir: str, opts: RunOptions, total: int) -> None:
+        pass
+
+    def finished(self, result: RunResult | None) -> None:
+        pass
+
+    def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+
+
+class _ProgressObserver:
+    """A ``progress(done, total)`` callback as a :class:`RunObserver`."""
+
+    def __init__(self, fn: ProgressFn) -> None:
+        self.fn = fn
+
+    @classmethod
+    def of(cls, fn: ProgressFn | None) -> _ProgressObserver | None:
+        return None if fn is None else cls(fn)
+
+    def started(self, run_dir: str, opts: RunOptions, total: int) -> None:
+        pass
+
+    def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
+        self.fn(done, total)
+
+    def finished(self, result: RunResult | None) -> None:
+        pass
+
+
+def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver],
+            raise_on_failure: bool, warm: bool = False, launched: float | None = None) -> RunResult:
     total = opts.workers * opts.steps
     with_ps = opts.mode != "allreduce"
     gpus = {k: v for k, v in gpus.items() if with_ps or k != "ps:0"}
+    for o in observers:
+        o.started(run_dir, opts, total)
+    launched = time.time() if launched is None else launched
+    run_tasks = _run_warm if warm and with_ps else _run_cold
+    failure, ps_cpu, interrupted = run_tasks(opts, run_dir, gpus, observers, total, launched)
+    summary = summarize_run(run_dir, opts, failure, ps_cpu_s=ps_cpu)
+    if interrupted:  # the logs and summary of what ran are kept
+        for o in observers:
+            o.finished(None)
+        raise KeyboardInterrupt
+    result = RunResult(run_dir, opts, summary, failure)
+    for o in observers:
+        o.finished(result)
+    if failure is not None and raise_on_failure:
+        raise RunFailed(failure, result)
+    return result
+
+
+_Outcome = tuple["TaskFailure | None", "float | None", bool]  # failure, PS training CPU s, interrupted
+
+
+def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver], total: int,
+              launched: float) -> _Outcome:
+    """Start the run's own tasks, follow the run, stop them."""
+    from ssptk.cluster import LocalCluster
+
     for attempt in range(PORT_RETRIES):
-        cluster = LocalCluster(opts.workers, run_dir, gpus, with_ps=with_ps)
-        _write_config(run_dir, opts, cluster.spec, gpus, total)
-        interrupted = False
+        cluster = LocalCluster(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce")
+        _write_config(run_dir, opts, cluster.spec, gpus, total, launched, {"warm": False})
         with cluster:  # every task is stopped on the way out, whatever happens
             try:
                 cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
                 failure = cluster.wait_ready()
                 if failure is None:
-                    failure = _watch(cluster, run_dir, total, progress)
+                    failure = _watch(cluster, run_dir, total, observers)
                 elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
                     _reset_attempt(run_dir)
                     continue
             except KeyboardInterrupt:
-                interrupted = True
-                failure = TaskFailure("ssptk", "interrupted by the user")
-        break
-    summary = summarize_run(run_dir, opts, failure, ps_cpu_s=cluster.train_cpu.get("ps:0"))
-    if interrupted:  # the logs and summary of what ran are kept
-        raise KeyboardInterrupt
-    result = RunResult(run_dir, opts, summary, failure)
-    if failure is not None and raise_on_failure:
-        raise RunFailed(failure, result)
-    return result
+                return TaskFailure("ssptk", "interrupted by the user"), cluster.train_cpu.get("ps:0"), True
+        return failure, cluster.train_cpu.get("ps:0"), False
+    raise AssertionError("unreachable")
+
+
+def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver], total: int,
+              launched: float) -> _Outcome:
+    """Run on a warm cluster (started now if there is none), which is kept if the run succeeds."""
+    from ssptk import warm
+
+    os.makedirs(os.path.join(run_dir, "logs"), exist_ok=True)
+    for attempt in range(PORT_RETRIES):
+        try:
+            cluster, reused, failure = warm.acquire(opts.workers, gpus)
+        except KeyboardInterrupt:
+            return TaskFailure("ssptk", "interrupted by the user"), None, True
+        if failure is None:
+            break
+        if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
+            _write_config(run_dir, opts, cluster.spec, gpus, total, launched, {"warm": True, "reused": False})
+            return failure, None, False
+    info = {"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1}
+    _write_config(run_dir, opts, cluster.spec, gpus, total, launched, info)
+    ok = False
+    try:
+        cluster.train_cpu.pop("ps:0", None)
+        cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
+        failure = _watch(cluster, run_dir, total, observers)
+        ok = failure is None
+        return failure, cluster.train_cpu.get("ps:0"), False
+    except KeyboardInterrupt:
+        return TaskFailure("ssptk", "interrupted by the user"), None, True
+    finally:
+        warm.release(cluster, ok)
+
+
+def shutdown() -> int:
+    """Stop the warm clusters this process keeps (see ``run(warm=True)``); returns how many."""
+    from ssptk import warm
+
+    return warm.shutdown()
 
 
 def _port_taken(failure: TaskFailure) -> bool:
@@ -155,39 +314,42 @@ def _reset_attempt(run_dir: str) -> None:
             os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
 
 
-def _watch(cluster: Any, run_dir: str, total: int, progress: ProgressFn | None) -> TaskFailure | None:
+def _watch(cluster: Any, run_dir: str, total: int, observers: list[RunObserver]) -> TaskFailure | None:
     """Follow the run until every worker has exited; the first failure ends it."""
     from ssptk.logs import RunLogReader
 
     reader = RunLogReader(run_dir)
     ps_cpu0: float | None = None
+
+    def read() -> list[dict[str, Any]]:
+        steps, events = reader.read_new()
+        for o in observers:
+            o.records(steps, events, reader.n_steps, total)
+        return events
+
     while True:
         failure = cluster.poll()
         if failure is not None:
+            read()
             return failure
-        _, events = reader.read_new()
-        for e in events:
+        for e in read():
             if e.get("event") == "error":
                 return cluster.failure(f"worker:{e.get('worker')}", f"error: {e.get('message', '')}")
             if e.get("event") == "start" and ps_cpu0 is None:
                 ps_cpu0 = cluster.cpu_seconds("ps:0")
-        if progress is not None:
-            progress(reader.n_steps, total)
         if cluster.workers_finished():
             ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
             if not cluster.with_ps:
                 cluster.train_cpu["ps:0"] = 0.0
             elif ps_cpu0 is not None and ps_cpu1 is not None:
                 cluster.train_cpu["ps:0"] = ps_cpu1 - ps_cpu0
-            if progress is not None:
-                reader.read_new()
-                progress(reader.n_steps, total)
+            read()
             return None
         time.sleep(POLL_S)
 
 
 def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gpus: dict[str, str],
-                  total: int) -> None:
+                  total: int, launched: float | None = None, tasks: dict[str, Any] | None = None) -> None:
     import importlib.metadata
 
     try:
@@ -201,7 +363,7 @@ def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gp
         "budget": {"total_minibatches": total if not opts.backup else None,
                    "per_worker": opts.steps if sync_like and not opts.backup else None,
                    "updates": opts.steps if opts.mode == "sync" else None},
-        "created": time.time(),
+        "created": time.time(), "launched": launched, "tasks": tasks or {"warm": False},
     }
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
@@ -227,6 +389,7 @@ def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
                          "mode": opts.mode, "model": opts.model, "workers": opts.workers,
                          "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
     s.update(summarize(steps, events, config))
+    s.update(_startup(steps, config))
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     s.update(_ideal(steps, opts))
     ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
@@ -236,7 +399,26 @@ def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
     s["run_dir"] = run_dir
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
+    _write_tensorboard(run_dir)
     return s
+
+
+def _write_tensorboard(run_dir: str) -> None:
+    """TensorBoard event files in ``run_dir/tensorboard/`` (:mod:`ssptk.tboard`); never fails the run."""
+    try:
+        from ssptk.tboard import write_events
+
+        write_events(run_dir)
+    except Exception:  # a broken event file must not fail a run (nothing recorded)
+        pass
+
+
+def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+    """Seconds from the ``run()`` call to the first step record, and whether the tasks were warm."""
+    launched, tasks = config.get("launched"), config.get("tasks") or {}
+    first = float(steps["t"].min()) if not steps.empty and launched else None
+    return {"first_step_s": None if first is None else first - float(launched),
+            "warm_reused": bool(tasks.get("reused"))}
 
 
 def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
@@ -316,11 +498,14 @@ def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[st
 
 
 def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
-            progress: Callable[[str, int, int], None] | None = None, **common: Any) -> CompareResult:
+            progress: Callable[[str, int, int], None] | None = None,
+            observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
+            **common: Any) -> CompareResult:
     """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
 
     Writes ``out/metrics.csv`` and a self-contained ``out/report.html``. Every option is checked for
-    every label before the first run starts.
+    every label before the first run starts. ``observer(label)`` may give each run an observer;
+    ``warm`` runs them on a warm cluster (see :func:`run`).
     """
     plan = parse_labels(labels)
     for label, kw in plan:  # validate all before running any
@@ -329,7 +514,8 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     runs: dict[str, RunResult] = {}
     for label, kw in plan:
         cb = (lambda done, total, _l=label: progress(_l, done, total)) if progress else None
-        runs[label] = run(progress=cb, raise_on_failure=False, **{**common, **kw},
+        runs[label] = run(progress=cb, raise_on_failure=False, warm=warm,
+                          observer=observer(label) if observer else None, **{**common, **kw},
                           out=os.path.join(base, label_dir(label)))
     return _compare_result(base, runs)
 

@@ -11,33 +11,85 @@ from typing import Any
 from ssptk.errors import RunFailed, UsageError
 from ssptk.options import OPTIONS, add_run_arguments, from_namespace
 
+NOTEBOOK_EXAMPLES = """examples:
+  %dtrain --model keras --mode ssp --staleness 4 --workers 3 --steps 500 --straggler 2:0.02
+  res = %dtrain --mode async --workers 3 --steps 300     (res.df: the step records)
+  %dtrain compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02
+  %dtrain sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
+  %%dtrain --model my_model ...     (the cell defines def my_model() -> ssptk.ModelSpec)
+"""
+
 EXAMPLES = """examples:
   ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 300 --straggler 2:0.02
   ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
+  ssptk sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
   ssptk report runs/cmp
   ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ssptk", description="Sync, SSP and async distributed training, side by side.",
-                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+class _Parser(argparse.ArgumentParser):
+    """Raises :class:`UsageError` instead of exiting, where asked (the notebook magics)."""
+
+    raise_errors = False
+
+    def error(self, message: str) -> Any:
+        if self.raise_errors:
+            raise UsageError(message)
+        return super().error(message)
+
+
+def staleness_list(text: str) -> list[int]:
+    """``"0,1,2,4,8"`` -> ``[0, 1, 2, 4, 8]`` (a sweep's staleness values)."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: use integers like 0,1,2,4,8") from None
+    if not values or min(values) < 0 or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: distinct integers >= 0, like 0,1,2,4,8")
+    return values
+
+
+def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
+    """The one grammar of ssptk's commands. ``notebook``: the ``%dtrain`` magic's flavour, whose
+    ``run``, ``compare`` and ``sweep`` also take the notebook's own flags, and whose errors raise."""
+    prog = "%dtrain" if notebook else "ssptk"
+    p = _Parser(prog=prog, description="Sync, SSP and async distributed training, side by side.",
+                epilog=EXAMPLES if not notebook else NOTEBOOK_EXAMPLES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    r = sub.add_parser("run", help="train one model in one mode on a local cluster")
+    r = sub.add_parser("run", help="train one model in one mode on a local cluster" +
+                       (" (the default command)" if notebook else ""))
     add_run_arguments(r)
     c = sub.add_parser("compare", help="run several modes with the same options and write a report",
                        description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
                                    "OUT/report.html.")
     c.add_argument("labels", nargs="+", metavar="MODE", help="sync, ssp:S, async, allreduce")
     add_run_arguments(c, skip=("mode", "staleness"))
+    sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
+                        description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, then write "
+                                    "OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the runs).")
+    sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
+                    help="the staleness values to run, e.g. 0,1,2,4,8")
+    add_run_arguments(sw, skip=("mode", "staleness"))
+    if notebook:
+        for sp in (r, c, sw):
+            sp.add_argument("--cold", action="store_true",
+                            help="start new tasks for this run instead of reusing the kernel's warm cluster")
+            sp.add_argument("--no-dashboard", action="store_true", help="no live plots while it runs")
+        r.add_argument("--background", action="store_true",
+                       help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
     rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
     rep.add_argument("dir", help="a comparison directory (or one run directory)")
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
     add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "model"))
     s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
                    help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
-    sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
+    if not notebook:
+        sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
+    for parser in (p, *sub.choices.values()):
+        parser.raise_errors = notebook
     return p
 
 
@@ -49,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return {"run": _run, "compare": _compare, "report": _report, "sim": _sim}[args.command](args)
+        return {"run": _run, "compare": _compare, "sweep": _compare, "report": _report, "sim": _sim}[args.command](args)
     except UsageError as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
         return 2
@@ -91,12 +143,20 @@ def _kwargs(opts: Any) -> dict[str, Any]:
     return {o.name: getattr(opts, o.name) for o in OPTIONS}
 
 
+def compare_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """The labels and common options of a parsed ``compare`` or ``sweep`` command."""
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "staleness"})
+    opts = from_namespace(ns, mode="async")  # validated again per label by compare()
+    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
+    labels = args.labels if args.command == "compare" else [f"ssp:{s}" for s in args.staleness]
+    return labels, common
+
+
 def _compare(args: argparse.Namespace) -> int:
     from ssptk.api import compare
     from ssptk.text import ProgressBar
 
-    opts = from_namespace(args, mode="async")  # validated again per label by compare()
-    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
+    labels, common = compare_plan(args)
     bars: dict[str, ProgressBar] = {}
 
     def progress(label: str, done: int, total: int) -> None:
@@ -107,7 +167,7 @@ def _compare(args: argparse.Namespace) -> int:
         bars[label](done, total)
 
     try:
-        result = compare(args.labels, out=args.out, progress=progress, **common)
+        result = compare(labels, out=args.out, progress=progress, **common)
     finally:
         for b in bars.values():
             b.close()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ssptk.errors import TaskFailure
-from ssptk.worker import READY
+from ssptk.worker import READY, RUN_DONE
 
 LOG_TAIL_LINES = 20
 # TF's own chatter that says nothing about the run: left out of the log tails shown to users.
@@ -93,13 +93,20 @@ class LocalCluster:
         self.gpu_assignment = gpu_assignment
         self.tasks: list[Task] = []
         self.train_cpu: dict[str, float] = {}  # CPU seconds a task used while training, where measured
+        self.serving = False  # warm: the workers serve one run after another (see submit)
+        self.run_id: str | None = None
+        self.runs_served = 0
 
     @property
     def task_names(self) -> list[str]:
         return (["ps:0"] if self.with_ps else []) + [f"worker:{i}" for i in range(len(self.spec["worker"]))]
 
-    def start(self, worker_args: list[str], run_id: str = "run") -> None:
-        """Start every task with the same run options (``worker_args``)."""
+    def start(self, worker_args: list[str], run_id: str = "run", serve: bool = False) -> None:
+        """Start every task with the same run options (``worker_args``).
+
+        ``serve``: start a warm cluster instead, whose workers wait for runs given by :meth:`submit`.
+        """
+        self.serving = serve
         os.makedirs(os.path.join(self.run_dir, "logs"), exist_ok=True)
         base_env = dict(os.environ)
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -115,10 +122,12 @@ class LocalCluster:
         for name in self.task_names:
             env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
             argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), "--task", name,
-                    "--run-id", run_id, *worker_args]
+                    "--run-id", run_id, *(["--serve"] if serve else worker_args)]
             task = Task(name, argv, env, os.path.join(self.run_dir, "logs", name.replace(":", "-") + ".log"))
             task.log = open(task.log_path, "ab")
-            task.proc = subprocess.Popen(argv, stdout=task.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # A serving worker reads its runs from stdin, and exits when the pipe closes.
+            stdin = subprocess.PIPE if serve and name != "ps:0" else subprocess.DEVNULL
+            task.proc = subprocess.Popen(argv, stdout=task.log, stderr=subprocess.STDOUT, stdin=stdin,
                                          env=env, start_new_session=True, preexec_fn=preexec)
             self.tasks.append(task)
 
@@ -140,18 +149,44 @@ class LocalCluster:
                 time.sleep(0.05)
         return None
 
+    def submit(self, run_dir: str, worker_args: list[str], run_id: str) -> None:
+        """Warm cluster: start one run (its options ``worker_args``) on the serving workers.
+
+        Each worker's output for the run goes to ``run_dir/logs/worker-<i>.log``; the PS keeps its
+        log where the cluster started.
+        """
+        if not self.serving:
+            raise RuntimeError("submit() needs a cluster started with serve=True")
+        self.run_id = run_id
+        self.runs_served += 1
+        line = (json.dumps({"run_id": run_id, "argv": worker_args}) + "\n").encode()
+        for t in self.tasks:
+            if t.name.startswith("worker"):
+                t.log_path = os.path.join(run_dir, "logs", t.name.replace(":", "-") + ".log")
+                t.proc.stdin.write(line)  # type: ignore[union-attr]
+                t.proc.stdin.flush()  # type: ignore[union-attr]
+
     def poll(self) -> TaskFailure | None:
-        """The first task that exited with an error (or a PS that exited at all), else ``None``."""
+        """The first task that exited with an error (or a PS, or a serving worker, that exited at all)."""
         for t in self.tasks:
             code = t.exit_code
-            if code is None or (code == 0 and t.name != "ps:0"):
+            if code is None or (code == 0 and t.name != "ps:0" and not self.serving):
                 continue
             reason = "exited unexpectedly" if code == 0 else ("was killed" if code < 0 else "failed")
             return self.failure(t.name, reason, code)
         return None
 
     def workers_finished(self) -> bool:
-        return all(t.exit_code == 0 for t in self.tasks if t.name.startswith("worker"))
+        """Every worker is done with the run (exited 0, or, serving, logged the run's end)."""
+        workers = [t for t in self.tasks if t.name.startswith("worker")]
+        if self.serving:
+            marker = f"{RUN_DONE} {self.run_id}"
+            return all(_log_has(t.log_path, marker, tail=4096) for t in workers)
+        return all(t.exit_code == 0 for t in workers)
+
+    def alive(self) -> bool:
+        """Every task is still running (a warm cluster can take another run)."""
+        return bool(self.tasks) and all(t.exit_code is None for t in self.tasks)
 
     def failure(self, name: str, reason: str, code: int | None = None) -> TaskFailure:
         task = next(t for t in self.tasks if t.name == name)
@@ -188,6 +223,11 @@ class LocalCluster:
             if t.proc is not None:
                 _signal_group(t.proc, signal.SIGKILL)  # the group too: anything a task started
                 t.proc.wait()
+                if t.proc.stdin is not None:
+                    try:
+                        t.proc.stdin.close()
+                    except OSError:
+                        pass
             if t.log is not None and not t.log.closed:
                 t.log.close()
 
@@ -205,9 +245,12 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def _log_has(path: str, marker: str) -> bool:
+def _log_has(path: str, marker: str, tail: int = 0) -> bool:
+    """Whether ``marker`` is in the log (only its last ``tail`` bytes when given)."""
     try:
         with open(path, "rb") as f:
+            if tail:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - tail))
             return marker.encode() in f.read()
     except OSError:
         return False

@@ -30,6 +30,7 @@ the same in every mode and every run with that seed.
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -130,19 +131,40 @@ def keras() -> ModelSpec:
 BUILTIN = {"linear": linear, "keras": keras}
 
 
-def load_model(path: str) -> ModelSpec:
-    """Resolve ``linear``, ``keras`` or ``package.module:function`` to a :class:`ModelSpec`.
+def _import(module_name: str, fresh: bool) -> Any:
+    if module_name.endswith(".py"):  # a file, e.g. the code of a %%dtrain cell saved in its run directory
+        import hashlib
+        import os
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        if not os.path.isfile(module_name):
+            raise FileNotFoundError(module_name)
+        digest = hashlib.sha1(os.path.abspath(module_name).encode()).hexdigest()[:10]
+        spec = spec_from_file_location(f"ssptk_user_{digest}", module_name)
+        module = module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module
+    if fresh and module_name in sys.modules:
+        return importlib.reload(sys.modules[module_name])
+    return importlib.import_module(module_name)
+
+
+def load_model(path: str, fresh: bool = False) -> ModelSpec:
+    """Resolve ``linear``, ``keras``, ``package.module:function`` or ``path/to/file.py:function``.
 
     Raises :class:`UsageError` saying which part failed: the module import, the attribute, the
-    call, or the type of what it returned.
+    call, or the type of what it returned. ``fresh``: import the module anew even if it was imported
+    before (a warm worker serving run after run must see the user's edits).
     """
     if path in BUILTIN:
         return BUILTIN[path]()
     if ":" not in path:
-        raise UsageError(f"unknown model {path!r}: use linear, keras, or package.module:function")
-    module_name, _, func_name = path.partition(":")
+        raise UsageError(f"unknown model {path!r}: use linear, keras, package.module:function or file.py:function")
+    module_name, _, func_name = path.rpartition(":")
     try:
-        module = importlib.import_module(module_name)
+        module = _import(module_name, fresh)
+    except FileNotFoundError:
+        raise UsageError(f"model {path!r}: no file {module_name!r}") from None
     except Exception as e:  # noqa: BLE001 - any failure inside the user's module is theirs to fix
         raise UsageError(f"model {path!r}: cannot import module {module_name!r} ({type(e).__name__}: {e})") from None
     func = getattr(module, func_name, None)

@@ -29,7 +29,7 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features) or package.module:function",
+    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features) , package.module:function or file.py:function",
            "M"),
     Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
     Option("staleness", int, None,
@@ -165,7 +165,7 @@ def _validate(o: RunOptions) -> None:
             raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
     parse_jitter(o.jitter)
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
-        raise UsageError(f"unknown model {o.model!r}: use linear, keras, or package.module:function")
+        raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -18,6 +18,7 @@ from ssptk.errors import UsageError
 from ssptk.options import add_run_arguments, from_namespace
 
 READY = "SSPTK_READY"
+RUN_DONE = "SSPTK_RUN_DONE"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,6 +27,8 @@ def parser() -> argparse.ArgumentParser:
                    help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file)')
     p.add_argument("--task", required=True, help="this task: ps:0 or worker:I")
     p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
+    p.add_argument("--serve", action="store_true",
+                   help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
     add_run_arguments(p)
     return p
 
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _watch_parent()
     run_dir = opts.out or "."
-    if job == "worker" and index == 0:
+    if job == "worker" and index == 0 and not args.serve:
         _write_config_if_missing(run_dir, opts, cluster)
     if opts.mode == "allreduce":
         if job != "worker":
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if job == "ps":
         server.join()
         return 0
+    if args.serve:
+        _serve(server, cluster, index)
+        return 0
     from ssptk.runtime.ps_loop import Trainer
 
     def train() -> None:
@@ -108,6 +114,46 @@ def main(argv: list[str] | None = None) -> int:
 
     _run_guarded(train, run_dir, index)
     return 0
+
+
+def _serve(server: Any, cluster: dict[str, list[str]], index: int) -> None:
+    """A warm worker: run after run on the same server, one per stdin line, until stdin closes.
+
+    Each run's state lives in its own container on the PS (``run_id``), which the chief resets when
+    the run is over, so nothing of one run (variables, counters, queues) is seen by the next. The
+    task's output goes to the run's own ``logs/worker-<i>.log``, which ends with ``RUN_DONE run_id``.
+    A run that fails ends the process: the launcher then discards the whole cluster.
+    """
+    from ssptk.models import load_model
+    from ssptk.runtime.ps_loop import Trainer
+
+    run_parser = argparse.ArgumentParser(prog="ssptk worker --serve")
+    add_run_arguments(run_parser)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        opts = from_namespace(run_parser.parse_args(msg["argv"]))
+        run_dir = opts.out or "."
+        _redirect_output(os.path.join(run_dir, "logs", f"worker-{index}.log"))
+
+        def train() -> None:
+            spec = load_model(opts.model, fresh=True)
+            Trainer(spec, opts, cluster, index, server.target, run_dir, container=msg["run_id"]).run(
+                reset_container=True)
+
+        _run_guarded(train, run_dir, index, exit_after=False)
+        print(f"{RUN_DONE} {msg['run_id']}", flush=True)
+
+
+def _redirect_output(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _write_config_if_missing(run_dir: str, opts: Any, cluster: dict[str, list[str]]) -> None:
@@ -122,8 +168,9 @@ def _write_config_if_missing(run_dir: str, opts: Any, cluster: dict[str, list[st
                    "started_by": "hand", "created": time.time()}, f, indent=1)
 
 
-def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
-    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1."""
+def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> None:
+    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1.
+    After success, exit 0 unless ``exit_after`` is false (a warm worker goes on serving)."""
     try:
         fn()
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
@@ -141,7 +188,8 @@ def _run_guarded(fn: Any, run_dir: str, index: int) -> None:
             os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # skip TF's slow teardown of the server threads
+    if exit_after:
+        os._exit(0)  # skip TF's slow teardown of the server threads
 
 
 def _message(e: BaseException) -> str:

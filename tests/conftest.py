@@ -49,3 +49,28 @@ def user_model_path(monkeypatch: pytest.MonkeyPatch) -> str:
 
 def ssptk_cmd() -> list[str]:
     return [sys.executable, "-m", "ssptk.cli"]
+
+
+def warm_processes() -> list[psutil.Process]:
+    """Serving (warm) ``ssptk.worker`` tasks started by this test process."""
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["cmdline", "status", "ppid"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "ssptk.worker" in cmd and "--serve" in cmd and p.info["ppid"] == me \
+                and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+@pytest.fixture
+def warm_pool():
+    """For tests of warm clusters: afterwards ``ssptk.shutdown()`` must leave no serving task."""
+    import ssptk
+
+    yield
+    ssptk.shutdown()
+    deadline = time.monotonic() + 5.0
+    while warm_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"

@@ -39,6 +39,7 @@ class Trainer:
 
         self.tf = tf
         self.spec, self.opts, self.index = spec, opts, index
+        self.target, self.container = target, container
         self.n = len(cluster["worker"])
         self.run_dir = run_dir
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
@@ -89,7 +90,9 @@ class Trainer:
         self.rec.event("start", cpu_s=time.process_time())
         return first
 
-    def run(self) -> None:
+    def run(self, reset_container: bool = False) -> None:
+        """Train to the end of the work budget. ``reset_container``: the chief clears the run's
+        state from the PS afterwards (a warm cluster serves the next run on the same servers)."""
         g, sync = self.g, self.opts.mode == "sync"
         if sync:
             steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
@@ -108,6 +111,8 @@ class Trainer:
         else:
             self.sess.run(self.g.done)
         self.sess.close()
+        if reset_container and self.index == 0:
+            self.tf.compat.v1.Session.reset(self.target, [self.container])
         self.rec.close()
 
     def _finalize(self) -> None:
