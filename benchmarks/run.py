@@ -254,11 +254,43 @@ def bench_modes_under_jitter(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_warm_rerun(ctx: Context) -> list[Row]:
+    """Time from ``run()`` to the first step: a cold cluster against warm re-runs on the same tasks
+    (what ``%dtrain`` does from the second run on). Target: a warm re-run reaches its first step in <= 1.5 s."""
+    from ssptk import warm
+
+    common = dict(model="linear", workers=3, steps=40 if ctx.quick else 100, seed=0)
+    cold, hot = [], []
+    for r in range(ctx.repeat):
+        print(f"  round {r + 1}/{ctx.repeat}", flush=True)
+        warm.shutdown()
+        cold.append(ctx.run("cold", mode="ssp", staleness=2, **common))
+        hot.append(ctx.run("warm-first", mode="ssp", staleness=2, warm=True, **common))  # starts the warm cluster
+        for s in (0, 4, 8):
+            hot.append(ctx.run(f"warm-ssp:{s}", mode="ssp", staleness=s, warm=True, **common))
+        warm.shutdown()
+    cold_t = rates(cold, "first_step_s")
+    warm_t = rates([h for h in hot if h.get("warm_reused")], "first_step_s")
+    ctx.note(f"Options: {_opts_text(common)}. Per round: one cold run, then one warm run that starts the warm "
+             "cluster (not counted as warm), then staleness 0, 4, 8 on it.")
+    ctx.note("cold first_step_s: " + ", ".join(f"{v:.2f}" for v in cold_t))
+    ctx.note("warm re-run first_step_s: " + ", ".join(f"{v:.3f}" for v in warm_t))
+    n = "warm_rerun"
+    return [
+        Row(f"{n}: warm re-run time to first step, median (s)", median(warm_t), at_most(1.5), fmt=".3f"),
+        Row(f"{n}: warm re-run time to first step, worst (s)", max(warm_t) if warm_t else None, at_most(1.5),
+            fmt=".3f"),
+        Row(f"{n}: cold run time to first step, median (s)", median(cold_t), fmt=".2f"),
+        Row(f"{n}: cold / warm (medians)", ratio(median(cold_t), median(warm_t)), fmt=".1f"),
+    ]
+
+
 #: Every benchmark, in the order they run. Issue 4 adds: logging on/off ratio, cold start vs a bare
 #: ``python -c "import tensorflow"``, scaling 1..8 workers, simulator vs real.
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ssp_nonbinding_vs_async,
     bench_modes_under_jitter,
+    bench_warm_rerun,
 ]
 
 

@@ -1,0 +1,68 @@
+"""Every notebook in notebooks/ runs top to bottom in a real Jupyter kernel, with no error output,
+and leaves its final figures in the saved outputs and no task behind."""
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+from nbclient import NotebookClient
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def ssptk_tasks_under(path: Path) -> list[psutil.Process]:
+    """``ssptk.worker`` processes whose working directory is under ``path``."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if "ssptk.worker" not in " ".join(p.info["cmdline"] or []) or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if p.cwd().startswith(str(path)):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+def execute(name: str, tmp_path: Path) -> nbformat.NotebookNode:
+    nb_path = tmp_path / name
+    shutil.copy(ROOT / "notebooks" / name, nb_path)
+    nb = nbformat.read(nb_path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbformat.write(nb, nb_path)
+    deadline = time.monotonic() + 10
+    while ssptk_tasks_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ssptk_tasks_under(tmp_path), "tasks left after the kernel shut down"
+    return nb
+
+
+def outputs(nb: nbformat.NotebookNode) -> list[dict]:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def test_there_are_notebooks() -> None:
+    assert {p.name for p in NOTEBOOKS} >= {"quickstart.ipynb", "sync_ssp_async.ipynb", "staleness_explorer.ipynb",
+                                           "custom_keras.ipynb"}
+
+
+@pytest.mark.parametrize("name", [p.name for p in NOTEBOOKS])
+def test_notebook_runs_clean(name: str, tmp_path: Path) -> None:
+    nb = execute(name, tmp_path)
+    outs = outputs(nb)
+    errors = [o for o in outs if o.get("output_type") == "error"]
+    assert not errors, f"{name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    tracebacks = [o for o in outs if o.get("name") == "stderr" and "Traceback" in o.get("text", "")]
+    assert not tracebacks, tracebacks[0]["text"][-2000:]
+    images = [o for o in outs if "image/png" in o.get("data", {})
+              or "<img" in str(o.get("data", {}).get("text/html", ""))]
+    assert images, f"{name}: no figure in the saved outputs"
+    assert list(tmp_path.glob("runs/*/config.json")) or list(tmp_path.glob("runs/*/*/config.json"))
