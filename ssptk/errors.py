@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 class UsageError(ValueError):
     """A user mistake in options or inputs: one line saying what was wrong and what to do."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython/Jupyter show this instead of a traceback; the cell still fails, so Run All stops.
+        return [f"UsageError: {self}"]
+
 
 @dataclass
 class TaskFailure:
@@ -29,3 +33,17 @@ class RunFailed(RuntimeError):
         super().__init__(str(failure))
         self.failure = failure
         self.result = result
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"RunFailed: {self.failure}"]
+        if self.failure.log_tail:
+            lines += [f"last lines of {self.failure.task}'s log:"] + [f"  {ln}" for ln in self.failure.log_tail[-10:]]
+        run_dir = getattr(self.result, "run_dir", None)
+        return lines + ([f"logs kept in {run_dir}"] if run_dir else [])
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by the user (the notebook's stop button): every task is stopped, the logs kept."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"RunInterrupted: {self}"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import ast
 import shlex
-import sys
 from typing import Any
 
 from ssptk.errors import RunFailed, UsageError
@@ -70,20 +69,18 @@ def dtrain(line: str, cell: str | None = None) -> Any:
     Returns the :class:`~ssptk.api.RunResult` (``res = %dtrain ...``), a ``CompareResult``, a sweep
     viewer, or a background run handle (``--background``).
     """
-    from IPython.core.error import UsageError as IPythonUsageError
+    from ssptk.errors import RunInterrupted
 
     try:
         return _dtrain(line, cell)
-    except UsageError as e:
-        raise IPythonUsageError(f"%dtrain: {e}") from None
+    except UsageError as e:  # shown as one line (UsageError._render_traceback_); the cell fails
+        raise UsageError(f"%dtrain: {e}") from None
     except RunFailed as e:
-        f = e.failure
-        if f.log_tail:
-            print(f"last lines of {f.task}'s log:", *(f"  {ln}" for ln in f.log_tail[-10:]), sep="\n", file=sys.stderr)
-        where = f"; logs kept in {e.result.run_dir}" if getattr(e, "result", None) is not None else ""
-        raise IPythonUsageError(f"%dtrain: run failed: {f}{where}") from None
+        raise RunFailed(e.failure, e.result) from None
+    except RunInterrupted:
+        raise
     except KeyboardInterrupt:
-        raise IPythonUsageError("%dtrain: interrupted; every task was stopped and the logs kept") from None
+        raise RunInterrupted("%dtrain: interrupted; every task was stopped and the logs kept") from None
 
 
 def _dtrain(line: str, cell: str | None) -> Any:
@@ -111,7 +108,7 @@ def _dtrain(line: str, cell: str | None) -> Any:
             model_source = cell
         else:
             from_namespace(args)  # bad options fail here, before anything starts
-        kwargs = {o.name: getattr(args, o.name) for o in OPTIONS}
+        kwargs = {o.name: getattr(args, o.name) for o in OPTIONS if getattr(args, o.name) is not None}
         if args.background:
             from ssptk.background import BackgroundRun
 

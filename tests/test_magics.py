@@ -1,0 +1,181 @@
+"""The %dtrain magics: one grammar with the CLI, one-line errors, and in a real kernel: runs, the cell
+magic, the stop button."""
+from __future__ import annotations
+
+import json
+import queue
+import time
+from pathlib import Path
+
+import pytest
+
+from ssptk.cli import build_parser
+from ssptk.errors import UsageError
+from ssptk.magics import cell_model_name, help_text, parse_line
+from ssptk.options import OPTIONS
+
+from conftest import ROOT
+
+
+def test_line_defaults_to_run_and_shares_the_cli_options() -> None:
+    args = parse_line("--mode ssp --staleness 4 --workers 3 --steps 50 --straggler 2:0.02 --straggler 1:0.01")
+    assert args.command == "run" and args.staleness == 4 and args.straggler == ['2:0.02', '1:0.01']
+    cli = build_parser().parse_args(["run", "--mode", "ssp", "--staleness", "4"])
+    for o in OPTIONS:  # every run option exists in both, with the same default
+        assert hasattr(args, o.name) and hasattr(cli, o.name)
+    assert parse_line("compare sync ssp:2 async --workers 2").labels == ["sync", "ssp:2", "async"]
+    assert parse_line("sweep --staleness 0,2,8").staleness == [0, 2, 8]
+
+
+def test_help_lists_every_option_of_run_compare_and_sweep() -> None:
+    text = help_text()
+    for o in OPTIONS:
+        assert "--" + o.name.replace("_", "-") in text
+    for flag in ("--background", "--cold", "--no-dashboard", "%dtrain compare", "%dtrain sweep", "%%dtrain"):
+        assert flag in text
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--workers x", r"argument --workers: invalid int value: 'x'"),
+    ("--bogus 1", r"unrecognized arguments: --bogus"),
+    ("compare", r"the following arguments are required: MODE"),
+    ("sweep --staleness 2,x", r"invalid staleness list '2,x'"),
+    ("--mode ssp --staleness 'oops", r"cannot split the line"),
+])
+def test_bad_lines_raise_one_line_usage_errors(line: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_line(line)
+
+
+def test_cell_model_name() -> None:
+    assert cell_model_name("import x\ndef m():\n    pass\n", None) == "m"
+    assert cell_model_name("def a(): pass\ndef b(): pass\n", "b") == "b"
+    with pytest.raises(UsageError, match=r"name it with --model NAME \(functions in the cell: a, b\)"):
+        cell_model_name("def a(): pass\ndef b(): pass\n", None)
+    with pytest.raises(UsageError, match=r"defines no function 'c'"):
+        cell_model_name("def a(): pass\n", "c")
+    with pytest.raises(UsageError, match=r"syntax error on line 1"):
+        cell_model_name("def a(:\n", None)
+
+
+# --- in a real kernel ------------------------------------------------------------------------------
+
+@pytest.fixture
+def kernel(tmp_path: Path):
+    """A real IPython kernel whose working directory is ``tmp_path``, with ssptk loaded."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        run_cell(kc, "%load_ext ssptk")
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    from test_notebooks import ssptk_tasks_under
+
+    deadline = time.monotonic() + 10
+    while ssptk_tasks_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ssptk_tasks_under(tmp_path), "tasks left after the kernel shut down"
+
+
+def run_cell(kc, code: str, timeout: float = 300, on_output=None) -> tuple[dict, list[dict]]:
+    """Execute ``code``; returns the reply content and the iopub output messages."""
+    msg_id = kc.execute(code)
+    outputs: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no end of execution within {timeout} s: {code}") from None
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] in ("stream", "display_data", "update_display_data", "execute_result", "error"):
+            outputs.append(msg)
+            if on_output is not None:
+                on_output(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    while True:
+        reply = kc.get_shell_msg(timeout=30)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"], outputs
+
+
+def _errors(outputs: list[dict]) -> list[dict]:
+    return [m["content"] for m in outputs if m["msg_type"] == "error"]
+
+
+def _stderr(outputs: list[dict]) -> str:
+    return "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream" and m["content"]["name"] == "stderr")
+
+
+def _usage_error(reply: dict, outputs: list[dict], ename: str = "UsageError") -> str:
+    """A user mistake shows as one line, no traceback, and the cell fails (so Run All stops)."""
+    assert reply["status"] == "error" and reply["ename"] == ename, reply
+    (err,) = _errors(outputs)
+    assert err["traceback"] == [f"{ename}: {reply['evalue']}"]
+    assert "\n" not in reply["evalue"]
+    return reply["evalue"]
+
+
+@pytest.mark.slow
+def test_magics_in_a_kernel(kernel, tmp_path: Path) -> None:
+    km, kc = kernel
+    reply, outs = run_cell(kc, "%dtrain --workers 0")
+    assert "--workers must be" in _usage_error(reply, outs)
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing written
+
+    reply, outs = run_cell(kc, "res = %dtrain --mode ssp --staleness 1 --workers 2 --steps 40 --out r1\n"
+                               "print(len(res.df), res.summary['status'])")
+    assert not _errors(outs), _errors(outs)
+    text = "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+    assert "80 ok" in text
+    pngs = [m for m in outs if "image/png" in m["content"].get("data", {})]
+    assert pngs, "the dashboard showed no figure"
+
+    cell = (Path(ROOT) / "tests" / "fixtures" / "usermodels.py").read_text()
+    reply, outs = run_cell(kc, "%%dtrain --model regression --mode async --workers 2 --steps 30 --out r2 --no-dashboard\n"
+                           + cell)
+    assert not _errors(outs), _errors(outs)
+    assert (tmp_path / "r2" / "user_model.py").read_text() == cell
+    config = json.loads((tmp_path / "r2" / "config.json").read_text())
+    assert config["options"]["model"] == "r2/user_model.py:regression" and config["tasks"]["reused"]
+
+    reply, outs = run_cell(kc, "%%dtrain --mode async --workers 2 --steps 30\ndef a(): pass\ndef b(): pass\n")
+    assert "name it with --model NAME" in _usage_error(reply, outs)
+
+
+@pytest.mark.slow
+def test_the_stop_button_ends_the_run_and_keeps_what_ran(kernel, tmp_path: Path) -> None:
+    km, kc = kernel
+    seen = {"interrupted_at": None}
+    log = tmp_path / "long" / "workers" / "worker-0.jsonl"
+
+    def on_output(msg: dict) -> None:  # interrupt once steps are being logged
+        if seen["interrupted_at"] is None and log.exists() and log.stat().st_size > 2000:
+            seen["interrupted_at"] = time.monotonic()
+            km.interrupt_kernel()
+
+    reply, outs = run_cell(kc, "%dtrain --mode async --workers 2 --steps 5000 --straggler 1:0.02 --out long",
+                           on_output=on_output)
+    assert seen["interrupted_at"] is not None, "the run ended before it could be interrupted"
+    assert time.monotonic() - seen["interrupted_at"] < 15
+    assert "interrupted" in _usage_error(reply, outs, "RunInterrupted")
+    summary = json.loads((tmp_path / "long" / "summary.json").read_text())
+    assert summary["status"] == "failed" and 0 < summary["total_steps"] < 10000
+    for path in (tmp_path / "long" / "workers").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            json.loads(line)
+    from test_notebooks import ssptk_tasks_under
+
+    deadline = time.monotonic() + 5
+    while ssptk_tasks_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not ssptk_tasks_under(tmp_path), "the interrupted run left tasks running"
+    # the kernel is usable again, and the next run starts a fresh warm cluster
+    reply, outs = run_cell(kc, "r = %dtrain --mode async --workers 2 --steps 20 --out again --no-dashboard\n"
+                               "print(r.summary['status'], r.config['tasks']['reused'])")
+    assert "ok False" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
