@@ -16,7 +16,10 @@ in alternation (A, B, A, B, ...) so that slow phases of a noisy machine hit all 
 Adding a benchmark: write ``def bench_xxx(ctx: Context) -> list[Row]`` and append it to
 :data:`BENCHMARKS`. ``ctx.alternate({...}, repeat)`` runs labelled configurations in alternation and
 returns their summaries; :class:`Row` is one line of the final table (``target=None`` means
-"reported for information only").
+"reported for information only"). ``ctx.run(label, observer=..., inspect=..., **options)`` follows a
+run with a :class:`ssptk.api.RunObserver` and reads its run directory (``inspect(run_dir, summary)``
+returns extra summary keys) before the directory is deleted; ``bench_start_scale.py`` (logging on/off,
+cold start, scaling) uses both through its ``Probe``.
 """
 from __future__ import annotations
 
@@ -119,8 +122,16 @@ class Context:
     def note(self, line: str) -> None:
         self.detail.append(line)
 
-    def run(self, label: str, **options: Any) -> dict[str, Any]:
-        """One real run (PS + workers) with ``options``; returns its summary (status 'failed' on error)."""
+    def run(self, label: str, *, observer: Any = None,
+            inspect: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
+            **options: Any) -> dict[str, Any]:
+        """One real run (PS + workers) with ``options``; returns its summary (status 'failed' on error).
+
+        ``observer``: a :class:`ssptk.api.RunObserver` that follows the run (e.g. to sample memory).
+        ``inspect(run_dir, summary)``: called once the run has ended and before its directory is
+        deleted (also for a failed run); the keys of the dict it returns are added to the summary
+        (its ``"line"``, if any, is printed under the run's own line).
+        """
         from ssptk import api
 
         self._n += 1
@@ -128,10 +139,16 @@ class Context:
         options.setdefault("gpus", "none")
         t0 = time.perf_counter()
         try:
-            summary = dict(api.run(out=out, raise_on_failure=False, **options).summary)
+            summary = dict(api.run(out=out, raise_on_failure=False, observer=observer, **options).summary)
         except Exception as e:  # noqa: BLE001 - a failed run is reported, the benchmark goes on
             summary = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
         summary["total_s"] = time.perf_counter() - t0
+        if inspect is not None and os.path.isdir(out):
+            try:
+                summary.update(inspect(out, summary) or {})
+            except Exception as e:  # noqa: BLE001 - the run's own figures still count
+                summary["inspect_error"] = f"{type(e).__name__}: {e}"
+                print(f"    {label:<10} inspect failed: {summary['inspect_error']}", flush=True)
         if summary.get("status") == "ok":
             print(f"    {label:<10} {_f(summary.get('steps_per_s'), '8.1f')} steps/s  "
                   f"train {_f(summary.get('wall_s'), '.2f')} s  (whole run {summary['total_s']:.1f} s)  "
@@ -139,6 +156,8 @@ class Context:
                   flush=True)
         else:
             print(f"    {label:<10} FAILED: {summary.get('reason')}", flush=True)
+        if summary.get("line"):
+            print(f"    {'':<10} {summary.pop('line')}", flush=True)
         shutil.rmtree(out, ignore_errors=True)  # keep the temp dir small as we go
         return summary
 
@@ -285,12 +304,22 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
     ]
 
 
-#: Every benchmark, in the order they run. Issue 4 adds: logging on/off ratio, cold start vs a bare
-#: ``python -c "import tensorflow"``, scaling 1..8 workers, simulator vs real.
+# Logging on/off, cold start against bare TensorFlow imports, and scaling 1..8 workers live in
+# bench_start_scale.py. It imports this module's helpers as ``run``, so this module is registered
+# under that name first (it runs as ``__main__``) and imported only here, once they all exist.
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+sys.modules.setdefault("run", sys.modules[__name__])
+from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
+
+#: Every benchmark, in the order they run. Issue 4 also asks for: simulator vs real.
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ssp_nonbinding_vs_async,
     bench_modes_under_jitter,
     bench_warm_rerun,
+    bench_logging_on_off,
+    bench_cold_start,
+    bench_scale_workers,
 ]
 
 

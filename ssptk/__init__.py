@@ -27,10 +27,14 @@ def unload_ipython_extension(ipython):  # noqa: ANN001, ANN201
 
 
 def __getattr__(name: str):  # late imports keep `import ssptk` light (no pandas/TF until needed)
-    if name in ("run", "compare", "shutdown"):
+    if name in ("run", "shutdown"):
         from ssptk import api
 
         return getattr(api, name)
+    if name == "compare":
+        from ssptk.comparison import compare
+
+        return compare
     if name == "simulate":
         from ssptk.sim import simulate
 

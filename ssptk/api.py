@@ -1,4 +1,5 @@
-"""The Python API: :func:`run` and :func:`compare`. The CLI and the notebook magics are thin layers over it."""
+"""The Python API: :func:`run` (and :func:`compare`, from :mod:`ssptk.comparison`). The CLI and the notebook
+magics are thin layers over it."""
 from __future__ import annotations
 
 import json
@@ -34,6 +35,12 @@ class RunObserver(Protocol):
     def finished(self, result: RunResult | None) -> None: ...
 POLL_S = 0.1
 PORT_RETRIES = 3
+#: Seconds the tasks get, once they are up, to pass the start barrier before the stall watchdog ends the
+#: run (or ``stall_timeout`` if longer): graph building and session start come first.
+START_TIMEOUT_S = 120.0
+#: Workers whose last records are this close together (seconds) went silent together: in a PS mode the
+#: stall watchdog then blames the PS (every worker waits on it), else the worker that went silent first.
+_SILENT_TOGETHER_S = 2.0
 
 
 @dataclass
@@ -248,13 +255,14 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
 
     for attempt in range(PORT_RETRIES):
         cluster = LocalCluster(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce")
-        _write_config(run_dir, opts, cluster.spec, gpus, total, launched, {"warm": False})
+        _write_config(run_dir, opts, cluster.spec, gpus, total, launched,
+                      {"warm": False, "isolation": cluster.isolation})
         with cluster:  # every task is stopped on the way out, whatever happens
             try:
                 cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
                 failure = cluster.wait_ready()
                 if failure is None:
-                    failure = _watch(cluster, run_dir, total, observers)
+                    failure = _watch(cluster, run_dir, total, observers, opts)
                 elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
                     _reset_attempt(run_dir)
                     continue
@@ -278,15 +286,17 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
         if failure is None:
             break
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
-            _write_config(run_dir, opts, cluster.spec, gpus, total, launched, {"warm": True, "reused": False})
+            _write_config(run_dir, opts, cluster.spec, gpus, total, launched,
+                          {"warm": True, "reused": False, "isolation": cluster.isolation})
             return failure, None, False
-    info = {"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1}
+    info = {"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
+            "isolation": cluster.isolation}
     _write_config(run_dir, opts, cluster.spec, gpus, total, launched, info)
     ok = False
     try:
         cluster.train_cpu.pop("ps:0", None)
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
-        failure = _watch(cluster, run_dir, total, observers)
+        failure = _watch(cluster, run_dir, total, observers, opts)
         ok = failure is None
         return failure, cluster.train_cpu.get("ps:0"), False
     except KeyboardInterrupt:
@@ -314,27 +324,38 @@ def _reset_attempt(run_dir: str) -> None:
             os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
 
 
-def _watch(cluster: Any, run_dir: str, total: int, observers: list[RunObserver]) -> TaskFailure | None:
-    """Follow the run until every worker has exited; the first failure ends it."""
+def _watch(cluster: Any, run_dir: str, total: int, observers: list[RunObserver],
+           opts: RunOptions | None = None) -> TaskFailure | None:
+    """Follow the run until every worker has exited; the first failure ends it.
+
+    With ``opts.stall_timeout`` (seconds, 0 = off) a run that stops making progress ends too: see
+    :class:`_StallWatch`.
+    """
     from ssptk.logs import RunLogReader
 
     reader = RunLogReader(run_dir)
     ps_cpu0: float | None = None
+    stall = _StallWatch(opts.stall_timeout if opts is not None else 0.0,
+                        steps_logged=opts is None or not opts.no_log)
 
     def read() -> list[dict[str, Any]]:
         steps, events = reader.read_new()
         for o in observers:
             o.records(steps, events, reader.n_steps, total)
+        stall.saw(steps, events)
         return events
 
     while True:
         failure = cluster.poll()
         if failure is not None:
-            read()
+            errors = [e for e in read() if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
+            if errors:  # the worker said why it failed: that beats a line guessed from its log
+                return TaskFailure(failure.task, f"error: {errors[0].get('message', '')}", failure.exit_code,
+                                   failure.log_tail)
             return failure
         for e in read():
             if e.get("event") == "error":
-                return cluster.failure(f"worker:{e.get('worker')}", f"error: {e.get('message', '')}")
+                return _error_failure(cluster, e)
             if e.get("event") == "start" and ps_cpu0 is None:
                 ps_cpu0 = cluster.cpu_seconds("ps:0")
         if cluster.workers_finished():
@@ -345,7 +366,117 @@ def _watch(cluster: Any, run_dir: str, total: int, observers: list[RunObserver])
                 cluster.train_cpu["ps:0"] = ps_cpu1 - ps_cpu0
             read()
             return None
+        failure = stall.check(cluster)
+        if failure is not None:
+            return failure
         time.sleep(POLL_S)
+
+
+def _error_failure(cluster: Any, event: dict[str, Any]) -> TaskFailure:
+    """The failure a worker's ``error`` event reports, with its exit code (it exits right after)."""
+    from ssptk.cluster import log_tail
+
+    name = f"worker:{event.get('worker')}"
+    task = next((t for t in cluster.tasks if t.name == name and t.proc is not None), None)
+    if task is None:
+        return cluster.failure(name, f"error: {event.get('message', '')}")
+    try:
+        code = task.proc.wait(2.0)
+    except Exception:  # still running (subprocess.TimeoutExpired): no exit code to show
+        code = None
+    return TaskFailure(name, f"error: {event.get('message', '')}", code, log_tail(task.log_path))
+
+
+class _StallWatch:
+    """Ends a run that stopped making progress: a PS that is alive but no longer answers (say, stopped
+    with SIGSTOP), or a worker stuck for good, would otherwise keep the launcher waiting forever.
+
+    Until the first ``start`` event the tasks get ``max(START_TIMEOUT_S, timeout)`` seconds from the
+    moment the watch begins; after it, the run fails when no worker logs anything (step or event) for
+    ``timeout`` seconds. Without step records (``--no-log``) only the start is watched.
+    """
+
+    def __init__(self, timeout: float, steps_logged: bool = True) -> None:
+        self.timeout = float(timeout or 0.0)
+        self.steps_logged = steps_logged
+        self.begun = self.last = time.monotonic()
+        self.started: float | None = None  # wall time of the first start event
+        self.last_step: dict[str, Any] | None = None
+        self.heard: dict[int, float] = {}  # worker -> when (monotonic) its newest record arrived
+        self.ended: set[int] = set()  # workers that logged done (or error)
+
+    def saw(self, steps: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+        if not steps and not events:
+            return
+        now = self.last = time.monotonic()
+        for r in (*steps, *events):
+            w = r.get("worker")
+            if isinstance(w, int):
+                self.heard[w] = now
+            kind = r.get("event")
+            if kind == "start" and self.started is None:
+                self.started = float(r.get("t") or time.time())
+            elif kind in ("done", "error") and isinstance(w, int):
+                self.ended.add(w)
+        if steps:
+            self.last_step = max(steps, key=lambda r: (r.get("t") or 0.0, r.get("global_step") or 0))
+
+    def check(self, cluster: Any) -> TaskFailure | None:
+        """A failure if the run has stalled, else ``None``."""
+        if not self.timeout:
+            return None
+        now = time.monotonic()
+        if self.started is None:
+            limit = max(START_TIMEOUT_S, self.timeout)
+            if now - self.begun <= limit:
+                return None
+            reason = (f"stalled: the workers did not pass the start barrier within {limit:g} s of starting; "
+                      f"a --stall-timeout above {limit:g} waits longer")
+            return self._failure(cluster, self._suspect(cluster), reason)
+        if not self.steps_logged or now - self.last <= self.timeout:
+            return None
+        if self.last_step is not None:
+            r = self.last_step
+            last = f"last step at {_clock(r.get('t'))}, global step {r.get('global_step')}"
+        else:
+            last = f"no step since the start barrier at {_clock(self.started)}"
+        task = self._suspect(cluster)
+        if task in _stopped_tasks(cluster):
+            advice = f"{task}'s process is stopped (SIGSTOP?)"
+        else:
+            advice = "use --stall-timeout to wait longer"
+        return self._failure(cluster, task, f"stalled: no step logged for {self.timeout:g} s ({last}); {advice}")
+
+    def _suspect(self, cluster: Any) -> str:
+        """The task most likely to hold the run up: a stopped process; else the PS when every unfinished
+        worker went silent at once (they all wait on it); else the worker that went silent first."""
+        stopped = _stopped_tasks(cluster)
+        if stopped:
+            return stopped[0]
+        n = len(cluster.spec.get("worker", []))
+        silent = {w: self.heard.get(w, self.begun) for w in range(n) if w not in self.ended}
+        if cluster.with_ps and (not silent or max(silent.values()) - min(silent.values()) <= _SILENT_TOGETHER_S):
+            return "ps:0"
+        if not silent:
+            return "worker:0"
+        return f"worker:{min(silent, key=lambda w: (silent[w], w))}"
+
+    @staticmethod
+    def _failure(cluster: Any, name: str, reason: str) -> TaskFailure:
+        from ssptk.cluster import log_tail
+
+        task = next((t for t in cluster.tasks if t.name == name), None)
+        return TaskFailure(name, reason, None, log_tail(task.log_path) if task is not None else [])
+
+
+def _stopped_tasks(cluster: Any) -> list[str]:
+    stopped = getattr(cluster, "stopped_tasks", None)
+    return stopped() if stopped is not None else []
+
+
+def _clock(t: Any) -> str:
+    """A record's wall time as local HH:MM:SS (``?`` if it has none)."""
+    return time.strftime("%H:%M:%S", time.localtime(float(t))) if isinstance(t, (int, float)) else "?"
 
 
 def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gpus: dict[str, str],
@@ -427,7 +558,10 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
 
     if steps.empty:
         return {"overhead_ms": None, "ideal_steps_per_s": None}
-    return ideal_for(steps, opts.mode, opts.workers, opts.steps, staleness=opts.staleness, backup=opts.backup,
+    # A failed run simulates only the budget it got through (a run that stopped at step 12 of --steps
+    # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
+    budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
+    return ideal_for(steps, opts.mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
                      straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed)
 
 
@@ -447,86 +581,14 @@ def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | Non
     return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
 
 
-# --- comparisons ----------------------------------------------------------------------------------
+# --- comparisons: they live in ssptk.comparison; the names stay importable from here ----------------
 
-@dataclass
-class CompareResult:
-    """Runs of several modes with the same common options, their metrics table and report."""
-
-    out: str
-    runs: dict[str, RunResult]
-    table: pd.DataFrame
-    report: Any
-
-    @property
-    def report_path(self) -> str:
-        return os.path.join(self.out, "report.html")
-
-    def _repr_html_(self) -> str:
-        return self.report._repr_html_()
-
-    def __str__(self) -> str:
-        from ssptk.report import format_table
-
-        return format_table(self.table)
+_COMPARISON_NAMES = ("CompareResult", "compare", "label_dir", "parse_labels")
 
 
-def label_dir(label: str) -> str:
-    """The directory name of a comparison label (``ssp:2`` -> ``ssp-2``)."""
-    return label.replace(":", "-")
+def __getattr__(name: str) -> Any:
+    if name in _COMPARISON_NAMES:  # a late import: ssptk.comparison imports this module
+        from ssptk import comparison
 
-
-def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """``["sync", "ssp:2", "async"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``."""
-    out = []
-    for label in labels:
-        mode, _, s = label.partition(":")
-        kw: dict[str, Any] = {"mode": mode}
-        if s:
-            if mode != "ssp":
-                raise UsageError(f"bad comparison label {label!r}: only ssp takes a staleness (ssp:S)")
-            try:
-                kw["staleness"] = int(s)
-            except ValueError:
-                raise UsageError(f"bad comparison label {label!r}: use ssp:S with an integer S >= 0") from None
-        out.append((label, kw))
-    if len({label_dir(lab) for lab, _ in out}) != len(out):
-        raise UsageError("comparison labels repeat: give each mode once")
-    if not out:
-        raise UsageError("nothing to compare: give modes like sync ssp:2 async")
-    return out
-
-
-def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
-            progress: Callable[[str, int, int], None] | None = None,
-            observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
-            **common: Any) -> CompareResult:
-    """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
-
-    Writes ``out/metrics.csv`` and a self-contained ``out/report.html``. Every option is checked for
-    every label before the first run starts. ``observer(label)`` may give each run an observer;
-    ``warm`` runs them on a warm cluster (see :func:`run`).
-    """
-    plan = parse_labels(labels)
-    for label, kw in plan:  # validate all before running any
-        resolve(**{**common, **kw, "out": None})
-    base = new_run_dir(out, "compare")
-    runs: dict[str, RunResult] = {}
-    for label, kw in plan:
-        cb = (lambda done, total, _l=label: progress(_l, done, total)) if progress else None
-        runs[label] = run(progress=cb, raise_on_failure=False, warm=warm,
-                          observer=observer(label) if observer else None, **{**common, **kw},
-                          out=os.path.join(base, label_dir(label)))
-    return _compare_result(base, runs)
-
-
-def _compare_result(base: str, runs: dict[str, RunResult]) -> CompareResult:
-    from ssptk.analysis import compare_table
-    from ssptk.report import build_report, write_metrics_csv
-
-    frames = {label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()}
-    table = compare_table(frames)
-    write_metrics_csv(table, os.path.join(base, "metrics.csv"))
-    report = build_report(frames, title=f"ssptk comparison: {', '.join(runs)}")
-    report.save(os.path.join(base, "report.html"))
-    return CompareResult(base, runs, table, report)
+        return getattr(comparison, name)
+    raise AttributeError(f"module 'ssptk.api' has no attribute {name!r}")

@@ -22,6 +22,7 @@ NOTEBOOK_EXAMPLES = """examples:
 EXAMPLES = """examples:
   ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 300 --straggler 2:0.02
   ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
+  ssptk compare sync ssp:2 async --repeat 3 --workers 3 --steps 300 --straggler 2:0.02
   ssptk sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
   ssptk report runs/cmp
   ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
@@ -64,7 +65,8 @@ def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
     add_run_arguments(r)
     c = sub.add_parser("compare", help="run several modes with the same options and write a report",
                        description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
-                                   "OUT/report.html.")
+                                   "OUT/report.html. With --repeat R: R rounds, alternating the order, into "
+                                   "OUT/<label>/rep-<k>/; the table shows mean [min-max].")
     c.add_argument("labels", nargs="+", metavar="MODE", help="sync, ssp:S, async, allreduce")
     add_run_arguments(c, skip=("mode", "staleness"))
     sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
@@ -73,6 +75,8 @@ def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
     sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
                     help="the staleness values to run, e.g. 0,1,2,4,8")
     add_run_arguments(sw, skip=("mode", "staleness"))
+    for sp in (c, sw):  # not a run option: it is the comparison's
+        sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
     if notebook:
         for sp in (r, c, sw):
             sp.add_argument("--cold", action="store_true",
@@ -83,7 +87,7 @@ def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
     rep.add_argument("dir", help="a comparison directory (or one run directory)")
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
-    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "model"))
+    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "model", "allow_nan", "stall_timeout"))
     s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
                    help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
     if not notebook:
@@ -153,7 +157,7 @@ def compare_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ssptk.api import compare
+    from ssptk.comparison import compare
     from ssptk.text import ProgressBar
 
     labels, common = compare_plan(args)
@@ -167,15 +171,15 @@ def _compare(args: argparse.Namespace) -> int:
         bars[label](done, total)
 
     try:
-        result = compare(labels, out=args.out, progress=progress, **common)
+        result = compare(labels, out=args.out, progress=progress, repeat=args.repeat, **common)
     finally:
         for b in bars.values():
             b.close()
     print(result)
     print(f"\nreport: {result.report_path}")
-    failed = [label for label, r in result.runs.items() if not r.ok]
-    for label in failed:
-        print(f"ssptk: {label} failed: {result.runs[label].summary.get('reason')}", file=sys.stderr)
+    failed = {name: r for name, r in result.all_runs.items() if not r.ok}
+    for name, r in failed.items():
+        print(f"ssptk: {name} failed: {r.summary.get('reason')}", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -211,7 +215,7 @@ def _report(args: argparse.Namespace) -> int:
 def _sim(args: argparse.Namespace) -> int:
     from ssptk.sim import simulate
 
-    opts = from_namespace(args)
+    opts = from_namespace(args, stall_timeout=0)  # nothing runs: no watchdog whose timeout the delays must fit
     r = simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps, staleness=opts.staleness,
                  backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed,
                  overhead=args.overhead)

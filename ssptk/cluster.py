@@ -3,11 +3,13 @@
 Each task is ``python -m ssptk.worker`` in its own session (process group) with its output in
 ``logs/<task>.log``. Stopping escalates SIGTERM -> wait -> SIGKILL on the whole group; the children
 also die with their parent (``PR_SET_PDEATHSIG`` and a watchdog thread), so a killed kernel or CLI
-leaves no TensorFlow server behind.
+leaves no TensorFlow server behind. Where the OS allows it, all tasks of a cluster share a private
+network namespace (:mod:`ssptk.netns`), so nothing but the cluster itself can reach their ports.
 """
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import json
 import os
 import signal
@@ -19,10 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ssptk import netns
 from ssptk.errors import TaskFailure
 from ssptk.worker import READY, RUN_DONE
 
 LOG_TAIL_LINES = 20
+KILL_WAIT_S = 10.0  # the most stop() waits for a task after SIGKILL
 # TF's own chatter that says nothing about the run: left out of the log tails shown to users.
 _NOISE = ("cuInit", "cuda_", "cudart_stub", "absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS",
           "rebuild TensorFlow", "cpu_feature_guard", "This TensorFlow binary", "port.cc", "Could not find cuda")
@@ -60,6 +64,19 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+def _preexec() -> Any:
+    # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
+    # the tasks' own parent watchdog covers runs started from other threads.
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 @dataclass
 class Task:
     """One process of the cluster."""
@@ -80,6 +97,11 @@ class LocalCluster:
     """One PS (unless ``with_ps`` is false) and ``workers`` worker tasks on free localhost ports.
 
     Use as a context manager; :meth:`stop` is idempotent and always leaves no process behind.
+
+    The cluster's network namespace is made here, so ``isolation`` is known before :meth:`start`:
+    ``"netns"`` (the tasks run in a private user + network namespace: only they can reach their
+    ports) or ``"none (<why>)"`` (as before; see :mod:`ssptk.netns`: not permitted by the OS,
+    ``SSPTK_NO_NETNS=1``, or a ``host`` that is not a loopback address).
     """
 
     def __init__(self, workers: int, run_dir: str, gpu_assignment: dict[str, str], with_ps: bool = True,
@@ -96,6 +118,11 @@ class LocalCluster:
         self.serving = False  # warm: the workers serve one run after another (see submit)
         self.run_id: str | None = None
         self.runs_served = 0
+        self.namespace: netns.Namespace | None = None
+        if _is_loopback(host):
+            self.namespace, self.isolation = netns.isolate(_preexec())
+        else:
+            self.isolation = f"none (host {host} is not a loopback address)"
 
     @property
     def task_names(self) -> list[str]:
@@ -116,9 +143,8 @@ class LocalCluster:
         # site-packages would give them.
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         base_env["PYTHONPATH"] = os.pathsep.join(p for p in (here, base_env.get("PYTHONPATH", "")) if p)
-        # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
-        # the tasks' own parent watchdog covers runs started from other threads.
-        preexec = _die_with_parent if threading.current_thread() is threading.main_thread() else None
+        preexec = _preexec()
+        ns = self.namespace
         for name in self.task_names:
             env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
             argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), "--task", name,
@@ -127,8 +153,11 @@ class LocalCluster:
             task.log = open(task.log_path, "ab")
             # A serving worker reads its runs from stdin, and exits when the pipe closes.
             stdin = subprocess.PIPE if serve and name != "ps:0" else subprocess.DEVNULL
-            task.proc = subprocess.Popen(argv, stdout=task.log, stderr=subprocess.STDOUT, stdin=stdin,
-                                         env=env, start_new_session=True, preexec_fn=preexec)
+            # In the namespace: nsenter enters it and execs the task in place, so the task is still
+            # this process's child (same pid, process group, pipes, death signal).
+            task.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=task.log,
+                                         stderr=subprocess.STDOUT, stdin=stdin, env=env, start_new_session=True,
+                                         preexec_fn=preexec, pass_fds=ns.fds if ns else ())
             self.tasks.append(task)
 
     def wait_ready(self, timeout: float = 120.0) -> TaskFailure | None:
@@ -196,6 +225,21 @@ class LocalCluster:
             reason = f"was killed by {signal.Signals(-code).name}"
         return TaskFailure(name, f"{reason}: {detail}" if detail else reason, code, tail)
 
+    def stopped_tasks(self) -> list[str]:
+        """Tasks whose process is stopped (state T, e.g. by SIGSTOP or a debugger): alive, but doing nothing."""
+        out = []
+        for t in self.tasks:
+            if t.proc is None or t.proc.poll() is not None:
+                continue
+            try:
+                with open(f"/proc/{t.proc.pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in ("T", "t"):
+                out.append(t.name)
+        return out
+
     def cpu_seconds(self, name: str) -> float | None:
         """CPU time (user + system) task ``name`` has used so far; ``None`` where /proc cannot tell."""
         task = next((t for t in self.tasks if t.name == name and t.proc is not None), None)
@@ -209,10 +253,14 @@ class LocalCluster:
             return None
 
     def stop(self, grace: float = 3.0) -> None:
-        """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left.
+
+        A stopped task (SIGSTOP) is continued after the SIGTERM so that it acts on it; the wait after
+        SIGKILL is bounded too, so a process stuck in the kernel cannot keep the caller forever."""
         live = [t for t in self.tasks if t.proc is not None and t.proc.poll() is None]
         for t in live:
             _signal_group(t.proc, signal.SIGTERM)  # type: ignore[arg-type]
+            _signal_group(t.proc, signal.SIGCONT)  # type: ignore[arg-type]
         deadline = time.monotonic() + grace
         for t in live:
             try:
@@ -222,7 +270,10 @@ class LocalCluster:
         for t in self.tasks:
             if t.proc is not None:
                 _signal_group(t.proc, signal.SIGKILL)  # the group too: anything a task started
-                t.proc.wait()
+                try:
+                    t.proc.wait(KILL_WAIT_S)
+                except subprocess.TimeoutExpired:  # uninterruptible (D state): it dies when the kernel lets it
+                    pass
                 if t.proc.stdin is not None:
                     try:
                         t.proc.stdin.close()
@@ -230,6 +281,9 @@ class LocalCluster:
                         pass
             if t.log is not None and not t.log.closed:
                 t.log.close()
+        if self.namespace is not None:  # the namespace goes with its last task
+            self.namespace.close()
+            self.namespace = None
 
     def __enter__(self) -> LocalCluster:
         return self

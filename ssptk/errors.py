@@ -1,6 +1,7 @@
 """Error types. Adapters (CLI, magics) turn these into one-line messages; nothing else prints them."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -40,6 +41,22 @@ class RunFailed(RuntimeError):
             lines += [f"last lines of {self.failure.task}'s log:"] + [f"  {ln}" for ln in self.failure.log_tail[-10:]]
         run_dir = getattr(self.result, "run_dir", None)
         return lines + ([f"logs kept in {run_dir}"] if run_dir else [])
+
+
+class LossNotFinite(RuntimeError):
+    """Raised inside a worker when a step's loss is NaN or infinite (unless ``--allow-nan``); its
+    message is the one line the user sees."""
+
+    def __init__(self, loss: float, step: int, worker: int, global_step: int) -> None:
+        what = "nan" if loss != loss else ("inf" if loss > 0 else "-inf")
+        super().__init__(f"loss became {what} at step {step} (worker {worker}, global step {global_step}): "
+                         "lower --lr, check the model, or pass --allow-nan")
+
+
+def check_loss(loss: float, allow_nan: bool, step: int, worker: int, global_step: int) -> None:
+    """Raise :class:`LossNotFinite` for a NaN or infinite ``loss`` unless ``allow_nan``."""
+    if not allow_nan and not math.isfinite(loss):
+        raise LossNotFinite(loss, step, worker, global_step)
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -116,11 +116,11 @@ def _dtrain(line: str, cell: str | None) -> Any:
         return api.run(observer=_dashboard() if dashboards else None, warm=warm, model_source=model_source, **kwargs)
     labels, common = compare_plan(args)
     result = api.compare(labels, out=args.out, observer=(lambda _label: _dashboard()) if dashboards else None,
-                         warm=warm, **common)
+                         warm=warm, repeat=args.repeat, **common)
     if args.command == "sweep":
         from ssptk.widgets import from_runs
 
-        return from_runs(result.runs)
+        return from_runs(result.all_runs)
     return result
 
 

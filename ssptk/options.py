@@ -48,6 +48,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
     Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
+    Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
+           flag=True),
+    Option("stall_timeout", float, 60,
+           "end the run if no worker logs a step for this long, in seconds; 0 turns the watchdog off", "SECONDS"),
 )
 
 
@@ -69,6 +73,8 @@ class RunOptions:
     gpus: str = "auto"
     out: str | None = None
     no_log: bool = False
+    allow_nan: bool = False
+    stall_timeout: float = 60
 
     @property
     def stragglers(self) -> dict[int, float]:
@@ -81,6 +87,14 @@ class RunOptions:
     @property
     def jitter_spec(self) -> Jitter | None:
         return parse_jitter(self.jitter)
+
+    @property
+    def max_delay(self) -> float:
+        """The longest injected delay one step can plausibly take: the largest straggler time plus
+        jitter (uniform: its upper end; exp: 20 times its mean, exceeded once in 5e8 steps)."""
+        j = self.jitter_spec
+        jitter = 0.0 if j is None else (j.b if j.kind == "uniform" else 20.0 * j.a)
+        return max(self.stragglers.values(), default=0.0) + jitter
 
     @property
     def label(self) -> str:
@@ -164,8 +178,32 @@ def _validate(o: RunOptions) -> None:
         if i >= o.workers:
             raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
     parse_jitter(o.jitter)
+    _check_stall_timeout(o)
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
+
+
+def stall_timeout_floor(o: RunOptions) -> float:
+    """The shortest ``stall_timeout`` the injected delays allow (0 without delays): a worker logs a
+    step only after its delay, so the watchdog must wait longer than the longest one, plus a margin."""
+    d = o.max_delay
+    return 1.25 * d + 1.0 if d > 0 else 0.0
+
+
+def _check_stall_timeout(o: RunOptions) -> None:
+    t = o.stall_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        try:
+            t = o.stall_timeout = float(t)
+        except (TypeError, ValueError):
+            raise UsageError(f"--stall-timeout must be a number of seconds, got {o.stall_timeout!r}") from None
+    if not t >= 0 or t == float("inf"):
+        raise UsageError(f"--stall-timeout must be >= 0 seconds (0 turns the watchdog off), got {t!r}")
+    floor = stall_timeout_floor(o)
+    if t and t <= floor:
+        raise UsageError(f"--stall-timeout {t:g} is too short for the injected delays (a step can take "
+                         f"{o.max_delay:g} s longer): give more than {floor:g} seconds, or 0 to turn the "
+                         f"stall watchdog off")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -11,6 +11,7 @@ import html
 import io
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,23 @@ __all__ = [
     "build_report",
     "load_comparison",
     "write_metrics_csv",
+    "Repeats",
+    "KEY_FIGURES",
 ]
 
 RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]
 _MAX_LEGEND = 10
+#: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
+KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
+
+
+class Repeats(list):  # type: ignore[type-arg]
+    """The repetitions of one label, in order: a value of :func:`build_report` and
+    :func:`comparison_figure` that stands for several runs (a plain tuple or frame is one run)."""
+
+
+def _reps(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, Repeats) else [value]
 
 
 def _color(i: int, n: int) -> Any:
@@ -163,7 +177,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     Panels: smoothed loss against wall time; smoothed loss against minibatches processed; step
     skew against wall time; per-worker completed steps against wall time (thin lines in the
     run's colour). Values are step DataFrames, or ``(steps, events, ...)`` tuples (then wall time
-    runs from the start barrier and finished workers leave the skew on their ``done`` event).
+    runs from the start barrier and finished workers leave the skew on their ``done`` event), or
+    :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
     fig = Figure(figsize=(13, 8), layout="constrained")
@@ -171,32 +186,37 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     (ax_t, ax_s), (ax_skew, ax_prog) = axes
     fig.suptitle("comparison")
     n = len(runs)
+    repeated = any(isinstance(v, Repeats) for v in runs.values())
+    lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
     for i, (label, value) in enumerate(runs.items()):
-        steps, events = _as_run(value)
         color = _color(i, n)
-        if steps is None or steps.empty:
+        reps = [_as_run(v) for v in _reps(value)]
+        drawn = [(steps, events) for steps, events in reps if steps is not None and not steps.empty]
+        if not drawn:
             ax_t.plot([], [], color=color, label=f"{label} (no records)")
             continue
-        start = an.start_time(events)
-        df = (an.prepare_steps(steps, start)
-              if start is not None or "elapsed" not in steps.columns else steps)
-        smooth = an.smoothing_window(df["worker"].nunique())
-        for ax, by in ((ax_t, "elapsed"), (ax_s, "samples")):
-            c = an.loss_curves(df, by=by, smooth=smooth)
-            c = c[c["worker"] == an.ALL_WORKERS]
-            ax.plot(c[by], c["smoothed"], color=color, lw=1.5, label=str(label))
-        finished = an.finish_times(df, events) if events is not None else None
-        skew = an.skew_timeline(df, finished)
-        ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=color,
-                     label=str(label))
-        for j, (_, d) in enumerate(df.groupby("worker")):
-            ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=color,
-                         lw=0.8, alpha=0.8, label=str(label) if j == 0 else None)
+        for r, (steps, events) in enumerate(drawn):
+            name = str(label) if r == 0 else None
+            start = an.start_time(events)
+            df = (an.prepare_steps(steps, start)
+                  if start is not None or "elapsed" not in steps.columns else steps)
+            smooth = an.smoothing_window(df["worker"].nunique())
+            for ax, by in ((ax_t, "elapsed"), (ax_s, "samples")):
+                c = an.loss_curves(df, by=by, smooth=smooth)
+                c = c[c["worker"] == an.ALL_WORKERS]
+                ax.plot(c[by], c["smoothed"], color=color, lw=lw, label=name)
+            finished = an.finish_times(df, events) if events is not None else None
+            skew = an.skew_timeline(df, finished)
+            ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=color,
+                         label=name, **({"lw": lw} if repeated else {}))
+            for j, (_, d) in enumerate(df.groupby("worker")):
+                ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=color,
+                             lw=lw_prog, alpha=0.8, label=name if j == 0 else None)
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches processed (smoothed)", xlabel="minibatches processed",
              ylabel="training loss")
-    frames = [_as_run(v)[0] for v in runs.values()]
-    losses = [f["loss"] for f in frames if "loss" in f.columns]
+    frames = [_as_run(v)[0] for value in runs.values() for v in _reps(value)]
+    losses = [f["loss"] for f in frames if f is not None and "loss" in f.columns]
     all_losses = pd.concat(losses) if losses else pd.Series(dtype=float)
     for ax in (ax_t, ax_s):
         _loss_scale(ax, all_losses)
@@ -230,26 +250,52 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _with_range(mean: Any, lo: Any, hi: Any) -> str:
+    shown = _fmt(mean)
+    return shown if shown == "-" else f"{shown} [{_fmt(lo)}\u2013{_fmt(hi)}]"
+
+
+def _shown(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
+    """The cells of a table as shown (strings) and which columns are right-aligned numbers.
+
+    A table of repeated runs (:func:`ssptk.analysis.aggregate_repeats`: ``<figure>_min`` and
+    ``_max`` columns) shows the :data:`KEY_FIGURES` as ``mean [min–max]`` and the other figures as
+    the mean; the spread columns themselves stay in the table (and metrics.csv) but are not shown.
+    """
+    spread = [c for c in an.FIGURE_COLUMNS if f"{c}_min" in df.columns and f"{c}_max" in df.columns]
+    hidden = {f"{c}{suffix}" for c in spread for suffix in an.SPREAD_SUFFIXES}
+    columns = [c for c in df.columns if c not in hidden]
+    cells: dict[Any, list[str]] = {}
+    for c in columns:
+        if c in spread and c in KEY_FIGURES:
+            cells[c] = [_with_range(m, lo, hi) for m, lo, hi in
+                        zip(df[c].tolist(), df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist())]
+        else:
+            cells[c] = [_fmt(v) for v in df[c].tolist()]
+    numeric = {c: c in spread or (pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
+               for c in columns}
+    return pd.DataFrame(cells, columns=columns), numeric
+
+
 def _formatted(df: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({c: [_fmt(v) for v in df[c].tolist()] for c in df.columns},
-                        columns=list(df.columns))
+    return _shown(df)[0]
 
 
 def format_table(df: pd.DataFrame) -> str:
     """Plain-text table: a header, a rule, one line per row; numbers right-aligned (4 significant
-    digits), text left-aligned, missing values as ``-``."""
+    digits), text left-aligned, missing values as ``-``. A table of repeated runs shows its key
+    figures as ``mean [min–max]`` (see :func:`_shown`)."""
     if df is None or len(df.columns) == 0:
         return "(no columns)"
-    cells = _formatted(df)
-    numeric = {c: pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-               for c in df.columns}
-    widths = {c: max([len(str(c))] + [len(v) for v in cells[c]]) for c in df.columns}
+    cells, numeric = _shown(df)
+    columns = list(cells.columns)
+    widths = {c: max([len(str(c))] + [len(v) for v in cells[c]]) for c in columns}
 
     def line(values: Mapping[Any, str]) -> str:
         return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c])
-                         for c in df.columns).rstrip()
+                         for c in columns).rstrip()
 
-    out = [line({c: str(c) for c in df.columns}), "  ".join("-" * widths[c] for c in df.columns)]
+    out = [line({c: str(c) for c in columns}), "  ".join("-" * widths[c] for c in columns)]
     out += [line(row) for row in cells.to_dict("records")]
     if not len(df):
         out.append("(no rows)")
@@ -274,13 +320,16 @@ class Report:
     """A comparison report: the metrics table, figures and notes.
 
     ``figures`` is a list of ``(caption, Figure)``. Figures are rendered to PNG once, on first
-    use, and embedded as ``data:`` URIs, so every HTML form is self-contained.
+    use, and embedded as ``data:`` URIs, so every HTML form is self-contained. ``runs_table``: for
+    repeated runs, one row per run (``label``, ``rep``, figures); None otherwise.
     """
 
     def __init__(self, title: str, table: pd.DataFrame,
-                 figures: Sequence[tuple[str, Figure]] = (), notes: Sequence[str] = ()) -> None:
+                 figures: Sequence[tuple[str, Figure]] = (), notes: Sequence[str] = (),
+                 runs_table: pd.DataFrame | None = None) -> None:
         self.title = title
         self.table = table
+        self.runs_table = runs_table
         self.figures: list[tuple[str, Figure]] = list(figures)
         self.notes: list[str] = list(notes)
         self._png: dict[int, str] = {}
@@ -324,14 +373,25 @@ class Report:
         return f"Report({self.title!r}, runs={len(self.table)}, figures={len(self.figures)})"
 
 
-def build_report(runs: Mapping[str, RunTuple], title: str = "ssptk comparison",
+def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk comparison",
                  target: float | None = None, per_run: bool = True) -> Report:
     """Build a :class:`Report` from ``label -> (steps, events, config, summary)``.
 
     The table is :func:`ssptk.analysis.compare_table` (``target`` as there); figures are a
     :func:`comparison_figure` of all runs and, with ``per_run``, a :func:`run_figure` per run.
+
+    A value may be :class:`Repeats` of such tuples (a label run several times). Then the table is
+    :func:`ssptk.analysis.aggregate_repeats` of :func:`ssptk.analysis.repeat_table` (one target for
+    every run; the latter is ``Report.runs_table``), the overview overlays every repetition, and the
+    per-run figure shows each label's first repetition.
     """
-    table = an.compare_table(runs, target)
+    repeated = any(isinstance(v, Repeats) for v in runs.values())
+    runs_table = None
+    if repeated:
+        runs_table = an.repeat_table({label: _reps(v) for label, v in runs.items()}, target)
+        table = an.aggregate_repeats(runs_table)
+    else:
+        table = an.compare_table(runs, target)
     notes = []
     chosen = table.attrs.get("target")
     if chosen is not None:
@@ -339,13 +399,25 @@ def build_report(runs: Mapping[str, RunTuple], title: str = "ssptk comparison",
                "loss among ok runs" if table.attrs.get("target_auto") else "given")
         notes.append(f"Target training loss {chosen:.4g} ({how}); smoothed over 5 x workers "
                      "step records; times run from the start barrier.")
+    if repeated:
+        counts = sorted({int(n) for n in table["repeats"].dropna()})
+        times = " or ".join(str(n) for n in counts) or "0"
+        notes.append(f"Each mode ran {times} times: every figure is the mean over its ok runs; "
+                     f"{', '.join(KEY_FIGURES)} also show [min\u2013max]. metrics.csv has one row per run "
+                     "(column rep), the table's <figure>_ci95 columns the 95% confidence half-widths.")
     figures: list[tuple[str, Figure]] = []
     if runs:
-        figures.append(("All runs", comparison_figure(runs)))
+        caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
+        figures.append((caption, comparison_figure(runs)))
     if per_run:
-        for label, (steps, events, config, _summary) in runs.items():
-            figures.append((f"Run {label}", run_figure(steps, events, config)))
-    return Report(title, table, figures, notes)
+        for label, value in runs.items():
+            reps = _reps(value)
+            if not reps:
+                continue
+            steps, events, config, _summary = reps[0]
+            caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
+            figures.append((caption, run_figure(steps, events, config)))
+    return Report(title, table, figures, notes, runs_table)
 
 
 def write_metrics_csv(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
@@ -361,9 +433,19 @@ def _is_run_dir(path: Path) -> bool:
                                  for name in ("config.json", "summary.json", "workers"))
 
 
+def _rep_dirs(path: Path) -> list[Path]:
+    """The ``rep-<k>`` run directories of a repeated label's directory, by k."""
+    if not path.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in path.iterdir()
+             if (m := re.fullmatch(r"rep-(\d+)", p.name)) and _is_run_dir(p)]
+    return [p for _, p in sorted(found)]
+
+
 def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
                     target: float | None = None, per_run: bool = True) -> Report:
-    """Build a report from ``DIR/<label>/`` run directories.
+    """Build a report from ``DIR/<label>/`` run directories, or ``DIR/<label>/rep-<k>/`` ones
+    (a comparison with repetitions: each label's runs become :class:`Repeats`).
 
     Runs are ordered as the ``label`` column of ``DIR/metrics.csv`` when it exists (labels it
     lacks follow, sorted), else sorted by label. Raises :class:`UsageError` when there is none.
@@ -371,7 +453,7 @@ def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
     directory = Path(directory)
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a directory; pass a comparison output directory")
-    dirs = sorted(p.name for p in directory.iterdir() if _is_run_dir(p))
+    dirs = sorted(p.name for p in directory.iterdir() if _is_run_dir(p) or _rep_dirs(p))
     if not dirs:
         raise UsageError(f"no run directories (with config.json, summary.json or workers/) "
                          f"under {directory}")
@@ -385,5 +467,11 @@ def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
     # a label's run lives in DIR/<label with ':' as '-'> (ssp:2 -> ssp-2)
     by_label = {lab: lab.replace(":", "-") for lab in dict.fromkeys(listed) if lab.replace(":", "-") in dirs}
     by_label.update({d: d for d in dirs if d not in by_label.values()})
-    runs = {label: load_run(directory / d) for label, d in by_label.items()}
+
+    def runs_of(path: Path) -> RunTuple | Repeats:
+        if _is_run_dir(path):
+            return load_run(path)
+        return Repeats(load_run(p) for p in _rep_dirs(path))
+
+    runs = {label: runs_of(directory / d) for label, d in by_label.items()}
     return build_report(runs, title or f"ssptk comparison: {directory.name}", target, per_run)

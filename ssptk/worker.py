@@ -176,13 +176,18 @@ def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> 
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
         from ssptk.runtime.recorder import Recorder, worker_log_path
 
-        msg = f"{type(e).__name__}: {_message(e)}"
+        from ssptk.errors import LossNotFinite
+
+        msg = str(e) if isinstance(e, LossNotFinite) else f"{type(e).__name__}: {_message(e)}"
         try:
             Recorder(worker_log_path(run_dir, index), index).event("error", message=msg)
         finally:
             import traceback
 
-            traceback.print_exc()
+            if isinstance(e, LossNotFinite):  # the message says it all; a traceback would bury it
+                print(f"ssptk worker: error: {msg}", file=sys.stderr)
+            else:
+                traceback.print_exc()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)

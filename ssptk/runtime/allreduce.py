@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ssptk.delays import DelayModel
+from ssptk.errors import check_loss
 from ssptk.models import ModelSpec, eval_batch, minibatch
 from ssptk.options import RunOptions
 from ssptk.runtime.ps_loop import write_final
@@ -79,6 +80,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         apply(grads)
         wait = time.perf_counter() - t0
         rec.step(step, step, loss, wait, 0, mb, delay)
+        check_loss(loss, opts.allow_nan, step, index, step)
     rec.event("done", steps=opts.steps, cpu_s=time.process_time())
     barrier()  # nobody leaves while a peer still needs it for a collective
     if index == 0:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ssptk.delays import DelayModel
+from ssptk.errors import check_loss
 from ssptk.models import ModelSpec, eval_batch, minibatch
 from ssptk.options import RunOptions
 from ssptk.runtime import ps_graph
@@ -141,6 +143,7 @@ class Trainer:
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
             self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
+            check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             wait_s, clear = 0.0, False
             if not ssp:
                 continue
@@ -199,6 +202,7 @@ class Trainer:
             else:
                 self.rec.step(step, g_at_push, loss, 0.0, g_at_push - local, mb, delay, applied=False,
                               t=float(pushed_at))
+            check_loss(float(loss), self.opts.allow_nan, step, self.index, token if applied else g_at_push)
             local = max(token, g_now)
         if self._aggregator is not None:
             self._aggregator.join()
@@ -215,13 +219,18 @@ class Trainer:
 
 
 def write_final(model_dir: str, loss: float, variables: list[Any], values: list[np.ndarray]) -> None:
-    """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name."""
-    info: dict[str, Any] = {"eval_loss": loss, "variables": {}, "params": {}}
+    """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name.
+    NaN and infinite numbers (a run with ``--allow-nan``) are written as ``null``: the file stays JSON."""
+    info: dict[str, Any] = {"eval_loss": _finite(loss), "variables": {}, "params": {}}
     for var, value in zip(variables, values):
         name = var.name.split(":")[0]
         arr = np.asarray(value)
         info["variables"][name] = list(arr.shape)
         if arr.size == 1:
-            info["params"][name.split("/")[-1]] = float(arr.reshape(()))
+            info["params"][name.split("/")[-1]] = _finite(float(arr.reshape(())))
     with open(os.path.join(model_dir, "final.json"), "w") as f:
         json.dump(info, f, indent=1)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

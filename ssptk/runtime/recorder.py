@@ -3,6 +3,7 @@ complete or absent (line-atomic with O_APPEND) and readers can follow the file w
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -30,7 +31,7 @@ class Recorder:
         if not self.enabled:
             return
         self._write({"t": time.time() if t is None else t, "worker": self.worker, "step": step,
-                     "global_step": int(global_step), "loss": float(loss), "wait_s": round(wait_s, 6),
+                     "global_step": int(global_step), "loss": _finite(float(loss)), "wait_s": round(wait_s, 6),
                      "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
                      "applied": applied})
 
@@ -39,3 +40,8 @@ class Recorder:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def _finite(x: float) -> float | None:
+    """NaN and infinities are written as ``null`` (strict JSON has no token for them)."""
+    return x if math.isfinite(x) else None
