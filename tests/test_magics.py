@@ -144,6 +144,16 @@ def test_magics_in_a_kernel(kernel, tmp_path: Path) -> None:
     config = json.loads((tmp_path / "r2" / "config.json").read_text())
     assert config["options"]["model"] == "r2/user_model.py:regression" and config["tasks"]["reused"]
 
+    # --background: returns at once with a live widget, the kernel stays usable
+    reply, outs = run_cell(kc, "bg = %dtrain --mode async --workers 2 --steps 300 --straggler 1:0.01 --out bgrun --background\n"
+                               "bg")
+    assert not _errors(outs), _errors(outs)
+    assert any("application/vnd.jupyter.widget-view+json" in m["content"].get("data", {}) for m in outs)
+    reply, outs = run_cell(kc, "print('usable', bg.done)")
+    assert "usable False" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+    reply, outs = run_cell(kc, "r = bg.wait(300)\nprint(r.summary['status'], len(r.df), bg.dashboard.png is not None)")
+    assert "ok 600 True" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+
     reply, outs = run_cell(kc, "%%dtrain --mode async --workers 2 --steps 30\ndef a(): pass\ndef b(): pass\n")
     assert "name it with --model NAME" in _usage_error(reply, outs)
 
