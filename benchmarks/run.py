@@ -310,6 +310,7 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 sys.modules.setdefault("run", sys.modules[__name__])
+from bench_notebook import bench_dashboard_overhead  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
 
 #: Every benchmark, in the order they run. Issue 4 also asks for: simulator vs real.
@@ -317,6 +318,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ssp_nonbinding_vs_async,
     bench_modes_under_jitter,
     bench_warm_rerun,
+    bench_dashboard_overhead,
     bench_logging_on_off,
     bench_cold_start,
     bench_scale_workers,

@@ -83,6 +83,11 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         check_loss(loss, opts.allow_nan, step, index, step)
     rec.event("done", steps=opts.steps, cpu_s=time.process_time())
     barrier()  # nobody leaves while a peer still needs it for a collective
+    if index != 0:
+        # A collective's receivers pull their chunks from the senders (RecvBuf RPCs): a worker whose
+        # last all-reduce has finished may still be serving a peer's pull, and exiting at once fails
+        # that peer with "Collective ops is aborted by: Socket closed". A second to let them finish.
+        time.sleep(1.0)
     if index == 0:
         model_dir = os.path.join(run_dir, "model")
         os.makedirs(model_dir, exist_ok=True)

@@ -1,0 +1,49 @@
+"""Benchmarks of the notebook layer: what the live dashboard costs a run.
+
+Imported by ``run.py``, which lists them in its ``BENCHMARKS``; the helpers (``Row``, targets, the
+context) are ``run.py``'s.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from run import Context, Row, _f, at_least, best, median, rates, ratio
+
+
+def bench_dashboard_overhead(ctx: Context) -> list[Row]:
+    """steps/s with the live dashboard refreshing (every second, as ``%dtrain`` does) against the same
+    run without it, alternating. Target >= 0.9. The dashboard renders every frame to PNG as in a
+    notebook; only the hand-over to the notebook frontend (a message on the kernel's socket) is left out."""
+    from ssptk.dashboard import LiveDashboard
+
+    common = dict(model="linear", workers=3, steps=200 if ctx.quick else 1000, seed=0, mode="ssp", staleness=2,
+                  jitter="exp:0.005")
+    on: list[dict[str, Any]] = []
+    off: list[dict[str, Any]] = []
+    cpu_share: list[float] = []
+    frames: list[int] = []
+    for r in range(ctx.repeat):
+        print(f"  round {r + 1}/{ctx.repeat}", flush=True)
+        order = ("dashboard", "none") if r % 2 == 0 else ("none", "dashboard")
+        for label in order:
+            if label == "none":
+                off.append(ctx.run(label, **common))
+                continue
+            dash = LiveDashboard(sink=lambda png, progress, final: None)
+            s = ctx.run(label, observer=dash, **common)
+            on.append(s)
+            if s.get("status") == "ok" and s.get("wall_s"):
+                cpu_share.append(sum(dash.render_cpu) / float(s["wall_s"]))
+                frames.append(dash.redraws)
+    ctx.note(f"Options: {', '.join(f'{k}={v}' for k, v in common.items())}; dashboard refresh 1 s, alternating, "
+             f"{ctx.repeat} round(s).")
+    ctx.note("steps/s with the dashboard: " + ", ".join(_f(v, ".1f") for v in rates(on)))
+    ctx.note("steps/s without: " + ", ".join(_f(v, ".1f") for v in rates(off)))
+    ctx.note("frames drawn per run: " + ", ".join(str(f) for f in frames) + "; drawing CPU / training wall time: "
+             + ", ".join(f"{100 * c:.1f}%" for c in cpu_share))
+    n = "dashboard_overhead"
+    return [
+        Row(f"{n}: ratio of medians (on/off)", ratio(median(rates(on)), median(rates(off))), at_least(0.9)),
+        Row(f"{n}: ratio of bests (on/off)", ratio(best(rates(on)), best(rates(off))), at_least(0.9)),
+        Row(f"{n}: drawing CPU share of training time (median)", median(cpu_share), fmt=".3f"),
+    ]
