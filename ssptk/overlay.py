@@ -7,7 +7,6 @@ user's global matplotlib state (no style, no rcParams, no list of open figures) 
 """
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,8 +17,9 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.errors import UsageError
+from ssptk.report import figure_png as report_png
 
-__all__ = ["RunFrames", "overlay_figure", "figure_png", "summary_line", "static_html", "staleness_looks", "StaticView",
+__all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks", "StaticView",
            "LOSS_GID", "SKEW_GID", "BOUND_GID"]
 
 #: ``(steps, events, config)`` of one run; events and config may be None.
@@ -111,13 +111,6 @@ def overlay_figure(
     return fig
 
 
-def figure_png(fig: Figure, dpi: int = 80) -> bytes:
-    """``fig`` rendered to PNG bytes (headless: the Agg canvas, no pyplot)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
-
-
 def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
     """``label: 143.2 steps/s, max skew 3, final loss 0.11, wait 21%`` (or why the run failed)."""
     s = summary or {}
@@ -177,7 +170,7 @@ class StaticView:
         """The current ``figure()`` as PNG bytes (rendered once per view)."""
         key = self._view_key()  # type: ignore[attr-defined]
         if key not in self._png:
-            self._png[key] = figure_png(self.figure())  # type: ignore[attr-defined]
+            self._png[key] = report_png(self.figure(), dpi=80)  # type: ignore[attr-defined]
         return self._png[key]
 
     def table(self) -> pd.DataFrame:

@@ -229,11 +229,16 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     return fig
 
 
-def figure_to_png_base64(fig: Figure, dpi: int = 100) -> str:
-    """Render ``fig`` to PNG and return it base64-encoded (ASCII, no ``data:`` prefix)."""
+def figure_png(fig: Figure, dpi: int = 100) -> bytes:
+    """``fig`` rendered to PNG bytes (headless: the Agg canvas, no pyplot)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return buf.getvalue()
+
+
+def figure_to_png_base64(fig: Figure, dpi: int = 100) -> str:
+    """Render ``fig`` to PNG and return it base64-encoded (ASCII, no ``data:`` prefix)."""
+    return base64.b64encode(figure_png(fig, dpi)).decode("ascii")
 
 
 def _fmt(value: Any) -> str:

@@ -8,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import ssptk

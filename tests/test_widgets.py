@@ -23,7 +23,8 @@ from ssptk import api, widgets
 from ssptk.api import RunResult
 from ssptk.errors import RunFailed, TaskFailure, UsageError
 from ssptk.options import OPTIONS, resolve
-from ssptk.overlay import BOUND_GID, LOSS_GID, SKEW_GID, figure_png, overlay_figure, summary_line
+from ssptk.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
+from ssptk.report import figure_png
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
