@@ -16,6 +16,8 @@ import pandas as pd
 from ssptk import __version__
 from ssptk.errors import RunFailed, TaskFailure, UsageError
 from ssptk.options import RunOptions, resolve, to_argv
+from ssptk.summary import summarize_run
+from ssptk.watch import watch_run
 
 ProgressFn = Callable[[int, int], None]
 
@@ -33,16 +35,7 @@ class RunObserver(Protocol):
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None: ...
 
     def finished(self, result: RunResult | None) -> None: ...
-POLL_S = 0.1
 PORT_RETRIES = 3
-#: Seconds the tasks get, once they are up, to pass the start barrier before the stall watchdog ends the
-#: run (or ``stall_timeout`` if longer): graph building and session start come first.
-START_TIMEOUT_S = 120.0
-#: Workers whose last records are this close together (seconds) went silent together: in a PS mode the
-#: stall watchdog then blames the PS (every worker waits on it), else the worker that went silent first.
-_SILENT_TOGETHER_S = 2.0
-
-
 @dataclass
 class RunResult:
     """A finished (or failed) run: its directory, options, summary and step records."""
@@ -262,7 +255,7 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
                 cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
                 failure = cluster.wait_ready()
                 if failure is None:
-                    failure = _watch(cluster, run_dir, total, observers, opts)
+                    failure = watch_run(cluster, run_dir, total, observers, opts)
                 elif attempt + 1 < PORT_RETRIES and _port_taken(failure):
                     _reset_attempt(run_dir)
                     continue
@@ -296,7 +289,7 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
     try:
         cluster.train_cpu.pop("ps:0", None)
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
-        failure = _watch(cluster, run_dir, total, observers, opts)
+        failure = watch_run(cluster, run_dir, total, observers, opts)
         ok = failure is None
         return failure, cluster.train_cpu.get("ps:0"), False
     except KeyboardInterrupt:
@@ -324,161 +317,6 @@ def _reset_attempt(run_dir: str) -> None:
             os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
 
 
-def _watch(cluster: Any, run_dir: str, total: int, observers: list[RunObserver],
-           opts: RunOptions | None = None) -> TaskFailure | None:
-    """Follow the run until every worker has exited; the first failure ends it.
-
-    With ``opts.stall_timeout`` (seconds, 0 = off) a run that stops making progress ends too: see
-    :class:`_StallWatch`.
-    """
-    from ssptk.logs import RunLogReader
-
-    reader = RunLogReader(run_dir)
-    ps_cpu0: float | None = None
-    stall = _StallWatch(opts.stall_timeout if opts is not None else 0.0,
-                        steps_logged=opts is None or not opts.no_log)
-
-    def read() -> list[dict[str, Any]]:
-        steps, events = reader.read_new()
-        for o in observers:
-            o.records(steps, events, reader.n_steps, total)
-        stall.saw(steps, events)
-        return events
-
-    while True:
-        failure = cluster.poll()
-        if failure is not None:
-            errors = [e for e in read() if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
-            if errors:  # the worker said why it failed: that beats a line guessed from its log
-                return TaskFailure(failure.task, f"error: {errors[0].get('message', '')}", failure.exit_code,
-                                   failure.log_tail)
-            return failure
-        for e in read():
-            if e.get("event") == "error":
-                return _error_failure(cluster, e)
-            if e.get("event") == "start" and ps_cpu0 is None:
-                ps_cpu0 = cluster.cpu_seconds("ps:0")
-        if cluster.workers_finished():
-            ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
-            if not cluster.with_ps:
-                cluster.train_cpu["ps:0"] = 0.0
-            elif ps_cpu0 is not None and ps_cpu1 is not None:
-                cluster.train_cpu["ps:0"] = ps_cpu1 - ps_cpu0
-            read()
-            return None
-        failure = stall.check(cluster)
-        if failure is not None:
-            return failure
-        time.sleep(POLL_S)
-
-
-def _error_failure(cluster: Any, event: dict[str, Any]) -> TaskFailure:
-    """The failure a worker's ``error`` event reports, with its exit code (it exits right after)."""
-    from ssptk.cluster import log_tail
-
-    name = f"worker:{event.get('worker')}"
-    task = next((t for t in cluster.tasks if t.name == name and t.proc is not None), None)
-    if task is None:
-        return cluster.failure(name, f"error: {event.get('message', '')}")
-    try:
-        code = task.proc.wait(2.0)
-    except Exception:  # still running (subprocess.TimeoutExpired): no exit code to show
-        code = None
-    return TaskFailure(name, f"error: {event.get('message', '')}", code, log_tail(task.log_path))
-
-
-class _StallWatch:
-    """Ends a run that stopped making progress: a PS that is alive but no longer answers (say, stopped
-    with SIGSTOP), or a worker stuck for good, would otherwise keep the launcher waiting forever.
-
-    Until the first ``start`` event the tasks get ``max(START_TIMEOUT_S, timeout)`` seconds from the
-    moment the watch begins; after it, the run fails when no worker logs anything (step or event) for
-    ``timeout`` seconds. Without step records (``--no-log``) only the start is watched.
-    """
-
-    def __init__(self, timeout: float, steps_logged: bool = True) -> None:
-        self.timeout = float(timeout or 0.0)
-        self.steps_logged = steps_logged
-        self.begun = self.last = time.monotonic()
-        self.started: float | None = None  # wall time of the first start event
-        self.last_step: dict[str, Any] | None = None
-        self.heard: dict[int, float] = {}  # worker -> when (monotonic) its newest record arrived
-        self.ended: set[int] = set()  # workers that logged done (or error)
-
-    def saw(self, steps: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-        if not steps and not events:
-            return
-        now = self.last = time.monotonic()
-        for r in (*steps, *events):
-            w = r.get("worker")
-            if isinstance(w, int):
-                self.heard[w] = now
-            kind = r.get("event")
-            if kind == "start" and self.started is None:
-                self.started = float(r.get("t") or time.time())
-            elif kind in ("done", "error") and isinstance(w, int):
-                self.ended.add(w)
-        if steps:
-            self.last_step = max(steps, key=lambda r: (r.get("t") or 0.0, r.get("global_step") or 0))
-
-    def check(self, cluster: Any) -> TaskFailure | None:
-        """A failure if the run has stalled, else ``None``."""
-        if not self.timeout:
-            return None
-        now = time.monotonic()
-        if self.started is None:
-            limit = max(START_TIMEOUT_S, self.timeout)
-            if now - self.begun <= limit:
-                return None
-            reason = (f"stalled: the workers did not pass the start barrier within {limit:g} s of starting; "
-                      f"a --stall-timeout above {limit:g} waits longer")
-            return self._failure(cluster, self._suspect(cluster), reason)
-        if not self.steps_logged or now - self.last <= self.timeout:
-            return None
-        if self.last_step is not None:
-            r = self.last_step
-            last = f"last step at {_clock(r.get('t'))}, global step {r.get('global_step')}"
-        else:
-            last = f"no step since the start barrier at {_clock(self.started)}"
-        task = self._suspect(cluster)
-        if task in _stopped_tasks(cluster):
-            advice = f"{task}'s process is stopped (SIGSTOP?)"
-        else:
-            advice = "use --stall-timeout to wait longer"
-        return self._failure(cluster, task, f"stalled: no step logged for {self.timeout:g} s ({last}); {advice}")
-
-    def _suspect(self, cluster: Any) -> str:
-        """The task most likely to hold the run up: a stopped process; else the PS when every unfinished
-        worker went silent at once (they all wait on it); else the worker that went silent first."""
-        stopped = _stopped_tasks(cluster)
-        if stopped:
-            return stopped[0]
-        n = len(cluster.spec.get("worker", []))
-        silent = {w: self.heard.get(w, self.begun) for w in range(n) if w not in self.ended}
-        if cluster.with_ps and (not silent or max(silent.values()) - min(silent.values()) <= _SILENT_TOGETHER_S):
-            return "ps:0"
-        if not silent:
-            return "worker:0"
-        return f"worker:{min(silent, key=lambda w: (silent[w], w))}"
-
-    @staticmethod
-    def _failure(cluster: Any, name: str, reason: str) -> TaskFailure:
-        from ssptk.cluster import log_tail
-
-        task = next((t for t in cluster.tasks if t.name == name), None)
-        return TaskFailure(name, reason, None, log_tail(task.log_path) if task is not None else [])
-
-
-def _stopped_tasks(cluster: Any) -> list[str]:
-    stopped = getattr(cluster, "stopped_tasks", None)
-    return stopped() if stopped is not None else []
-
-
-def _clock(t: Any) -> str:
-    """A record's wall time as local HH:MM:SS (``?`` if it has none)."""
-    return time.strftime("%H:%M:%S", time.localtime(float(t))) if isinstance(t, (int, float)) else "?"
-
-
 def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gpus: dict[str, str],
                   total: int, launched: float | None = None, tasks: dict[str, Any] | None = None) -> None:
     import importlib.metadata
@@ -498,87 +336,6 @@ def _write_config(run_dir: str, opts: RunOptions, spec: dict[str, list[str]], gp
     }
     with open(os.path.join(run_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
-
-
-def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
-                  ps_cpu_s: float | None = None) -> dict[str, Any]:
-    """Compute ``summary.json`` from the run directory's logs and write it; returns the summary.
-
-    ``ps_cpu_s``: CPU seconds the PS used between the start barrier and the end (the launcher measures
-    it); with the workers' own figures from their start/done events it gives ``cpu_ms_per_step``.
-    """
-    from ssptk.analysis import summarize
-    from ssptk.logs import load_run, read_json
-
-    steps, events, config, _ = load_run(run_dir)
-    final = read_json(os.path.join(run_dir, "model", "final.json"))
-    if failure is None and not final:
-        failure = TaskFailure("worker:0", "finished without writing model/final.json")
-    s: dict[str, Any] = {"status": "ok" if failure is None else "failed",
-                         "reason": None if failure is None else str(failure),
-                         "failed_task": None if failure is None else failure.task,
-                         "mode": opts.mode, "model": opts.model, "workers": opts.workers,
-                         "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
-    s.update(summarize(steps, events, config))
-    s.update(_startup(steps, config))
-    s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
-    s.update(_ideal(steps, opts))
-    ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
-    s["measured_over_ideal"] = measured / ideal if ideal and measured else None
-    s["final_loss"] = final.get("eval_loss")
-    s["params"] = final.get("params") if opts.model == "linear" else None
-    s["run_dir"] = run_dir
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(s, f, indent=1)
-    _write_tensorboard(run_dir)
-    return s
-
-
-def _write_tensorboard(run_dir: str) -> None:
-    """TensorBoard event files in ``run_dir/tensorboard/`` (:mod:`ssptk.tboard`); never fails the run."""
-    try:
-        from ssptk.tboard import write_events
-
-        write_events(run_dir)
-    except Exception:  # a broken event file must not fail a run (nothing recorded)
-        pass
-
-
-def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
-    """Seconds from the ``run()`` call to the first step record, and whether the tasks were warm."""
-    launched, tasks = config.get("launched"), config.get("tasks") or {}
-    first = float(steps["t"].min()) if not steps.empty and launched else None
-    return {"first_step_s": None if first is None else first - float(launched),
-            "warm_reused": bool(tasks.get("reused"))}
-
-
-def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
-    """The simulator's steps/s for these options with this run's calibrated per-step overhead."""
-    from ssptk.sim import ideal_for
-
-    if steps.empty:
-        return {"overhead_ms": None, "ideal_steps_per_s": None}
-    # A failed run simulates only the budget it got through (a run that stopped at step 12 of --steps
-    # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
-    budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
-    return ideal_for(steps, opts.mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
-                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed)
-
-
-def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:
-    """CPU seconds all tasks spent training (start barrier to done), and per minibatch.
-
-    On a machine where the tasks share few cores, throughput is bound by this, and unlike steps/s it
-    barely moves when other programs take turns on the cores: the steadier measure of overhead.
-    """
-    out: dict[str, Any] = {"train_cpu_s": None, "cpu_ms_per_step": None}
-    if events.empty or "cpu_s" not in events or ps_cpu_s is None or not steps:
-        return out
-    by = events.dropna(subset=["cpu_s"]).groupby(["worker", "event"])["cpu_s"].first().unstack()
-    if not {"start", "done"} <= set(by.columns) or by[["start", "done"]].isna().any().any():
-        return out
-    total = float((by["done"] - by["start"]).sum()) + ps_cpu_s
-    return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
 
 
 # --- comparisons: they live in ssptk.comparison; the names stay importable from here ----------------

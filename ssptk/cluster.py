@@ -115,6 +115,7 @@ class LocalCluster:
         self.gpu_assignment = gpu_assignment
         self.tasks: list[Task] = []
         self.train_cpu: dict[str, float] = {}  # CPU seconds a task used while training, where measured
+        self.restarts: dict[str, int] = {}  # worker -> times it was started again (see restart)
         self.serving = False  # warm: the workers serve one run after another (see submit)
         self.run_id: str | None = None
         self.runs_served = 0
@@ -151,14 +152,26 @@ class LocalCluster:
                     "--run-id", run_id, *(["--serve"] if serve else worker_args)]
             task = Task(name, argv, env, os.path.join(self.run_dir, "logs", name.replace(":", "-") + ".log"))
             task.log = open(task.log_path, "ab")
-            # A serving worker reads its runs from stdin, and exits when the pipe closes.
-            stdin = subprocess.PIPE if serve and name != "ps:0" else subprocess.DEVNULL
-            # In the namespace: nsenter enters it and execs the task in place, so the task is still
-            # this process's child (same pid, process group, pipes, death signal).
-            task.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=task.log,
-                                         stderr=subprocess.STDOUT, stdin=stdin, env=env, start_new_session=True,
-                                         preexec_fn=preexec, pass_fds=ns.fds if ns else ())
+            self._spawn(task, task.argv, preexec, ns)
             self.tasks.append(task)
+
+    def _spawn(self, task: Task, argv: list[str], preexec: Any, ns: Any) -> None:
+        # A serving worker reads its runs from stdin, and exits when the pipe closes.
+        stdin = subprocess.PIPE if self.serving and task.name != "ps:0" else subprocess.DEVNULL
+        # In the namespace: nsenter enters it and execs the task in place, so the task is still
+        # this process's child (same pid, process group, pipes, death signal).
+        task.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=task.log, stderr=subprocess.STDOUT,
+                                     stdin=stdin, env=task.env, start_new_session=True, preexec_fn=preexec,
+                                     pass_fds=ns.fds if ns else ())
+
+    def restart(self, name: str, attempt: int) -> None:
+        """Start worker ``name`` again after it died; it rejoins the running training (``--rejoin``)."""
+        task = next(t for t in self.tasks if t.name == name)
+        if task.proc is not None:
+            _signal_group(task.proc, signal.SIGKILL)  # anything the dead task left in its group
+            task.proc.wait()
+        self.restarts[name] = attempt
+        self._spawn(task, [*task.argv, "--rejoin", str(attempt)], _preexec(), self.namespace)
 
     def wait_ready(self, timeout: float = 120.0) -> TaskFailure | None:
         """Block until every task's server is up; a failure if one exits first or time runs out."""

@@ -29,7 +29,7 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features) , package.module:function or file.py:function",
+    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features), package.module:function or file.py:function",
            "M"),
     Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
     Option("staleness", int, None,
@@ -50,6 +50,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
     Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
            flag=True),
+    Option("restart_failed", int, 0,
+           "ssp and async: start a worker that dies again, up to N times in all, and finish the run", "N"),
     Option("stall_timeout", float, 60,
            "end the run if no worker logs a step for this long, in seconds; 0 turns the watchdog off", "SECONDS"),
 )
@@ -75,6 +77,7 @@ class RunOptions:
     no_log: bool = False
     allow_nan: bool = False
     stall_timeout: float = 60
+    restart_failed: int = 0
 
     @property
     def stragglers(self) -> dict[int, float]:
@@ -179,6 +182,11 @@ def _validate(o: RunOptions) -> None:
             raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
     parse_jitter(o.jitter)
     _check_stall_timeout(o)
+    if o.restart_failed < 0:
+        raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
+    if o.restart_failed and o.mode not in ("ssp", "async"):
+        raise UsageError(f"--restart-failed works with --mode ssp or async, not {o.mode} "
+                         "(sync and allreduce steps need every worker at once)")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
 

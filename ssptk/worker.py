@@ -29,6 +29,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
     p.add_argument("--serve", action="store_true",
                    help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
+    p.add_argument("--rejoin", type=int, default=0, metavar="K",
+                   help="this worker was started again (K-th time) and joins a running training")
     add_run_arguments(p)
     return p
 
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     from ssptk.runtime.ps_loop import Trainer
 
     def train() -> None:
-        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run()
+        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run(rejoin=args.rejoin)
 
     _run_guarded(train, run_dir, index)
     return 0

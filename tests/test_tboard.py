@@ -161,13 +161,13 @@ def test_without_tensorboard_nothing_is_written(run_a: Path, monkeypatch: pytest
 
 
 def test_launcher_hook_never_raises(run_a: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ssptk import api
+    from ssptk import summary
 
     def broken(run_dir: str) -> str:
         raise OSError("disk full")
 
     monkeypatch.setattr(tboard, "write_events", broken)
-    api._write_tensorboard(str(run_a))  # swallowed
+    summary.write_tensorboard(str(run_a))  # swallowed
 
 
 def test_writing_does_not_import_tensorflow(run_a: Path) -> None:

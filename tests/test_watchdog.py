@@ -17,7 +17,8 @@ import pytest
 
 import ssptk
 from conftest import cluster_processes, ssptk_cmd, warm_processes
-from ssptk import api
+from ssptk import watch as watch_module
+from ssptk.watch import StallWatch
 from ssptk.errors import LossNotFinite, UsageError, check_loss
 from ssptk.options import resolve, to_argv
 
@@ -130,20 +131,20 @@ class FakeCluster:
 class Clock:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = 1000.0
-        monkeypatch.setattr(api.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(watch_module.time, "monotonic", lambda: self.now)
 
 
 def step(worker: int, t: float = 1.7e9, gs: int = 5) -> dict[str, Any]:
     return {"t": t, "worker": worker, "step": 1, "global_step": gs, "loss": 1.0}
 
 
-def started(watch: api._StallWatch, workers: int = 3) -> None:
+def started(watch: StallWatch, workers: int = 3) -> None:
     watch.saw([], [{"event": "start", "t": 1.7e9, "worker": w} for w in range(workers)])
 
 
 def test_stall_watch_blames_the_ps_when_every_worker_went_silent_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
-    watch = api._StallWatch(5.0)
+    watch = StallWatch(5.0)
     started(watch)
     watch.saw([step(0), step(1), step(2, gs=42)], [])
     clock.now += 5.0
@@ -157,7 +158,7 @@ def test_stall_watch_blames_the_ps_when_every_worker_went_silent_at_once(monkeyp
 
 def test_stall_watch_blames_the_worker_that_went_silent_first(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
-    watch = api._StallWatch(5.0)
+    watch = StallWatch(5.0)
     started(watch)
     watch.saw([step(0), step(1), step(2)], [])
     clock.now += 3.0
@@ -169,7 +170,7 @@ def test_stall_watch_blames_the_worker_that_went_silent_first(monkeypatch: pytes
 
 def test_stall_watch_names_a_stopped_process_first(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
-    watch = api._StallWatch(2.0)
+    watch = StallWatch(2.0)
     started(watch)
     clock.now += 2.5
     f = watch.check(FakeCluster(stopped=("worker:2",)))
@@ -179,8 +180,8 @@ def test_stall_watch_names_a_stopped_process_first(monkeypatch: pytest.MonkeyPat
 
 def test_stall_watch_gives_the_start_more_time_and_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
-    monkeypatch.setattr(api, "START_TIMEOUT_S", 30.0)
-    watch, off, quiet = api._StallWatch(5.0), api._StallWatch(0), api._StallWatch(5.0, steps_logged=False)
+    monkeypatch.setattr(watch_module, "START_TIMEOUT_S", 30.0)
+    watch, off, quiet = StallWatch(5.0), StallWatch(0), StallWatch(5.0, steps_logged=False)
     clock.now += 29.0
     assert watch.check(FakeCluster()) is None
     clock.now += 2.0

@@ -39,6 +39,7 @@ class PSGraph:
     arrivals: Any
     release: Any
     go: Any                       # dequeue the start token, then claim the first minibatch
+    rejoin: Any                   # a restarted worker: claim its next minibatch, no barrier
     done: Any
     dones: Any
     # async / ssp
@@ -228,5 +229,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             return PSGraph(
                 graph=graph, x=x, y=y, delay=delay, loss=loss, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
-                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go, done=done_q.enqueue(index),
+                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go,
+                rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),
+                done=done_q.enqueue(index),
                 dones=done_q.dequeue_many(n - 1), **extra)

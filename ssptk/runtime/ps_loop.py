@@ -53,6 +53,8 @@ class Trainer:
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
         self.rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
         self.safety_timeouts = 0
+        self.step_offset = 0  # steps this worker logged before it was restarted
+        self.rejoined = False
         self._aggregator: threading.Thread | None = None
 
     # -- shared pieces -------------------------------------------------------------------------
@@ -92,9 +94,11 @@ class Trainer:
         self.rec.event("start", cpu_s=time.process_time())
         return first
 
-    def run(self, reset_container: bool = False) -> None:
+    def run(self, reset_container: bool = False, rejoin: int = 0) -> None:
         """Train to the end of the work budget. ``reset_container``: the chief clears the run's
-        state from the PS afterwards (a warm cluster serves the next run on the same servers)."""
+        state from the PS afterwards (a warm cluster serves the next run on the same servers).
+        ``rejoin``: this worker died and was started again (the ``rejoin``-th time): it skips the
+        initialisation and the start barrier and goes on from the parameters and counters on the PS."""
         g, sync = self.g, self.opts.mode == "sync"
         if sync:
             steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
@@ -103,7 +107,13 @@ class Trainer:
             if self.opts.mode == "ssp":
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
-        first = self._start(aggregate)
+        if rejoin:
+            self.rejoined = True
+            first = int(self.sess.run(g.rejoin))
+            self.step_offset = last_logged_step(worker_log_path(self.run_dir, self.index))
+            self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
+        else:
+            first = self._start(aggregate)
         steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn)
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
         if self.index == 0:
@@ -134,7 +144,9 @@ class Trainer:
         g, s = self.g, self.sess
         budget = self.n * self.opts.steps
         ssp = self.opts.mode == "ssp"
-        step, wait_s, clear, n = 0, 0.0, False, self.n
+        # A restarted worker goes on counting its steps, and first clears the SSP want it may have
+        # registered before it died.
+        step, wait_s, clear, n = self.step_offset, 0.0, ssp and self.rejoined, self.n
         while claim <= budget:
             mb = claim - 1
             inputs, delay = self._inputs(mb)
@@ -216,6 +228,21 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
             os._exit(1)
+
+
+def last_logged_step(path: str) -> int:
+    """The last ``step`` in a worker's log (0 if none): where a restarted worker goes on counting."""
+    last = 0
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    last = max(last, int(json.loads(line).get("step") or 0))
+                except (ValueError, AttributeError):
+                    continue
+    except OSError:
+        pass
+    return last
 
 
 def write_final(model_dir: str, loss: float, variables: list[Any], values: list[np.ndarray]) -> None:

@@ -1,0 +1,88 @@
+"""--restart-failed: a worker that dies is started again, rejoins the training, and the run finishes."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import ssptk
+from ssptk.errors import UsageError
+
+from conftest import assert_gone, cluster_processes
+from helpers import records
+
+
+def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) -> threading.Thread:
+    def kill() -> None:
+        deadline = time.monotonic() + 120
+        log = run_dir / "workers" / f"worker-{worker}.jsonl"
+        while time.monotonic() < deadline:
+            if log.exists() and log.read_text().count('"step"') >= after_steps:
+                for p in cluster_processes(str(run_dir)):
+                    if f"worker:{worker}" in " ".join(p.cmdline()) and "--rejoin" not in p.cmdline():
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed.append(p.pid)
+                        return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=kill)
+    t.start()
+    return t
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0)])
+def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Path, mode: str, worker: int) -> None:
+    killed: list[int] = []
+    steps = 120
+    killer = _kill_when(run_dir, worker, steps // 2, killed)
+    extra = {"staleness": 2} if mode == "ssp" else {}
+    r = ssptk.run(mode=mode, workers=3, steps=steps, restart_failed=1, straggler=["2:0.01"], out=str(run_dir),
+                  **extra)
+    killer.join()
+    assert killed, "the worker was not killed: the test proves nothing"
+    assert r.ok, r.summary["reason"]
+    df, event_list = records(run_dir)
+    events = pd.DataFrame(event_list)
+    restarts = events[events["event"] == "restart"]
+    assert list(restarts["worker"]) == [worker] and list(restarts["attempt"]) == [1]
+    # the budget is done: every minibatch claimed once; at most the one the dead worker held is lost
+    assert len(df) >= 3 * steps - 1 and df["minibatch"].is_unique
+    # the restarted worker went on counting its steps and carried on training
+    mine = df[df["worker"] == worker].sort_values("t")
+    assert mine["step"].is_monotonic_increasing and mine["step"].is_unique
+    assert (mine["t"] > float(restarts["t"].iloc[0])).sum() > 0
+    assert abs(r.summary["params"]["w"] - 2.0) < 0.15 and abs(r.summary["params"]["b"] - 10.0) < 0.15
+    log = (run_dir / "logs" / f"worker-{worker}.log").read_text()
+    assert log.count("SSPTK_READY") == 2
+    assert_gone(str(run_dir))
+
+
+@pytest.mark.slow
+def test_restarts_are_limited(run_dir: Path) -> None:
+    killed: list[int] = []
+    k1 = _kill_when(run_dir, 1, 20, killed)
+    with pytest.raises(ssptk.RunFailed, match=r"worker:2 \(exit code -9\): was killed by SIGKILL"):
+        k2 = _kill_when(run_dir, 2, 40, killed)
+        ssptk.run(mode="async", workers=3, steps=400, restart_failed=1, straggler=["0:0.01", "1:0.01", "2:0.01"],
+                  out=str(run_dir))
+    k1.join()
+    k2.join()
+    assert len(killed) == 2
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"mode": "sync", "restart_failed": 1}, r"--restart-failed works with --mode ssp or async, not sync"),
+    ({"mode": "async", "restart_failed": -1}, r"--restart-failed must be >= 0"),
+])
+def test_bad_restart_options(tmp_path: Path, kw: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        ssptk.run(out=str(tmp_path / "r"), **kw)
+    assert not (tmp_path / "r").exists()
