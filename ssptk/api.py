@@ -223,7 +223,7 @@ def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: lis
     for o in observers:
         o.started(run_dir, opts, total)
     launched = time.time() if launched is None else launched
-    run_tasks = _run_warm if warm and with_ps else _run_cold
+    run_tasks = _run_warm if warm and with_ps and not opts.restart_failed else _run_cold
     failure, ps_cpu, interrupted = run_tasks(opts, run_dir, gpus, observers, total, launched)
     summary = summarize_run(run_dir, opts, failure, ps_cpu_s=ps_cpu)
     if interrupted:  # the logs and summary of what ran are kept

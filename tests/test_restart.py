@@ -40,11 +40,12 @@ def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) 
 @pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0)])
 def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Path, mode: str, worker: int) -> None:
     killed: list[int] = []
-    steps = 120
-    killer = _kill_when(run_dir, worker, steps // 2, killed)
+    # Slow steps (40 ms each) so that the run outlasts the restart (TensorFlow's start-up, seconds).
+    steps = 300
+    killer = _kill_when(run_dir, worker, 30, killed)
     extra = {"staleness": 2} if mode == "ssp" else {}
-    r = ssptk.run(mode=mode, workers=3, steps=steps, restart_failed=1, straggler=["2:0.01"], out=str(run_dir),
-                  **extra)
+    r = ssptk.run(mode=mode, workers=3, steps=steps, restart_failed=1, out=str(run_dir),
+                  straggler=["0:0.04", "1:0.04", "2:0.04"], **extra)
     killer.join()
     assert killed, "the worker was not killed: the test proves nothing"
     assert r.ok, r.summary["reason"]
@@ -52,8 +53,9 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
     events = pd.DataFrame(event_list)
     restarts = events[events["event"] == "restart"]
     assert list(restarts["worker"]) == [worker] and list(restarts["attempt"]) == [1]
-    # the budget is done: every minibatch claimed once; at most the one the dead worker held is lost
-    assert len(df) >= 3 * steps - 1 and df["minibatch"].is_unique
+    # the budget is done: every minibatch claimed once. Missing from the logs: at most the minibatch the
+    # dead worker was computing, and one step it may have applied without logging it before it died.
+    assert len(df) >= 3 * steps - 2 and df["minibatch"].is_unique
     # the restarted worker went on counting its steps and carried on training
     mine = df[df["worker"] == worker].sort_values("t")
     assert mine["step"].is_monotonic_increasing and mine["step"].is_unique
