@@ -41,16 +41,16 @@ def summarize_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
     s["run_dir"] = run_dir
     with open(os.path.join(run_dir, "summary.json"), "w") as f:
         json.dump(s, f, indent=1)
-    write_tensorboard(run_dir)
+    write_tensorboard(run_dir, (steps, events, config, s))
     return s
 
 
-def write_tensorboard(run_dir: str) -> None:
+def write_tensorboard(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) -> None:
     """TensorBoard event files in ``run_dir/tensorboard/`` (:mod:`ssptk.tboard`); never fails the run."""
     try:
         from ssptk.tboard import write_events
 
-        write_events(run_dir)
+        write_events(run_dir, loaded)
     except Exception:  # a broken event file must not fail a run (nothing recorded)
         pass
 

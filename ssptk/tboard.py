@@ -119,14 +119,15 @@ def _write_file(folder: Path, items: list[tuple[int, bytes]], wall0: float, pb: 
     os.replace(tmp, folder / name)
 
 
-def write_events(run_dir: str) -> str | None:
+def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) -> str | None:
     """Write TensorBoard event files for the run in ``run_dir`` into ``run_dir/tensorboard/``.
 
     Reads the logs with :func:`ssptk.logs.load_run` (call it when the run has ended). Event files
     from an earlier call are replaced, so calling it again does not duplicate points. A run without
     step records gets only the ``config``/``summary`` texts. Returns the folder, or None (nothing
     written) when the ``tensorboard`` package is not installed. Raises ``FileNotFoundError`` if
-    ``run_dir`` is not a directory.
+    ``run_dir`` is not a directory. ``loaded``: what ``load_run(run_dir)`` returns, when the caller
+    has it already (the launcher, which has just summarised the run).
     """
     try:
         from tensorboard.compat.proto import event_pb2 as pb
@@ -135,7 +136,7 @@ def write_events(run_dir: str) -> str | None:
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"no run directory {run_dir!r}")
-    steps, events, config, summary = load_run(root)
+    steps, events, config, summary = loaded if loaded is not None else load_run(root)
     t0 = start_time(events)
     steps = steps.dropna(subset=["t", "worker", "step"])
     df = prepare_steps(steps, t0)
