@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.errors import UsageError
 from ssptk.logs import load_run
+from ssptk.tables import KEY_FIGURES, _formatted, format_table  # format_table: re-exported
 
 __all__ = [
     "run_figure",
@@ -41,8 +41,6 @@ __all__ = [
 
 RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]
 _MAX_LEGEND = 10
-#: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
-KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
 
 
 class Repeats(list):  # type: ignore[type-arg]
@@ -239,72 +237,6 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
 def figure_to_png_base64(fig: Figure, dpi: int = 100) -> str:
     """Render ``fig`` to PNG and return it base64-encoded (ASCII, no ``data:`` prefix)."""
     return base64.b64encode(figure_png(fig, dpi)).decode("ascii")
-
-
-def _fmt(value: Any) -> str:
-    if value is None or value is pd.NA:
-        return "-"
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}" if value != 0 else "0"
-    return str(value)
-
-
-def _with_range(mean: Any, lo: Any, hi: Any) -> str:
-    shown = _fmt(mean)
-    return shown if shown == "-" else f"{shown} [{_fmt(lo)}\u2013{_fmt(hi)}]"
-
-
-def _shown(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
-    """The cells of a table as shown (strings) and which columns are right-aligned numbers.
-
-    A table of repeated runs (:func:`ssptk.analysis.aggregate_repeats`: ``<figure>_min`` and
-    ``_max`` columns) shows the :data:`KEY_FIGURES` as ``mean [min–max]`` and the other figures as
-    the mean; the spread columns themselves stay in the table (and metrics.csv) but are not shown.
-    """
-    spread = [c for c in an.FIGURE_COLUMNS if f"{c}_min" in df.columns and f"{c}_max" in df.columns]
-    hidden = {f"{c}{suffix}" for c in spread for suffix in an.SPREAD_SUFFIXES}
-    columns = [c for c in df.columns if c not in hidden]
-    cells: dict[Any, list[str]] = {}
-    for c in columns:
-        if c in spread and c in KEY_FIGURES:
-            cells[c] = [_with_range(m, lo, hi) for m, lo, hi in
-                        zip(df[c].tolist(), df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist())]
-        else:
-            cells[c] = [_fmt(v) for v in df[c].tolist()]
-    numeric = {c: c in spread or (pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
-               for c in columns}
-    return pd.DataFrame(cells, columns=columns), numeric
-
-
-def _formatted(df: pd.DataFrame) -> pd.DataFrame:
-    return _shown(df)[0]
-
-
-def format_table(df: pd.DataFrame) -> str:
-    """Plain-text table: a header, a rule, one line per row; numbers right-aligned (4 significant
-    digits), text left-aligned, missing values as ``-``. A table of repeated runs shows its key
-    figures as ``mean [min–max]`` (see :func:`_shown`)."""
-    if df is None or len(df.columns) == 0:
-        return "(no columns)"
-    cells, numeric = _shown(df)
-    columns = list(cells.columns)
-    widths = {c: max([len(str(c))] + [len(v) for v in cells[c]]) for c in columns}
-
-    def line(values: Mapping[Any, str]) -> str:
-        return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c])
-                         for c in columns).rstrip()
-
-    out = [line({c: str(c) for c in columns}), "  ".join("-" * widths[c] for c in columns)]
-    out += [line(row) for row in cells.to_dict("records")]
-    if not len(df):
-        out.append("(no rows)")
-    return "\n".join(out)
 
 
 _CSS = """

@@ -24,6 +24,7 @@ from ssptk.errors import UsageError
 from ssptk.logs import load_run
 from ssptk.magics import help_text
 from ssptk.options import OPTIONS, resolve
+from ssptk.repeats import _t975
 
 T975_2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 SPREAD = [f"{c}{s}" for c in an.FIGURE_COLUMNS for s in ("_min", "_max", "_ci95")]
@@ -57,7 +58,7 @@ def test_ci95_halfwidth() -> None:
     except ImportError:
         return
     for df in (1, 2, 5, 29, 30, 31, 45, 200):  # the table and the expansion beyond it
-        assert an._t975(df) == pytest.approx(float(t.ppf(0.975, df)), abs=1e-4)
+        assert _t975(df) == pytest.approx(float(t.ppf(0.975, df)), abs=1e-4)
 
 
 def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
