@@ -35,7 +35,11 @@ class RunObserver(Protocol):
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None: ...
 
     def finished(self, result: RunResult | None) -> None: ...
+
+
 PORT_RETRIES = 3
+
+
 @dataclass
 class RunResult:
     """A finished (or failed) run: its directory, options, summary and step records."""
@@ -178,24 +182,31 @@ def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = No
     return _run_in(opts, run_dir, gpus, observers, raise_on_failure, warm, launched)
 
 
-class _Cancel:
-    """Ends the run, as Ctrl-C would, once ``event`` is set (a background run's ``stop()``)."""
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+class _Observer:
+    """A :class:`RunObserver` that does nothing; subclasses override what they need."""
 
     def started(self, run_dir: str, opts: RunOptions, total: int) -> None:
         pass
 
+    def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
+        pass
+
     def finished(self, result: RunResult | None) -> None:
         pass
+
+
+class _Cancel(_Observer):
+    """Ends the run, as Ctrl-C would, once ``event`` is set (a background run's ``stop()``)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
 
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         if self.event.is_set():
             raise KeyboardInterrupt
 
 
-class _ProgressObserver:
+class _ProgressObserver(_Observer):
     """A ``progress(done, total)`` callback as a :class:`RunObserver`."""
 
     def __init__(self, fn: ProgressFn) -> None:
@@ -205,14 +216,8 @@ class _ProgressObserver:
     def of(cls, fn: ProgressFn | None) -> _ProgressObserver | None:
         return None if fn is None else cls(fn)
 
-    def started(self, run_dir: str, opts: RunOptions, total: int) -> None:
-        pass
-
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         self.fn(done, total)
-
-    def finished(self, result: RunResult | None) -> None:
-        pass
 
 
 def _run_in(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver],

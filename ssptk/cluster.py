@@ -244,12 +244,8 @@ class LocalCluster:
         for t in self.tasks:
             if t.proc is None or t.proc.poll() is not None:
                 continue
-            try:
-                with open(f"/proc/{t.proc.pid}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state in ("T", "t"):
+            fields = _proc_stat(t.proc.pid)
+            if fields and fields[0] in ("T", "t"):
                 out.append(t.name)
         return out
 
@@ -258,11 +254,10 @@ class LocalCluster:
         task = next((t for t in self.tasks if t.name == name and t.proc is not None), None)
         if task is None:
             return None
+        fields = _proc_stat(task.proc.pid)  # type: ignore[union-attr]
         try:
-            with open(f"/proc/{task.proc.pid}/stat") as f:  # type: ignore[union-attr]
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # type: ignore[index]
+        except (TypeError, IndexError, ValueError):
             return None
 
     def stop(self, grace: float = 3.0) -> None:
@@ -310,6 +305,15 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); ``None`` if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
 
 def _log_has(path: str, marker: str, tail: int = 0) -> bool:

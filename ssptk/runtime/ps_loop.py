@@ -54,7 +54,6 @@ class Trainer:
         self.rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
         self.safety_timeouts = 0
         self.step_offset = 0  # steps this worker logged before it was restarted
-        self.rejoined = False
         self._aggregator: threading.Thread | None = None
 
     # -- shared pieces -------------------------------------------------------------------------
@@ -108,13 +107,12 @@ class Trainer:
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
         if rejoin:
-            self.rejoined = True
             first = int(self.sess.run(g.rejoin))
             self.step_offset = last_logged_step(worker_log_path(self.run_dir, self.index))
             self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
         else:
             first = self._start(aggregate)
-        steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn)
+        steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn, rejoined=bool(rejoin))
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
         if self.index == 0:
             if self.n > 1:
@@ -139,14 +137,14 @@ class Trainer:
         write_final(model_dir, float(eval_loss), self.g.model_vars, values)
 
     # -- async and ssp -------------------------------------------------------------------------
-    def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None) -> int:
+    def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None, rejoined: bool = False) -> int:
         """async/ssp: ``step_fn`` runs one step; ``step_clear_fn`` also clears this worker's SSP want."""
         g, s = self.g, self.sess
         budget = self.n * self.opts.steps
         ssp = self.opts.mode == "ssp"
         # A restarted worker goes on counting its steps, and first clears the SSP want it may have
         # registered before it died.
-        step, wait_s, clear, n = self.step_offset, 0.0, ssp and self.rejoined, self.n
+        step, wait_s, clear, n = self.step_offset, 0.0, ssp and rejoined, self.n
         while claim <= budget:
             mb = claim - 1
             inputs, delay = self._inputs(mb)
