@@ -369,7 +369,7 @@ def bench_scale_workers(ctx: Context) -> list[Row]:
              f"{', '.join(modes)}; all {len(configs)} configurations alternating in ABBA order, {ctx.repeat} "
              "round(s). Table figures are medians over rounds; start-up and memory pool both modes.")
     ctx.note("Why async and ssp:2: async is the engine's own ceiling (no waiting), and ssp:2 against it shows "
-             "what the bound costs as workers are added; sync's barrier is measured in modes_under_jitter.")
+             "what the bound costs as workers are added; sync's barrier is measured in sim_vs_real.")
     ctx.note(f"This machine has {cores} cores (os.cpu_count()): with N workers there are N + 1 TensorFlow "
              f"tasks (and this launcher), so from N = {max(1, cores)} on the cores are oversubscribed and "
              "steps/s measures the sharing of the cores, not a cluster's scaling.")

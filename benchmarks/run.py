@@ -236,43 +236,6 @@ def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
     ]
 
 
-def bench_modes_under_jitter(ctx: Context) -> list[Row]:
-    """sync, ssp:1, ssp:4 and async under exponential jitter (mean 20 ms per step): throughput and costs."""
-    common = dict(model="linear", workers=3, steps=40 if ctx.quick else 200, seed=0, jitter="exp:0.02")
-    modes = {"sync": dict(mode="sync"), "ssp:1": dict(mode="ssp", staleness=1),
-             "ssp:4": dict(mode="ssp", staleness=4), "async": dict(mode="async")}
-    configs = {label: dict(common, **kw) for label, kw in modes.items()}
-    ctx.note(f"Options: {_opts_text(common)}; modes run in alternation ({', '.join(modes)}), "
-             f"{ctx.repeat} round(s). Table figures are medians over the rounds (max_skew: the largest).")
-    res = ctx.alternate(configs)
-    ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
-    ctx.note("final_loss of each run: " + "; ".join(values_line(k, v, "final_loss", ".4f") for k, v in res.items()))
-    n = "modes_under_jitter"
-    sync_med = median(rates(res["sync"]))
-    sync_best = best(rates(res["sync"]))
-    rows: list[Row] = []
-    for label in modes:
-        r = rates(res[label])
-        rows.append(Row(f"{n}: {label} median steps/s", median(r), fmt=".1f"))
-        if label != "sync":
-            # SSP and async exist to not wait for the slowest worker at every step: under jitter they
-            # should beat sync.
-            rows.append(Row(f"{n}: {label}/sync (medians)", ratio(median(r), sync_med), more_than(1.0)))
-            rows.append(Row(f"{n}: {label}/sync (bests)", ratio(best(r), sync_best)))
-    for label in modes:
-        wf = median(rates(res[label], "wait_fraction"))
-        rows.append(Row(f"{n}: {label} wait_fraction", wf, fmt=".3f"))
-    for label, kw in modes.items():
-        skews = rates(res[label], "max_skew")
-        # Under SSP a worker ticks its clock and only then checks the bound, so completed steps can be
-        # S + 1 apart for a moment (docs/run-directory.md's example: staleness 2, max_skew 3).
-        target = at_most(kw["staleness"] + 1) if kw.get("staleness") is not None else None
-        rows.append(Row(f"{n}: {label} max_skew (max over runs)", max(skews) if skews else None, target, fmt=".0f"))
-    for label in modes:
-        rows.append(Row(f"{n}: {label} final_loss", median(rates(res[label], "final_loss")), fmt=".4f"))
-    return rows
-
-
 def bench_warm_rerun(ctx: Context) -> list[Row]:
     """Time from ``run()`` to the first step: a cold cluster against warm re-runs on the same tasks
     (what ``%dtrain`` does from the second run on). Target: a warm re-run reaches its first step in <= 1.5 s."""
@@ -305,18 +268,20 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
 
 
 # Logging on/off, cold start against bare TensorFlow imports, and scaling 1..8 workers live in
-# bench_start_scale.py. It imports this module's helpers as ``run``, so this module is registered
+# bench_start_scale.py; the modes under jitter against the simulator in bench_sim.py. They import
+# this module's helpers as ``run``, so this module is registered
 # under that name first (it runs as ``__main__``) and imported only here, once they all exist.
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 sys.modules.setdefault("run", sys.modules[__name__])
 from bench_notebook import bench_dashboard_overhead  # noqa: E402
+from bench_sim import bench_sim_vs_real  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
 
-#: Every benchmark, in the order they run. Issue 4 also asks for: simulator vs real.
+#: Every benchmark, in the order they run.
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ssp_nonbinding_vs_async,
-    bench_modes_under_jitter,
+    bench_sim_vs_real,
     bench_warm_rerun,
     bench_dashboard_overhead,
     bench_logging_on_off,

@@ -80,7 +80,7 @@ def test_sync_is_lock_step(run_dir: Path) -> None:
 
 
 def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
-    ssptk.run(mode="sync", backup=1, workers=3, steps=40, straggler=["2:0.04"], out=str(run_dir))
+    ssptk.run(mode="sync", backup=1, workers=3, steps=40, straggler=["2:0.08"], out=str(run_dir))
     df, _ = records(run_dir)
     applied = df[df["applied"]]
     counts = applied.groupby("global_step")["worker"].agg(list)

@@ -8,7 +8,7 @@ variables, counters or queues from one run into the next.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,11 +47,9 @@ class PSGraph:
     # before the parameters, PS time of the update as int64 bits] + (ssp) [clocks after the tick, want]
     step_meta: Any | None = None
     want_value: Any | None = None
-    register: Any | None = None   # want[i] = want_value, then read the clocks
+    wait_for: Any | None = None   # want[i] = want_value, block until woken, then read the clocks
     clear_want: Any | None = None
-    wake_wait: Any | None = None  # blocking dequeue on this worker's wake queue
-    signal: list[Any] = field(default_factory=list)  # signal[j]: wake worker j and clear its want
-    finish: Any | None = None     # clock[i] = FINISHED, then read want and clocks
+    finish: Any | None = None     # clock[i] = FINISHED, then wake whoever that satisfies
     # sync
     local_step: Any | None = None
     # push this worker's gradient, then block on its token: [global step before the push, token step,
@@ -71,6 +69,50 @@ def fetch_add(tf: Any, var: Any) -> Any:
     variable's lock.
     """
     return tf.raw_ops.ResourceCountUpTo(resource=var.handle, limit=2**62, T=tf.int64) + 1
+
+
+def _wake_satisfied(tf: Any, want: Any, wake: list[Any], index: int, clocks: Any, wanted: Any) -> Any:
+    """Wake every other worker whose wanted minimum clock ``clocks`` (read after this task's tick)
+    reaches, in the PS graph. ``wanted`` must be read after the tick too: then a worker that registers
+    later reads the ticked clocks itself, so no wake-up is lost.
+
+    The want is cleared strictly before the token: a woken worker that re-registers in between has its
+    registration wiped, but it also gets the token, wakes, and registers again. ``scatter_mul`` by 1
+    leaves the others' slots alone atomically (writing back a value read earlier would not).
+    """
+    n = len(wake)
+    ready = (wanted > 0) & (wanted <= tf.reduce_min(clocks)) & tf.not_equal(tf.range(n), index)
+    cleared = want.scatter_mul(tf.IndexedSlices(1 - tf.cast(ready, tf.int64), tf.range(n, dtype=tf.int64)))
+    with tf.control_dependencies([cleared]):
+        tokens = tf.cast(ready, tf.int32)
+        return tf.group(*[wake[j].enqueue_many(tf.ones(tf.reshape(tokens[j], [1]), tf.int32))
+                          for j in range(n) if j != index])
+
+
+def _ssp_wait_ops(tf: Any, v1: Any, extra: dict[str, Any], clock: Any, want: Any, wake: list[Any],
+                  index: int) -> None:
+    """SSP's blocking and finishing runs for worker ``index``, into ``extra``."""
+    need = v1.placeholder(tf.int64, shape=(), name="want_value")
+    extra["want_value"] = need
+    # One run per wait: register the clock this worker needs, re-read the clocks (a tick that landed
+    # before the registration is seen here) and put its own token in when they already satisfy it, then
+    # block on the token. A token left over from an earlier wake-up can end the block early, so the
+    # caller checks the returned clocks and waits again if they are short.
+    registered = want.scatter_update(tf.IndexedSlices(tf.reshape(need, [1]), [index]))
+    with tf.control_dependencies([registered]):
+        now = clock.read_value()
+    own = tf.cast(tf.reduce_min(now) >= need, tf.int32)
+    with tf.control_dependencies([wake[index].enqueue_many(tf.ones(tf.reshape(own, [1]), tf.int32))]):
+        woken = wake[index].dequeue()
+    with tf.control_dependencies([woken]):
+        done_waiting = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index]))
+    with tf.control_dependencies([done_waiting]):
+        extra["wait_for"] = clock.read_value()
+    extra["clear_want"] = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index])).op
+    fin = clock.scatter_update(tf.IndexedSlices(tf.constant([FINISHED_CLOCK], tf.int64), [index]))
+    with tf.control_dependencies([fin]):
+        clocks, wanted = clock.read_value(), want.read_value()
+    extra["finish"] = _wake_satisfied(tf, want, wake, index, clocks, wanted)
 
 
 def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
@@ -151,28 +193,20 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                         with tf.control_dependencies([stamp]):
                             tick = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
                         with tf.control_dependencies([tick]):
-                            parts += [clock.read_value(), want.read_value()]
-                    extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
-                want_value = v1.placeholder(tf.int64, shape=(), name="want_value")
-                extra["want_value"] = want_value
-                with tf.control_dependencies([want.scatter_update(tf.IndexedSlices(tf.reshape(want_value, [1]),
-                                                                                   [index]))]):
-                    extra["register"] = clock.read_value()
-                extra["clear_want"] = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index])).op
-                with v1.device(PS):
-                    wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
-                                         name=f"ssp_wake_{j}") for j in range(n)]
-                extra["wake_wait"] = wake[index].dequeue()
-                # Clear want[j] strictly before the token: otherwise the woken worker can re-register and
-                # have that registration wiped by this clear, and the next tick would not wake it.
-                extra["signal"] = []
-                for j in range(n):
-                    cleared = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [j]))
-                    with tf.control_dependencies([cleared]):
-                        extra["signal"].append(wake[j].enqueue(1))
-                fin = clock.scatter_update(tf.IndexedSlices(tf.constant([FINISHED_CLOCK], tf.int64), [index]))
-                with tf.control_dependencies([fin]):
-                    extra["finish"] = (want.read_value(), clock.read_value())
+                            clocks_now, want_now = clock.read_value(), want.read_value()
+                        parts += [clocks_now, want_now]
+                    meta = tf.concat([tf.reshape(p, [-1]) for p in parts], 0)
+                    if mode == "ssp":
+                        wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
+                                             name=f"ssp_wake_{j}") for j in range(n)]
+                        # Waking the peers this tick satisfied is part of the step's own run: no extra
+                        # round trip for the waker, and none on the woken worker's critical path.
+                        with tf.control_dependencies([_wake_satisfied(tf, want, wake, index, clocks_now, want_now)]):
+                            meta = tf.identity(meta)
+                    extra["step_meta"] = tf.identity(meta, name="step_meta")
+                if mode == "ssp":
+                    with v1.device(PS):
+                        _ssp_wait_ops(tf, v1, extra, clock, want, wake, index)
             else:  # sync: accumulators and one token queue per worker
                 local_step = v1.placeholder(tf.int64, shape=(), name="local_step")
                 extra["local_step"] = local_step

@@ -2,9 +2,10 @@
 
 - ``async``: every step's update is applied as soon as it is computed.
 - ``ssp``: after each step the worker knows every worker's clock (read in the same run as its own
-  tick, so no extra round trip). Only when it is more than ``staleness`` steps ahead does it block:
-  it registers the clock it needs in ``want[i]``, re-reads the clocks (so a wake-up cannot be lost)
-  and blocks on its own wake queue; whichever worker's tick satisfies it enqueues the token.
+  tick, so no extra round trip). Only when it is more than ``staleness`` steps ahead does it block,
+  in one run: it registers the clock it needs in ``want[i]``, re-reads the clocks (so a wake-up cannot
+  be lost) and blocks on its own wake queue. Whichever worker's step run ticks the clock that satisfies
+  it enqueues the token, inside that same run.
 - ``sync``: each worker pushes its gradient to conditional accumulators and blocks on its own token
   queue; the chief's aggregator thread applies the mean of the first N-B gradients of the step and
   puts exactly one token in every worker's queue, so no worker can take two tokens in one step.
@@ -155,24 +156,15 @@ class Trainer:
             self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             wait_s, clear = 0.0, False
-            if not ssp:
-                continue
-            clocks, want = meta[4:4 + n], meta[4 + n:4 + 2 * n]
-            self._signal(clocks, want)
-            if claim <= budget and clocks[self.index] - clocks.min() > self.opts.staleness:
-                wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
-                clear = True
+            # The step's own run woke the peers its tick satisfied; this worker blocks only when it is
+            # more than `staleness` steps ahead of the slowest.
+            if ssp and claim <= budget:
+                clocks = meta[4:4 + n]
+                if clocks[self.index] - clocks.min() > self.opts.staleness:
+                    wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
         if ssp:
-            want, clocks = s.run(g.finish)
-            self._signal(clocks, want)
+            s.run(g.finish)
         return step
-
-    def _signal(self, clocks: np.ndarray, want: np.ndarray) -> None:
-        """Wake every waiting worker whose wanted minimum clock has been reached."""
-        low = clocks.min()
-        ops = [self.g.signal[j] for j in range(self.n) if j != self.index and 0 < want[j] <= low]
-        if ops:
-            self.sess.run(ops)
 
     def _ssp_wait(self, need: int) -> float:
         """Block until every worker's clock is >= ``need``; returns the seconds spent."""
@@ -180,11 +172,10 @@ class Trainer:
         t0 = time.perf_counter()
         opts = self.tf.compat.v1.RunOptions(timeout_in_ms=SAFETY_TIMEOUT_MS)
         while True:
-            clocks = s.run(g.register, {g.want_value: need})
-            if clocks.min() >= need:
-                break
             try:
-                s.run(g.wake_wait, options=opts)
+                # a token left from an earlier wake-up can return early: then wait again
+                if s.run(g.wait_for, {g.want_value: need}, options=opts).min() >= need:
+                    break
             except self.tf.errors.DeadlineExceededError:
                 self.safety_timeouts += 1
         return time.perf_counter() - t0

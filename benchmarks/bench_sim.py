@@ -1,0 +1,92 @@
+"""Real runs against the simulator: issue 4's "within 10% of the prediction once the per-step overhead
+is calibrated".
+
+Imported by ``run.py``, which lists it in its ``BENCHMARKS``; the helpers (``Row``, targets, the
+context) are ``run.py``'s.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import run as _run  # for helpers run.py defines after its BENCHMARKS list (looked up at call time)
+from run import Context, Row, Target, _f, at_most, best, median, more_than, rates, ratio, values_line
+
+MODES: dict[str, dict[str, Any]] = {
+    "sync": dict(mode="sync"), "ssp:1": dict(mode="ssp", staleness=1),
+    "ssp:4": dict(mode="ssp", staleness=4), "async": dict(mode="async"),
+}
+
+
+def within(lo: float, hi: float) -> Target:
+    return Target(f"{lo:g}..{hi:g}", lambda v: lo <= v <= hi)
+
+
+def predicted(label: str, common: dict[str, Any], overhead_ms: float | None) -> float | None:
+    """The simulator's steps/s for ``label`` with the same options and ``overhead_ms`` per step."""
+    from ssptk import simulate
+
+    if overhead_ms is None:
+        return None
+    kw = MODES[label]
+    return simulate(kw["mode"], common["workers"], common["steps"], staleness=kw.get("staleness"),
+                    jitter=common["jitter"], seed=common["seed"], overhead=overhead_ms / 1000.0).steps_per_s
+
+
+def mode_rows(n: str, res: dict[str, list[dict[str, Any]]]) -> list[Row]:
+    """Throughput against sync, waiting, skew against the bound, and final loss of each mode."""
+    sync_med, sync_best = median(rates(res["sync"])), best(rates(res["sync"]))
+    rows: list[Row] = []
+    for label in MODES:
+        if label != "sync":
+            # SSP and async exist to not wait for the slowest worker at every step: under jitter they
+            # should beat sync.
+            r = rates(res[label])
+            rows.append(Row(f"{n}: {label}/sync (medians)", ratio(median(r), sync_med), more_than(1.0)))
+            rows.append(Row(f"{n}: {label}/sync (bests)", ratio(best(r), sync_best)))
+    for label in MODES:
+        rows.append(Row(f"{n}: {label} wait_fraction", median(rates(res[label], "wait_fraction")), fmt=".3f"))
+    for label, kw in MODES.items():
+        skews = rates(res[label], "max_skew")
+        # Under SSP a worker ticks its clock and only then checks the bound, so completed steps can be
+        # S + 1 apart for a moment (docs/run-directory.md's example: staleness 2, max_skew 3).
+        target = at_most(kw["staleness"] + 1) if kw.get("staleness") is not None else None
+        rows.append(Row(f"{n}: {label} max_skew (max over runs)", max(skews) if skews else None, target, fmt=".0f"))
+    for label in MODES:
+        rows.append(Row(f"{n}: {label} final_loss", median(rates(res[label], "final_loss")), fmt=".4f"))
+    return rows
+
+
+def bench_sim_vs_real(ctx: Context) -> list[Row]:
+    """sync, ssp:1, ssp:4 and async under ``--jitter exp:0.03`` with 3 workers: measured steps/s over
+    the simulator's prediction, and what each mode buys over sync. Two calibrations of the per-step overhead: each run's own (what
+    summary.json's ``measured_over_ideal`` uses; target 0.9..1.1), and async's for every mode (what is
+    left when one constant overhead must explain all four; informational)."""
+    common = dict(model="linear", workers=3, steps=60 if ctx.quick else 200, seed=0, jitter="exp:0.03")
+    configs = {label: dict(common, **kw) for label, kw in MODES.items()}
+    ctx.note(f"Options: {_run._opts_text(common)}; modes in alternation ({', '.join(MODES)}), {ctx.repeat} round(s). "
+             "`measured / ideal`: each run's steps/s over the simulator's, the overhead calibrated from that "
+             "run's own records (median over workers of the time between a worker's steps minus its injected "
+             "delay and its wait); the figure is the median over rounds.")
+    res = ctx.alternate(configs)
+    ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
+    ctx.note("measured / ideal of each run: "
+             + "; ".join(values_line(k, v, "measured_over_ideal", ".3f") for k, v in res.items()))
+    ctx.note("calibrated overhead ms of each run: "
+             + "; ".join(values_line(k, v, "overhead_ms", ".2f") for k, v in res.items()))
+    n = "sim_vs_real"
+    rows: list[Row] = []
+    async_overhead = median(rates(res["async"], "overhead_ms"))
+    for label in MODES:
+        moi = median(rates(res[label], "measured_over_ideal"))
+        rows.append(Row(f"{n}: {label} measured / ideal (own overhead)", moi, within(0.9, 1.1)))
+    for label in MODES:
+        measured = median(rates(res[label]))
+        rows.append(Row(f"{n}: {label} median steps/s", measured, fmt=".1f"))
+        rows.append(Row(f"{n}: {label} overhead ms (median)", median(rates(res[label], "overhead_ms")), fmt=".2f"))
+        if label != "async":
+            pred = predicted(label, common, async_overhead)
+            rows.append(Row(f"{n}: {label} measured / predicted with async's overhead", ratio(measured, pred)))
+    ctx.note(f"async's median overhead {_f(async_overhead, '.2f')} ms, used for every mode in the "
+             "`predicted with async's overhead` rows: sync's token round trip and SSP's blocking run are "
+             "costs of those modes that a single constant cannot hold.")
+    return rows + mode_rows(n, res)
