@@ -51,7 +51,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
            flag=True),
     Option("restart_failed", int, 0,
-           "ssp and async: start a worker that dies again, up to N times in all, and finish the run", "N"),
+           "sync, ssp and async: start a worker that dies again, up to N times in all, and finish the run "
+           "(sync: not worker 0, which runs the aggregator)", "N"),
     Option("stall_timeout", float, 60,
            "end the run if no worker logs a step for this long, in seconds; 0 turns the watchdog off", "SECONDS"),
 )
@@ -184,9 +185,9 @@ def _validate(o: RunOptions) -> None:
     _check_stall_timeout(o)
     if o.restart_failed < 0:
         raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
-    if o.restart_failed and o.mode not in ("ssp", "async"):
-        raise UsageError(f"--restart-failed works with --mode ssp or async, not {o.mode} "
-                         "(sync and allreduce steps need every worker at once)")
+    if o.restart_failed and o.mode == "allreduce":
+        raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
+                         "(its collectives cannot take a new member mid-run)")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
 

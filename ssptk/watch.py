@@ -7,6 +7,7 @@ run at the first failure, or when it stops making progress (:class:`StallWatch`,
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ssptk.errors import TaskFailure
@@ -55,6 +56,9 @@ def watch_run(cluster: Any, run_dir: str, total: int, observers: list[RunObserve
                 return TaskFailure(failure.task, f"error: {errors[0].get('message', '')}", failure.exit_code,
                                    failure.log_tail)
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
+                if opts is not None and opts.mode == "sync" and failure.task == "worker:0":
+                    return replace(failure, reason=f"{failure.reason} (not restarted: in sync mode worker:0 "
+                                                   "runs the aggregator, and the run cannot go on without it)")
                 restarts_left -= 1
                 cluster.restart(failure.task, sum(cluster.restarts.values()) + 1)
                 continue

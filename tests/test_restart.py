@@ -37,7 +37,7 @@ def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0)])
+@pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0), ("sync", 2)])
 def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Path, mode: str, worker: int) -> None:
     killed: list[int] = []
     # Slow steps (40 ms each) so that the run outlasts the restart (TensorFlow's start-up, seconds).
@@ -53,9 +53,16 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
     events = pd.DataFrame(event_list)
     restarts = events[events["event"] == "restart"]
     assert list(restarts["worker"]) == [worker] and list(restarts["attempt"]) == [1]
-    # the budget is done: every minibatch claimed once. Missing from the logs: at most the minibatch the
-    # dead worker was computing, and one step it may have applied without logging it before it died.
-    assert len(df) >= 3 * steps - 2 and df["minibatch"].is_unique
+    if mode == "sync":
+        # every update applied once, all from distinct workers; the dead worker's gradient for at most
+        # two updates (the one it was computing, one applied but not logged) is missing from the logs
+        applied = df[df["applied"]].groupby("global_step")["worker"].agg(list)
+        assert list(applied.index) == list(range(1, steps + 1))
+        assert all(len(set(w)) == len(w) for w in applied) and sum(len(w) < 3 for w in applied) <= 2
+    else:
+        # the budget is done: every minibatch claimed once. Missing from the logs: at most the minibatch the
+        # dead worker was computing, and one step it may have applied without logging it before it died.
+        assert len(df) >= 3 * steps - 2 and df["minibatch"].is_unique
     # the restarted worker went on counting its steps and carried on training
     mine = df[df["worker"] == worker].sort_values("t")
     assert mine["step"].is_monotonic_increasing and mine["step"].is_unique
@@ -80,8 +87,21 @@ def test_restarts_are_limited(run_dir: Path) -> None:
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
+def test_sync_does_not_restart_its_chief(run_dir: Path) -> None:
+    killed: list[int] = []
+    killer = _kill_when(run_dir, 0, 20, killed)
+    with pytest.raises(ssptk.RunFailed, match=r"worker:0 \(exit code -9\): was killed by SIGKILL \(not restarted: "
+                                              r"in sync mode worker:0 runs the aggregator"):
+        ssptk.run(mode="sync", workers=3, steps=300, restart_failed=1, straggler=["0:0.01", "1:0.01", "2:0.01"],
+                  out=str(run_dir))
+    killer.join()
+    assert killed
+    assert_gone(str(run_dir))
+
+
 @pytest.mark.parametrize("kw, message", [
-    ({"mode": "sync", "restart_failed": 1}, r"--restart-failed works with --mode ssp or async, not sync"),
+    ({"mode": "allreduce", "restart_failed": 1}, r"--restart-failed works with --mode sync, ssp or async, not allreduce"),
     ({"mode": "async", "restart_failed": -1}, r"--restart-failed must be >= 0"),
 ])
 def test_bad_restart_options(tmp_path: Path, kw: dict, message: str) -> None:

@@ -57,6 +57,7 @@ class PSGraph:
     sync_meta: Any | None = None
     drain_n: Any | None = None
     drain: Any | None = None
+    backlog: Any | None = None    # tokens waiting in this worker's queue
     aggregate: Any | None = None  # chief: `updates` times take N-B gradients, apply, one token per worker
     close_tokens: Any | None = None
 
@@ -237,6 +238,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     extra["sync_meta"] = tf.stack(parts, name="sync_meta")
                 extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
                 extra["drain"] = tokens[index].dequeue_many(extra["drain_n"])
+                with v1.device(PS):
+                    extra["backlog"] = tokens[index].size()  # a restarted worker drops its dead self's tokens
                 # The chief's aggregator is one while loop that runs on the PS for the whole run: no
                 # round trip from the chief per update. Each iteration takes the mean of the first N-B
                 # fresh gradients, applies it, and puts one token in every worker's queue.

@@ -108,12 +108,18 @@ class Trainer:
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
         if rejoin:
-            first = int(self.sess.run(g.rejoin))
+            # sync: the tokens of updates the dead worker did not wait for are stale; the loop then
+            # starts from the PS's global step, like a late backup worker. ssp/async: claim a minibatch.
+            backlog = int(self.sess.run(g.backlog)) if sync else 0
+            if backlog:
+                self.sess.run(g.drain, {g.drain_n: backlog})
+            first = int(self.sess.run(g.g_read if sync else g.rejoin))
             self.step_offset = last_logged_step(worker_log_path(self.run_dir, self.index))
             self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
         else:
             first = self._start(aggregate)
-        steps = self._sync_loop(*steps_fn) if sync else self._ps_loop(first, *steps_fn, rejoined=bool(rejoin))
+        steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
+                 else self._ps_loop(first, *steps_fn, rejoined=bool(rejoin)))
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
         if self.index == 0:
             if self.n > 1:
@@ -181,10 +187,11 @@ class Trainer:
         return time.perf_counter() - t0
 
     # -- sync ----------------------------------------------------------------------------------
-    def _sync_loop(self, step_fn: Any) -> int:
+    def _sync_loop(self, local: int, step_fn: Any) -> int:
+        """sync from global step ``local`` (0, or the PS's step for a restarted worker)."""
         g, s, tf = self.g, self.sess, self.tf
         k = self.opts.steps
-        local, step = 0, 0
+        step = self.step_offset
         while local < k:
             mb = local * self.n + self.index
             inputs, delay = self._inputs(mb)
