@@ -141,11 +141,17 @@ def _save_source(run_dir: str, source: str, model: str) -> str:
     return f"{os.path.join(run_dir, USER_MODEL_FILE)}:{model.rpartition(':')[2]}"
 
 
-def _check_model(opts: RunOptions) -> None:
+def check_before_start(opts: RunOptions) -> dict[str, str]:
+    """What resolving cannot check alone: the user model imports and returns a ModelSpec, and
+    ``--gpus`` fits the machine. Returns :func:`ssptk.gpus.assign_gpus`'s task -> GPU map; raises
+    :class:`UsageError`."""
     if ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":"):  # builtins need no check, and importing TF here would cost seconds
         from ssptk.models import load_model
 
         load_model(opts.model)
+    from ssptk.gpus import assign_gpus
+
+    return assign_gpus(opts.gpus, opts.workers)
 
 
 def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = None, raise_on_failure: bool = True,
@@ -168,10 +174,7 @@ def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = No
     if model_source is not None:
         options["model"] = _source_model_check(model_source, options.get("model"))
     opts = resolve(**options)
-    _check_model(opts)
-    from ssptk.gpus import assign_gpus
-
-    gpus = assign_gpus(opts.gpus, opts.workers)
+    gpus = check_before_start(opts)
     run_dir = new_run_dir(opts.out, opts.mode)
     opts.out = run_dir
     if model_source is not None:

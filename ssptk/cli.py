@@ -97,6 +97,11 @@ def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
     return p
 
 
+def dispatch(args: argparse.Namespace) -> int:
+    """Carry out a parsed command; user mistakes raise :class:`UsageError`, failed runs :class:`RunFailed`."""
+    return {"run": _run, "compare": _compare, "sweep": _compare, "report": _report, "sim": _sim}[args.command](args)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return {"run": _run, "compare": _compare, "sweep": _compare, "report": _report, "sim": _sim}[args.command](args)
+        return dispatch(args)
     except UsageError as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
         return 2
@@ -149,10 +154,12 @@ def _kwargs(opts: Any) -> dict[str, Any]:
 
 def compare_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
     """The labels and common options of a parsed ``compare`` or ``sweep`` command."""
-    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "staleness"})
-    opts = from_namespace(ns, mode="async")  # validated again per label by compare()
-    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
     labels = args.labels if args.command == "compare" else [f"ssp:{s}" for s in args.staleness]
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "staleness"})
+    # parsed with the first label's mode, so a message names a mode the user gave; compare() checks
+    # every label before it starts
+    opts = from_namespace(ns, mode=labels[0])
+    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
     return labels, common
 
 

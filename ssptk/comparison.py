@@ -123,8 +123,8 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     """
     plan = parse_labels(labels)
     repeat = check_repeat(repeat)
-    for label, kw in plan:  # validate all before running any
-        resolve(**{**common, **kw, "out": None})
+    for label, kw in plan:  # validate all before running any, or creating the directory
+        api.check_before_start(resolve(**{**common, **kw, "out": None}))
     base = api.new_run_dir(out, "compare")
     options = dict(plan)
     repeats: dict[str, list[RunResult]] = {label: [] for label, _ in plan}

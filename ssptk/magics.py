@@ -91,10 +91,10 @@ def _dtrain(line: str, cell: str | None) -> Any:
     args = parse_line(line)
     if args is None:
         return None
-    if args.command in ("sim", "report"):
-        from ssptk.cli import main
+    if args.command in ("sim", "report"):  # print what the CLI prints; mistakes fail the cell
+        from ssptk.cli import dispatch
 
-        main(shlex.split(line))
+        dispatch(args)
         return None
     if cell is not None and args.command != "run":
         raise UsageError(f"%%dtrain takes a model cell for a single run, not {args.command}: use %dtrain {args.command}")
