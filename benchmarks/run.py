@@ -41,6 +41,9 @@ from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "RESULTS.md")
+# Benchmark the checkout this file is in, not whatever ssptk is installed: a `pip install .` from
+# another clone once made a whole benchmark run measure old code (the tasks import the launcher's ssptk).
+sys.path.insert(0, os.path.dirname(HERE))
 NOISE_NOTE = (
     "The machine is shared and noisy (another engineer's tests may run at the same time, and the "
     "2-core VM has no CPU isolation): single figures can move by 10-30% between back-to-back runs. "
