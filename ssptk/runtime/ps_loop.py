@@ -120,7 +120,8 @@ class Trainer:
             first = self._start(aggregate)
         steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
                  else self._ps_loop(first, *steps_fn, rejoined=bool(rejoin)))
-        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time())
+        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time(),
+                       record_cpu_s=round(self.rec.cpu_s, 6))
         if self.index == 0:
             if self.n > 1:
                 self.sess.run(self.g.dones)

@@ -22,6 +22,7 @@ class Recorder:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.worker = worker
         self.enabled = enabled
+        self.cpu_s = 0.0  # this thread's CPU spent writing step records (the `done` event reports it)
 
     def _write(self, record: dict[str, Any]) -> None:
         os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
@@ -30,10 +31,12 @@ class Recorder:
              delay_s: float, applied: bool = True, t: float | None = None) -> None:
         if not self.enabled:
             return
+        c0 = time.thread_time()  # per thread: TF's own threads keep running meanwhile
         self._write({"t": time.time() if t is None else t, "worker": self.worker, "step": step,
                      "global_step": int(global_step), "loss": _finite(float(loss)), "wait_s": round(wait_s, 6),
                      "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
                      "applied": applied})
+        self.cpu_s += time.thread_time() - c0
 
     def event(self, event: str, **fields: Any) -> None:
         self._write({"event": event, "t": time.time(), "worker": self.worker, **fields})
