@@ -80,17 +80,19 @@ def test_sync_is_lock_step(run_dir: Path) -> None:
 
 
 def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
-    ssptk.run(mode="sync", backup=1, workers=3, steps=40, straggler=["2:0.08"], out=str(run_dir))
+    # 80 updates: the straggler pushes about once per 5-8 updates (it skips ahead when late), so 40 left
+    # too few late gradients to count on a loaded machine
+    ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.04"], out=str(run_dir))
     df, _ = records(run_dir)
     applied = df[df["applied"]]
     counts = applied.groupby("global_step")["worker"].agg(list)
-    assert list(counts.index) == list(range(1, 41))
+    assert list(counts.index) == list(range(1, 81))
     assert all(len(set(w)) == len(w) >= 2 for w in counts)  # at least N-B, always from distinct workers
     # take_grad averages all it holds: a late push can slip in between the (N-B)-th push and the take,
     # a window of microseconds once the aggregator waits (it does before step 1)
     assert sum(len(w) == 2 for w in counts) >= 0.95 * len(counts)
     assert len(counts[1]) == 2
-    assert (applied["worker"] == 2).sum() <= 10  # the straggler is mostly the late one (loaded CI: not always)
+    assert (applied["worker"] == 2).sum() <= 20  # the straggler is mostly the late one (loaded CI: not always)
     late = df[~df["applied"]]
     assert len(late) >= 5 and (late["worker"] == 2).mean() >= 0.8 and (late["staleness"] >= 1).all()
 

@@ -188,6 +188,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                     with tf.control_dependencies([g_after]):
                         stamp = tf.timestamp()
                     parts = [g_after, fetch_add(tf, claimed), g_read, tf.bitcast(stamp, tf.int64)]
+                    woke: list[Any] = []
                     if mode == "ssp":
                         # The tick follows the stamp, so a step that a peer's tick allowed always logs a
                         # later `t` than the step that ticked: the logs show the bound as the PS enforced it.
@@ -196,15 +197,13 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                         with tf.control_dependencies([tick]):
                             clocks_now, want_now = clock.read_value(), want.read_value()
                         parts += [clocks_now, want_now]
-                    meta = tf.concat([tf.reshape(p, [-1]) for p in parts], 0)
-                    if mode == "ssp":
                         wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
                                              name=f"ssp_wake_{j}") for j in range(n)]
                         # Waking the peers this tick satisfied is part of the step's own run: no extra
                         # round trip for the waker, and none on the woken worker's critical path.
-                        with tf.control_dependencies([_wake_satisfied(tf, want, wake, index, clocks_now, want_now)]):
-                            meta = tf.identity(meta)
-                    extra["step_meta"] = tf.identity(meta, name="step_meta")
+                        woke = [_wake_satisfied(tf, want, wake, index, clocks_now, want_now)]
+                    with tf.control_dependencies(woke):
+                        extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
                 if mode == "ssp":
                     with v1.device(PS):
                         _ssp_wait_ops(tf, v1, extra, clock, want, wake, index)
