@@ -44,7 +44,7 @@ class PSGraph:
     dones: Any
     # async / ssp
     # apply the update; then [global step after it, next minibatch claimed (1-based), global step read
-    # before the parameters, PS time of the update as int64 bits] + (ssp) [clocks after the tick, want]
+    # before the parameters, PS time of the update as int64 bits] + (ssp) [clocks after the tick]
     step_meta: Any | None = None
     want_value: Any | None = None
     wait_for: Any | None = None   # want[i] = want_value, block until woken, then read the clocks
@@ -196,7 +196,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                             tick = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
                         with tf.control_dependencies([tick]):
                             clocks_now, want_now = clock.read_value(), want.read_value()
-                        parts += [clocks_now, want_now]
+                        parts.append(clocks_now)  # the wants stay on the PS: only _wake_satisfied reads them
                         wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
                                              name=f"ssp_wake_{j}") for j in range(n)]
                         # Waking the peers this tick satisfied is part of the step's own run: no extra
