@@ -14,7 +14,7 @@ def bench_dashboard_overhead(ctx: Context) -> list[Row]:
     """steps/s with the live dashboard refreshing (every second, as ``%dtrain`` does) against the same
     run without it, alternating. Target >= 0.9. The dashboard renders every frame to PNG as in a
     notebook; only the hand-over to the notebook frontend (a message on the kernel's socket) is left out."""
-    from ssptk.dashboard import LiveDashboard
+    from ssptk.notebook.dashboard import LiveDashboard
 
     common = dict(model="linear", workers=3, steps=200 if ctx.quick else 1000, seed=0, mode="ssp", staleness=2,
                   jitter="exp:0.005")

@@ -58,12 +58,13 @@ def mode_rows(n: str, res: dict[str, list[dict[str, Any]]]) -> list[Row]:
 
 def bench_sim_vs_real(ctx: Context) -> list[Row]:
     """sync, ssp:1, ssp:4 and async under ``--jitter exp:0.03`` with 3 workers: measured steps/s over
-    the simulator's prediction, and what each mode buys over sync. Two calibrations of the per-step overhead: each run's own (what
+    the simulator's prediction, and what each mode buys over sync. Two calibrations of the per-step
+    overhead: each run's own (what
     summary.json's ``measured_over_ideal`` uses; target 0.9..1.1), and async's for every mode (what is
     left when one constant overhead must explain all four; informational)."""
     common = dict(model="linear", workers=3, steps=60 if ctx.quick else 200, seed=0, jitter="exp:0.03")
     configs = {label: dict(common, **kw) for label, kw in MODES.items()}
-    ctx.note(f"Options: {_run._opts_text(common)}; modes in alternation ({', '.join(MODES)}), {ctx.repeat} round(s). "
+    ctx.note(f"Options: {_run.opts_text(common)}; modes in alternation ({', '.join(MODES)}), {ctx.repeat} round(s). "
              "`measured / ideal`: each run's steps/s over the simulator's, the overhead calibrated from that "
              "run's own records (median over workers of the time between a worker's steps minus its injected "
              "delay and its wait); the figure is the median over rounds.")

@@ -261,7 +261,7 @@ def bench_logging_on_off(ctx: Context) -> list[Row]:
     for m, kw in modes.items():
         configs[f"{m} log"] = dict(common, **kw, **hooks)
         configs[f"{m} nolog"] = dict(common, **kw, no_log=True, **hooks)
-    ctx.note(f"Options: {_run._opts_text(common)}, no delays; per mode with and without `--no-log`, all four "
+    ctx.note(f"Options: {_run.opts_text(common)}, no delays; per mode with and without `--no-log`, all four "
              f"alternating in ABBA order, {ctx.repeat} round(s).")
     ctx.note("steps/s here = sum of the workers' `done.steps` / (last `done` - first `start`), the same "
              "measure both ways (no-log runs have no step records, so no summary steps/s).")
@@ -334,7 +334,7 @@ def bench_cold_start(ctx: Context) -> list[Row]:
     first = rates(runs, "first_step_s")
     imp = {k: [v for v in vs if v is not None] for k, vs in imports.items()}
     conc3, seq3, conc4 = median(imp["3 together"]), median(imp["3 in a row"]), median(imp["4 together"])
-    ctx.note(f"Options: {_run._opts_text(common)}, `gpus none`; {ctx.repeat} round(s), each one cold ssptk run and "
+    ctx.note(f"Options: {_run.opts_text(common)}, `gpus none`; {ctx.repeat} round(s), each one cold ssptk run and "
              "the bare imports, in ABBA order. Bare import: `python -c \"import tensorflow\"` with the tasks' "
              "environment (TF_CPP_MIN_LOG_LEVEL=2, no GPU) and, like them, each in its own session (with "
              "autogroup scheduling, on when /proc/sys/kernel/sched_autogroup_enabled is 1, a session is one "
@@ -379,7 +379,7 @@ def bench_scale_workers(ctx: Context) -> list[Row]:
     cores = os.cpu_count() or 1
     bare = bare_tf_memory()
     print(f"    bare TensorFlow process: RSS {bare['rss_mb']:.0f} MB, PSS {bare['pss_mb']:.0f} MB", flush=True)
-    ctx.note(f"Options: {_run._opts_text(common)} (steps per worker), workers {', '.join(map(str, counts))}, modes "
+    ctx.note(f"Options: {_run.opts_text(common)} (steps per worker), workers {', '.join(map(str, counts))}, modes "
              f"{', '.join(modes)}; all {len(configs)} configurations alternating in ABBA order, {ctx.repeat} "
              "round(s). Table figures are medians over rounds; start-up and memory pool both modes.")
     ctx.note("Why async and ssp:2: async is the engine's own ceiling (no waiting), and ssp:2 against it shows "

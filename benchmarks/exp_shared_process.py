@@ -30,9 +30,9 @@ MB = 1024 * 1024
 CHILD = r"""
 import json, os, sys, threading, time
 import tensorflow as tf
-from ssptk.cluster import free_ports
-from ssptk.models import load_model
-from ssptk.options import resolve
+from ssptk.launch.cluster import free_ports
+from ssptk.core.models import load_model
+from ssptk.core.options import resolve
 from ssptk.runtime.ps_loop import Trainer
 
 n, steps, run_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

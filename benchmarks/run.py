@@ -36,8 +36,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "RESULTS.md")
@@ -164,7 +165,8 @@ class Context:
         shutil.rmtree(out, ignore_errors=True)  # keep the temp dir small as we go
         return summary
 
-    def alternate(self, configs: dict[str, dict[str, Any]], repeat: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    def alternate(self, configs: dict[str, dict[str, Any]],
+                  repeat: int | None = None) -> dict[str, list[dict[str, Any]]]:
         """Run every labelled configuration once per round, ``repeat`` rounds, in ABBA order (the
         order reverses every other round): whatever runs first in a round had a measurable edge here."""
         repeat = self.repeat if repeat is None else repeat
@@ -209,7 +211,7 @@ def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
     """SSP whose bound never binds costs (almost) nothing over async: target >= 0.95 of async's steps/s."""
     common = dict(model="linear", workers=3, steps=300 if ctx.quick else 1500, seed=0)
     configs = {"async": dict(common, mode="async"), "ssp:1000": dict(common, mode="ssp", staleness=1000)}
-    ctx.note(f"Options: {_opts_text(common)}, no delays; async vs ssp staleness 1000 "
+    ctx.note(f"Options: {opts_text(common)}, no delays; async vs ssp staleness 1000 "
              f"(never binds), alternating, {ctx.repeat} round(s).")
     res = ctx.alternate(configs)
     a, s = rates(res["async"]), rates(res["ssp:1000"])
@@ -242,7 +244,7 @@ def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
 def bench_warm_rerun(ctx: Context) -> list[Row]:
     """Time from ``run()`` to the first step: a cold cluster against warm re-runs on the same tasks
     (what ``%dtrain`` does from the second run on). Target: a warm re-run reaches its first step in <= 1.5 s."""
-    from ssptk import warm
+    from ssptk.launch import warm
 
     common = dict(model="linear", workers=3, steps=40 if ctx.quick else 100, seed=0)
     cold, hot = [], []
@@ -256,7 +258,7 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
         warm.shutdown()
     cold_t = rates(cold, "first_step_s")
     warm_t = rates([h for h in hot if h.get("warm_reused")], "first_step_s")
-    ctx.note(f"Options: {_opts_text(common)}. Per round: one cold run, then one warm run that starts the warm "
+    ctx.note(f"Options: {opts_text(common)}. Per round: one cold run, then one warm run that starts the warm "
              "cluster (not counted as warm), then staleness 0, 4, 8 on it.")
     ctx.note("cold first_step_s: " + ", ".join(f"{v:.2f}" for v in cold_t))
     ctx.note("warm re-run first_step_s: " + ", ".join(f"{v:.3f}" for v in warm_t))
@@ -301,7 +303,7 @@ def _ok_or_none(summaries: list[dict[str, Any]]) -> list[float | None]:
     return [float(s["steps_per_s"]) if s.get("status") == "ok" and s.get("steps_per_s") else None for s in summaries]
 
 
-def _opts_text(opts: dict[str, Any]) -> str:
+def opts_text(opts: dict[str, Any]) -> str:
     return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in opts.items())
 
 

@@ -2,39 +2,38 @@
 
 ``ssptk.run(...)`` trains one of the seed models on a local TensorFlow cluster (one parameter server,
 N workers as subprocesses); ``ssptk.compare([...])`` runs several modes and writes a report;
-``ssptk.simulate(...)`` predicts the same without training. See README.md.
+``ssptk.simulate(...)`` predicts the same without training. See README.md and CONTRIBUTING.md (layers).
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from typing import Any
 
-from ssptk.errors import RunFailed, TaskFailure, UsageError  # noqa: E402
-from ssptk.models import ModelSpec  # noqa: E402
+from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
+from ssptk.core.models import ModelSpec
+from ssptk.core.version import __version__
 
-__all__ = ["ModelSpec", "RunFailed", "TaskFailure", "UsageError", "__version__", "compare", "run", "shutdown", "simulate"]
+__all__ = ["ModelSpec", "RunFailed", "RunInterrupted", "TaskFailure", "UsageError", "__version__", "compare", "run",
+           "shutdown", "simulate"]
 
 
-def load_ipython_extension(ipython):  # noqa: ANN001, ANN201 - IPython's hook: %load_ext ssptk
-    from ssptk.magics import load_ipython_extension as load
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext ssptk``: register the ``%dtrain`` magics."""
+    from ssptk.notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
-def unload_ipython_extension(ipython):  # noqa: ANN001, ANN201
-    from ssptk.magics import unload_ipython_extension as unload
+def unload_ipython_extension(ipython: Any) -> None:
+    from ssptk.notebook.magics import unload_ipython_extension as unload
 
     unload(ipython)
 
 
-def __getattr__(name: str):  # late imports keep `import ssptk` light (no pandas/TF until needed)
-    if name in ("run", "shutdown"):
+def __getattr__(name: str) -> Any:  # late imports keep `import ssptk` light (no pandas/TF until needed)
+    if name in ("run", "shutdown", "compare"):
         from ssptk import api
 
         return getattr(api, name)
-    if name == "compare":
-        from ssptk.comparison import compare
-
-        return compare
     if name == "simulate":
         from ssptk.sim import simulate
 

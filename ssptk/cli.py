@@ -1,5 +1,7 @@
-"""``ssptk`` on the command line: run, compare, report, sim and worker. A thin layer over :mod:`ssptk.api`.
+"""``ssptk`` on the command line: run, compare, sweep, report, sim and worker. A thin layer over :mod:`ssptk.api`.
 
+Front-end layer: :func:`build_parser` is the one grammar of every command, which the ``%dtrain`` magic
+reuses; only this module turns results and errors into text and exit codes.
 Exit codes: 0 ok, 1 the run failed (with the reason and the failing task's log tail), 2 bad usage.
 """
 from __future__ import annotations
@@ -8,8 +10,8 @@ import argparse
 import sys
 from typing import Any
 
-from ssptk.errors import RunFailed, UsageError
-from ssptk.options import OPTIONS, add_run_arguments, from_namespace
+from ssptk.core.errors import RunFailed, UsageError
+from ssptk.core.options import OPTIONS, add_run_arguments, from_namespace
 
 NOTEBOOK_EXAMPLES = """examples:
   %dtrain --model keras --mode ssp --staleness 4 --workers 3 --steps 500 --straggler 2:0.02
@@ -30,9 +32,11 @@ EXAMPLES = """examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Raises :class:`UsageError` instead of exiting, where asked (the notebook magics)."""
+    """Raises :class:`UsageError` instead of exiting, where asked (the notebook magics). ``commands``: the
+    parser of each sub-command, by name (on the top-level parser)."""
 
     raise_errors = False
+    commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message: str) -> Any:
         if self.raise_errors:
@@ -41,17 +45,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def staleness_list(text: str) -> list[int]:
-    """``"0,1,2,4,8"`` -> ``[0, 1, 2, 4, 8]`` (a sweep's staleness values)."""
+    """``"0,1,2,4,8"`` -> ``[0, 1, 2, 4, 8]``: a sweep's staleness values
+    (:func:`ssptk.experiment.sweep.staleness_values`)."""
+    from ssptk.experiment.sweep import staleness_values
+
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: use integers like 0,1,2,4,8") from None
-    if not values or min(values) < 0 or len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: distinct integers >= 0, like 0,1,2,4,8")
-    return values
+        return staleness_values(text)
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: use integers >= 0 like 0,1,2,4,8") from None
 
 
-def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
+def build_parser(notebook: bool = False) -> _Parser:
     """The one grammar of ssptk's commands. ``notebook``: the ``%dtrain`` magic's flavour, whose
     ``run``, ``compare`` and ``sweep`` also take the notebook's own flags, and whose errors raise."""
     prog = "%dtrain" if notebook else "ssptk"
@@ -94,6 +98,7 @@ def build_parser(notebook: bool = False) -> argparse.ArgumentParser:
         sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
     for parser in (p, *sub.choices.values()):
         parser.raise_errors = notebook
+    p.commands = dict(sub.choices)
     return p
 
 
@@ -136,7 +141,7 @@ def _print_failure(e: RunFailed) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from ssptk.api import run
-    from ssptk.text import ProgressBar
+    from ssptk.render import ProgressBar
 
     opts = from_namespace(args)
     bar = ProgressBar(f"{opts.label} ")
@@ -154,7 +159,9 @@ def _kwargs(opts: Any) -> dict[str, Any]:
 
 def compare_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
     """The labels and common options of a parsed ``compare`` or ``sweep`` command."""
-    labels = args.labels if args.command == "compare" else [f"ssp:{s}" for s in args.staleness]
+    from ssptk.experiment.sweep import sweep_labels
+
+    labels = args.labels if args.command == "compare" else sweep_labels(args.staleness)
     ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "staleness"})
     # parsed with the first label's mode, so a message names a mode the user gave; compare() checks
     # every label before it starts
@@ -164,8 +171,8 @@ def compare_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ssptk.comparison import compare
-    from ssptk.text import ProgressBar
+    from ssptk.api import compare
+    from ssptk.render import ProgressBar
 
     labels, common = compare_plan(args)
     bars: dict[str, ProgressBar] = {}
@@ -193,22 +200,22 @@ def _compare(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import os
 
-    from ssptk.report import format_table, load_comparison
+    from ssptk.render import format_summary, format_table, load_comparison
+    from ssptk.rundir import RunDir
 
-    if os.path.exists(os.path.join(args.dir, "config.json")):  # one run: its summary from the logs
-        from ssptk.api import summarize_run
-        from ssptk.logs import read_json
-        from ssptk.options import RunOptions
-        from ssptk.text import format_summary
+    rd = RunDir(args.dir)
+    if os.path.exists(rd.config_path):  # one run: its summary from the logs
+        from ssptk.core.errors import TaskFailure
+        from ssptk.core.options import RunOptions
+        from ssptk.experiment.finish import finish_run
 
-        config = read_json(os.path.join(args.dir, "config.json"))
-        old = read_json(os.path.join(args.dir, "summary.json"))
+        old = rd.summary()
         failure = None
-        if old.get("status") == "failed":
-            from ssptk.errors import TaskFailure
-
-            failure = TaskFailure(old.get("failed_task") or "?", old.get("reason") or "failed")
-        print(format_summary(summarize_run(args.dir, RunOptions.from_dict(config["options"]), failure)))
+        if old.get("status") == "failed":  # the reason as it was ("<task> (exit code N): <why>"), not nested
+            task, reason = old.get("failed_task") or "?", old.get("reason") or "failed"
+            failure = TaskFailure.of(task, reason.partition(": ")[2] if reason.startswith(task + " ") or
+                                     reason.startswith(task + ":") else reason)
+        print(format_summary(finish_run(rd.path, RunOptions.from_dict(rd.config()["options"]), failure)))
         return 0
     if not os.path.isdir(args.dir):
         raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")

@@ -1,4 +1,4 @@
-"""Tests of ssptk.logs and ssptk.analysis on hand-made run directories (no TensorFlow)."""
+"""Tests of ssptk.rundir.logs and ssptk.analysis on hand-made run directories (no TensorFlow)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ssptk import analysis as an
-from ssptk.logs import JsonlTail, RunLogReader, load_run, read_run
+from ssptk.rundir.logs import JsonlTail, RunLogReader, load_run, read_run
 
 # --- synthetic run directories (also used by test_report.py) --------------------------------
 

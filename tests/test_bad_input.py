@@ -15,19 +15,20 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
+from conftest import FIXTURES, assert_gone, cluster_processes, ssptk_cmd, warm_processes
+from test_magics import _errors, _usage_error, run_cell
 
 import ssptk
-from conftest import FIXTURES, assert_gone, cluster_processes, ssptk_cmd, warm_processes
-from ssptk.errors import RunFailed, UsageError
-from test_magics import _errors, _usage_error, run_cell
+from ssptk.core.errors import RunFailed, UsageError
 
 NAN = r"loss became nan at step \d+ \(worker \d+, global step \d+\): lower --lr, check the model, or pass --allow-nan"
 
@@ -275,7 +276,7 @@ def api_call(row: Row, out: Path) -> Callable[[], Any]:
 
 @pytest.mark.parametrize("row", params())
 def test_api(row: Row, workspace: Workspace) -> None:
-    from ssptk import warm
+    from ssptk.launch import warm
 
     before = {p.pid for p in ssptk_descendants(os.getpid())}
     warm_before = {p.pid for p in warm_processes()}
@@ -350,6 +351,21 @@ def test_kernel(row: Row, dtrain_kernel: SimpleNamespace, workspace: Workspace) 
     else:
         evalue = _usage_error(reply, outs)
         assert evalue.startswith("%dtrain: ") and re.search(row.message, evalue), evalue
+    check_kernel_clean(dtrain_kernel, workspace)
+    workspace.check(row)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=r.marks) for r in ROWS
+                                 if r.command == "run" and not r.failed_run])
+def test_kernel_background(row: Row, dtrain_kernel: SimpleNamespace, workspace: Workspace) -> None:
+    """``--background`` refuses the same mistakes, in the cell, with the same line (it used to show
+    "starting the cluster…" forever and raise only at ``.wait()``)."""
+    tokens = [*row.args, "--out", str(workspace.out(row)), *row.kernel_extra, "--background"]
+    reply, outs = run_cell(dtrain_kernel.kc, "bg = %dtrain " + shlex.join(tokens), timeout=120)
+    assert "Traceback" not in _texts(outs)
+    evalue = _usage_error(reply, outs)
+    assert evalue.startswith("%dtrain: ") and re.search(row.message, evalue), evalue
     check_kernel_clean(dtrain_kernel, workspace)
     workspace.check(row)
 

@@ -1,4 +1,4 @@
-"""Tests of the live dashboard (ssptk.dashboard, ssptk.live): synthetic records with a fake clock, the
+"""Tests of the live dashboard (ssptk.notebook.dashboard, ssptk.notebook.live_state): synthetic records with a fake clock, the
 display in a real Jupyter kernel (nbclient), and one real run."""
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from matplotlib.image import imread
 
 from ssptk import analysis as an
-from ssptk.dashboard import LiveDashboard
-from ssptk.live import LiveRun, nice_ceil, rolling_mean, sticky_range, thin, thin_envelope
+from ssptk.notebook.dashboard import LiveDashboard
+from ssptk.notebook.live_state import LiveRun, nice_ceil, rolling_mean, sticky_range, thin, thin_envelope
 
 T0 = 1_700_000_000.0
 
@@ -301,7 +301,7 @@ def test_pure_helpers():
 NOTEBOOK_SETUP = textwrap.dedent("""
     import types
     import numpy as np
-    from ssptk.dashboard import LiveDashboard
+    from ssptk.notebook.dashboard import LiveDashboard
     opts = types.SimpleNamespace(mode="ssp", staleness=1, workers=2, model="linear")
     T0 = 1.7e9
     def feed(dash, total=40):

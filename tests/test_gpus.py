@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES
-from ssptk.errors import UsageError
-from ssptk.gpus import assign_gpus, detect_gpus
+
+from ssptk.core.errors import UsageError
+from ssptk.launch.gpus import assign_gpus, detect_gpus
 
 
 @pytest.fixture

@@ -20,12 +20,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import assert_gone, cluster_processes, ssptk_cmd, warm_processes
 
 import ssptk
-from ssptk import netns, warm
-from ssptk.cluster import LocalCluster
-
-from conftest import assert_gone, cluster_processes, ssptk_cmd, warm_processes
+from ssptk.launch import netns, warm
+from ssptk.launch.cluster import LocalCluster
 
 COMMON = dict(model="linear", mode="async", workers=2)
 REFUSED = "unshare: unshare failed: Operation not permitted"
@@ -242,3 +241,22 @@ def test_cli_where_the_kernel_refuses_user_namespaces(tmp_path: Path) -> None:
         iso = json.loads((out / label / "config.json").read_text())["tasks"]["isolation"]
         assert iso.startswith("none (unshare not permitted: ") and "No space left on device" in iso
     assert_gone(str(tmp_path))
+
+
+def test_a_failure_after_the_namespace_was_made_leaks_no_descriptor(tmp_path: Path, fresh_state: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: writing config.json failed after LocalCluster had opened the namespace's two descriptors,
+    outside the ``with`` that closes them."""
+    from ssptk.rundir import RunDir
+
+    def full_disk(self: RunDir, *args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RunDir, "write_config", full_disk)
+    for attempt in range(2):  # the first makes the process's one nsenter check; count from the second
+        before = set(os.listdir("/proc/self/fd"))
+        with pytest.raises(OSError, match="No space left on device"):
+            ssptk.run(mode="async", workers=2, steps=5, out=str(tmp_path / f"r{attempt}"))
+        leaked = set(os.listdir("/proc/self/fd")) - before
+        assert not leaked, [os.readlink(f"/proc/self/fd/{fd}") for fd in leaked if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert not cluster_processes(str(tmp_path))

@@ -8,13 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from ssptk.cli import build_parser
-from ssptk.errors import UsageError
-from ssptk.magics import cell_model_name, help_text, parse_line
-from ssptk.options import OPTIONS
-
-from conftest import ROOT
+from ssptk.core.errors import UsageError
+from ssptk.core.options import OPTIONS
+from ssptk.notebook.magics import cell_model_name, help_text, parse_line
 
 
 def test_line_defaults_to_run_and_shares_the_cli_options() -> None:
@@ -59,6 +58,48 @@ def test_cell_model_name() -> None:
 
 
 # --- in a real kernel ------------------------------------------------------------------------------
+
+TWO_MODELS = ("import ssptk\n\n"
+              "def first():\n    return ssptk.ModelSpec(build=None, loss=None, data=None)\n\n"
+              "def second():\n    return ssptk.ModelSpec(build=None, loss=None, data=None)\n")
+
+
+@pytest.mark.parametrize("flag", ["--model second", "--model=second"])
+def test_cell_magic_takes_the_model_in_both_forms(flag: str, tmp_path: Path) -> None:
+    """Regression: ``%%dtrain --model=NAME`` was not recognised (only ``--model NAME`` was). The line then
+    fails on --gpus, after the model was found, so nothing trains."""
+    from ssptk.notebook.magics import dtrain
+
+    with pytest.raises(UsageError, match=r"^%dtrain: unknown GPU id 7 in --gpus 7"):
+        dtrain(f"{flag} --gpus 7 --out {tmp_path / 'r'}", TWO_MODELS)
+    with pytest.raises(UsageError, match=r"must define the model function: name it with --model NAME"):
+        dtrain(f"--gpus 7 --out {tmp_path / 'r'}", TWO_MODELS)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("line, message", [
+    ("--model nosuch_module_xyz:make", r"model 'nosuch_module_xyz:make': cannot import module"),
+    ("--gpus 7", r"unknown GPU id 7 in --gpus 7"),
+    ("--out {existing}", r"output directory \S+ exists and is not empty: choose another --out"),
+])
+def test_background_mistakes_fail_in_the_cell(line: str, message: str, tmp_path: Path) -> None:
+    """Regression: ``--background`` with a bad model, bad --gpus or a non-empty --out showed "starting the
+    cluster…" forever; the error came only at .wait(). It must fail at once, as a foreground run does."""
+    import threading
+
+    from ssptk.notebook.magics import dtrain
+
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep.txt").write_text("mine")
+    line = line.format(existing=existing)
+    if "--out" not in line:
+        line += f" --out {tmp_path / 'r'}"
+    with pytest.raises(UsageError, match=rf"^%dtrain: {message}"):
+        dtrain(f"--mode async --workers 2 --steps 10 --background {line}")
+    assert not [t for t in threading.enumerate() if t.name == "ssptk-background-run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["existing"]
+
 
 @pytest.fixture
 def kernel(tmp_path: Path):
@@ -189,3 +230,35 @@ def test_the_stop_button_ends_the_run_and_keeps_what_ran(kernel, tmp_path: Path)
     reply, outs = run_cell(kc, "r = %dtrain --mode async --workers 2 --steps 20 --out again --no-dashboard\n"
                                "print(r.summary['status'], r.config['tasks']['reused'])")
     assert "ok False" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [False, True])
+def test_background_stop_during_start_up(warm: bool, tmp_path: Path, warm_pool: None) -> None:
+    """Regression: stop() while the tasks were still starting waited for the whole start-up (and then some).
+    It ends the run within seconds, keeps a summary that says so, and leaves no task behind."""
+    from conftest import assert_gone, warm_processes
+
+    from ssptk.notebook.background import BackgroundRun
+
+    out = tmp_path / "bg"
+    bg = BackgroundRun.start(mode="async", workers=2, steps=5000, out=str(out), warm=warm)
+    deadline = time.monotonic() + 60
+    while not list((out / "logs").glob("*.log")) and not list(Path("/tmp").glob("ssptk-warm-*/logs/*.log")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)  # the tasks exist: TensorFlow's import in them takes seconds more
+    events = (out / "workers" / "worker-0.jsonl")
+    assert not events.exists() or '"start"' not in events.read_text(), "start-up was over before stop()"
+    t0 = time.monotonic()
+    bg.stop(timeout=60)
+    took = time.monotonic() - t0
+    assert bg.done and bg.interrupted and took < 15, (bg, took)
+    assert bg.wait() is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "interrupted" in summary["reason"]
+    assert_gone(str(out), within=10)
+    if warm:  # a cluster that never served a run is not kept
+        deadline = time.monotonic() + 10
+        while warm_processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not warm_processes()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import max_skew, records
 
 import ssptk
-from helpers import max_skew, records
-from ssptk.delays import DelayModel, parse_jitter
+from ssptk.core.delays import DelayModel, parse_jitter
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
     df, events = records(run_dir)
     assert len(df) == 450 and sorted(df["minibatch"]) == list(range(450))  # each minibatch exactly once
     assert sorted(df["global_step"]) == list(range(1, 451))  # every update applied, counted once
-    for w, g in df.groupby("worker"):
+    for _w, g in df.groupby("worker"):
         assert list(g.sort_values("step")["step"]) == list(range(1, len(g) + 1))
     assert {e["event"] for e in events} == {"start", "done"} and len(events) == 6
     assert (df["wait_s"] == 0).all() and df["staleness"].max() >= 1  # 3 workers: updates interleave

@@ -9,9 +9,8 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slow
 

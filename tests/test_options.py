@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ssptk_cmd
+
 from ssptk.api import compare, new_run_dir, parse_labels, run
 from ssptk.cli import build_parser
-from ssptk.delays import DelayModel, parse_jitter, parse_straggler
-from ssptk.errors import UsageError
-from ssptk.models import load_model
-from ssptk.options import OPTIONS, from_namespace, resolve, to_argv
+from ssptk.core.delays import DelayModel, parse_jitter, parse_straggler
+from ssptk.core.errors import UsageError
+from ssptk.core.models import load_model
+from ssptk.core.options import OPTIONS, from_namespace, resolve, to_argv
 
 
 def test_defaults_and_ssp_shorthand() -> None:
@@ -30,7 +30,7 @@ def test_argv_round_trip() -> None:
 
 
 def test_every_option_is_in_the_cli_help() -> None:
-    helptext = build_parser()._subparsers._group_actions[0].choices["run"].format_help()  # type: ignore[union-attr]
+    helptext = build_parser().commands["run"].format_help()
     for o in OPTIONS:
         assert "--" + o.name.replace("_", "-") in helptext
 
@@ -142,3 +142,28 @@ def test_worker_command_help_and_bad_task() -> None:
     p = subprocess.run([sys.executable, "-m", "ssptk.worker", "--cluster", '{"worker": ["h:1"]}', "--task", "worker:3"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "--task 'worker:3' is not in the cluster" in p.stderr
+
+
+@pytest.mark.parametrize("name", ["workers", "steps", "batch", "seed", "backup", "restart_failed"])
+def test_booleans_are_not_integers(name: str) -> None:
+    """Regression: run(workers=True) ran one worker (True was taken as 1)."""
+    with pytest.raises(UsageError, match=rf"--{name.replace('_', '-')} must be an integer, got True"):
+        resolve(**{name: True})
+    with pytest.raises(UsageError, match=r"--staleness must be an integer >= 0, got False"):
+        resolve(mode="ssp", staleness=False)
+
+
+def test_a_repeated_straggler_means_the_same_in_runs_and_the_simulator() -> None:
+    """Regression: ``--straggler 2:0.01 --straggler 2:0.02`` added up in a real run and took the last one in
+    simulate(). Both add up now."""
+    from ssptk.core.delays import DelayModel
+    from ssptk.sim import simulate
+
+    o = resolve(workers=3, straggler=["2:0.01", "2:0.02"])
+    assert o.stragglers == {2: pytest.approx(0.03)}
+    assert DelayModel(2, o.stragglers, None, 0).next() == pytest.approx(0.03)  # what the worker sleeps
+    twice = simulate("async", 3, 20, straggler=["2:0.01", "2:0.02"])
+    once = simulate("async", 3, 20, straggler=["2:0.03"])
+    assert twice.wall_s == pytest.approx(once.wall_s) and twice.steps.equals(once.steps)
+    delays = twice.steps.loc[twice.steps["worker"] == 2, "delay_s"].tolist()
+    assert delays and delays == pytest.approx([0.03] * len(delays))

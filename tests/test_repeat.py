@@ -16,15 +16,18 @@ except ImportError:  # tests/ imported as a package
     from tests.test_analysis import DONE_A, RUN_A, START_A, write_run
 
 from conftest import assert_gone, ssptk_cmd
+
 from ssptk import analysis as an
-from ssptk import api, comparison
-from ssptk import report as rp
+from ssptk import api
+from ssptk import render as rp
+from ssptk.analysis.repeats import t975
 from ssptk.cli import build_parser
-from ssptk.errors import UsageError
-from ssptk.logs import load_run
-from ssptk.magics import help_text
-from ssptk.options import OPTIONS, resolve
-from ssptk.repeats import _t975
+from ssptk.core.errors import UsageError
+from ssptk.core.options import OPTIONS, resolve
+from ssptk.experiment import compare as comparison
+from ssptk.experiment import single
+from ssptk.notebook.magics import help_text
+from ssptk.rundir.logs import load_run
 
 T975_2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 SPREAD = [f"{c}{s}" for c in an.FIGURE_COLUMNS for s in ("_min", "_max", "_ci95")]
@@ -58,7 +61,7 @@ def test_ci95_halfwidth() -> None:
     except ImportError:
         return
     for df in (1, 2, 5, 29, 30, 31, 45, 200):  # the table and the expansion beyond it
-        assert _t975(df) == pytest.approx(float(t.ppf(0.975, df)), abs=1e-4)
+        assert t975(df) == pytest.approx(float(t.ppf(0.975, df)), abs=1e-4)
 
 
 def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
@@ -136,7 +139,7 @@ def _fake_run(calls: list):
 def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
     seen: list = []
-    monkeypatch.setattr(api, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run", _fake_run(calls))
     out = tmp_path / "cmp"
     res = comparison.compare(["ssp:1", "async"], out=str(out), repeat=3, workers=3,
                              progress=lambda label, done, total: seen.append(label))
@@ -162,7 +165,7 @@ def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytes
 
 def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
-    monkeypatch.setattr(api, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run", _fake_run(calls))
     out = tmp_path / "cmp"
     res = api.compare(["ssp:1", "async"], out=str(out), workers=3)  # still importable from ssptk.api
     assert [os.path.relpath(o, out) for _, o in calls] == ["ssp-1", "async"]
@@ -176,7 +179,7 @@ def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_bad_repeat_is_refused_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad) -> None:
-    monkeypatch.setattr(api, "run", _fake_run([]))
+    monkeypatch.setattr(single, "run", _fake_run([]))
     with pytest.raises(UsageError, match=r"^--repeat must be an integer >= 1, not "):
         comparison.compare(["sync", "async"], out=str(tmp_path / "x"), repeat=bad)
     assert not (tmp_path / "x").exists()

@@ -1,4 +1,4 @@
-"""Tests of ssptk.report: figures, self-contained HTML, text tables, loading a comparison dir."""
+"""Tests of ssptk.render.report: figures, self-contained HTML, text tables, loading a comparison dir."""
 from __future__ import annotations
 
 import base64
@@ -15,14 +15,14 @@ import pytest
 from matplotlib.figure import Figure
 
 try:  # shared synthetic run directories
-    from test_analysis import DONE_A, RUN_A, START_A, comparison_dir, write_run  # noqa: F401
+    from test_analysis import DONE_A, RUN_A, START_A, comparison_dir, write_run
 except ImportError:  # tests/ imported as a package
     from tests.test_analysis import DONE_A, RUN_A, START_A, comparison_dir, write_run  # noqa: F401
 
 from ssptk import analysis as an
-from ssptk import report as rp
-from ssptk.errors import UsageError
-from ssptk.logs import load_run
+from ssptk import render as rp
+from ssptk.core.errors import UsageError
+from ssptk.rundir.logs import load_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -145,7 +145,7 @@ def test_metrics_csv_and_load_comparison(comparison_dir: Path, runs, tmp_path: P
     report = rp.load_comparison(comparison_dir, per_run=False)
     # metrics.csv lists c then a; b is not in it and follows
     assert list(report.table["label"]) == ["c", "a", "b"]
-    assert report.title == "ssptk comparison: cmp"
+    assert report.title == "ssptk comparison: c, a, b"  # the labels, as compare() titles it (not the folder)
     path = rp.write_metrics_csv(report.table, tmp_path / "m" / "metrics.csv")
     back = pd.read_csv(path)
     assert list(back.columns) == list(an.COMPARE_COLUMNS)
@@ -177,7 +177,7 @@ def test_import_does_not_load_pyplot_or_touch_rcparams(tmp_path: Path) -> None:
         snap = lambda: {k: matplotlib.rcParams._get(k) for k in matplotlib.rcParams}
         before = snap()
         import pandas as pd
-        from ssptk import report
+        from ssptk import render as report
         fig = report.run_figure(pd.DataFrame({"t": [1.0, 2.0], "worker": [0, 1],
                                               "step": [1, 1], "loss": [2.0, 1.0]}))
         report.figure_to_png_base64(fig)

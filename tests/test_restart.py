@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-import ssptk
-from ssptk.errors import UsageError
-
 from conftest import assert_gone, cluster_processes
 from helpers import records
+
+import ssptk
+from ssptk.core.errors import UsageError
 
 
 def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) -> threading.Thread:
@@ -108,3 +107,40 @@ def test_bad_restart_options(tmp_path: Path, kw: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         ssptk.run(out=str(tmp_path / "r"), **kw)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_restart_attempts_count_each_workers_restarts(run_dir: Path) -> None:
+    """Regression: worker 1, worker 2, then worker 1 again logged attempts 1, 2, 4 (attempt numbers were
+    added up). ``attempt`` is how many times that worker was started again: 1, 1, 2."""
+    killed: list[int] = []
+
+    def kill_in_turn() -> None:
+        # (worker, step records in its log first, whether to kill its restarted process)
+        plan = [(1, 20, False), (2, 40, False), (1, 80, True)]
+        deadline = time.monotonic() + 180
+        for worker, after, rejoined in plan:
+            log = run_dir / "workers" / f"worker-{worker}.jsonl"
+            while time.monotonic() < deadline:
+                text = log.read_text() if log.exists() else ""
+                ready = text.count('"step"') >= after and (not rejoined or '"event":"restart"' in text)
+                procs = [p for p in cluster_processes(str(run_dir)) if f"worker:{worker}" in " ".join(p.cmdline())
+                         and ("--rejoin" in p.cmdline()) == rejoined] if ready else []
+                if procs:
+                    os.kill(procs[0].pid, signal.SIGKILL)
+                    killed.append(worker)
+                    break
+                time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_in_turn)
+    killer.start()
+    r = ssptk.run(mode="async", workers=3, steps=700, restart_failed=3, out=str(run_dir),
+                  straggler=["0:0.04", "1:0.04", "2:0.04"], raise_on_failure=False)
+    killer.join()
+    assert killed == [1, 2, 1], f"the kills did not happen as planned ({killed}): the test proves nothing"
+    assert r.ok, r.summary["reason"]
+    _, event_list = records(run_dir)
+    restarts = [(e["worker"], e["attempt"]) for e in sorted(event_list, key=lambda e: e["t"])
+                if e["event"] == "restart"]
+    assert restarts == [(1, 1), (2, 1), (1, 2)]
+    assert_gone(str(run_dir))

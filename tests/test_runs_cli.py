@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-import ssptk
 from conftest import assert_gone, cluster_processes, ssptk_cmd
 from helpers import records
+
+import ssptk
 
 pytestmark = pytest.mark.slow
 
@@ -104,7 +104,7 @@ def test_ctrl_c_stops_every_task_and_keeps_the_logs(run_dir: Path) -> None:
 
 def test_tasks_started_by_hand_like_on_several_hosts(tmp_path: Path) -> None:
     """The README's multi-host recipe, on one host: `ssptk worker` per task, then `ssptk report`."""
-    from ssptk.cluster import free_ports
+    from ssptk.launch.cluster import free_ports
 
     ports = free_ports(3)
     spec = tmp_path / "cluster.json"

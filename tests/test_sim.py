@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ssptk.delays import DelayModel, parse_jitter
-from ssptk.errors import UsageError
+from ssptk.core.delays import DelayModel, parse_jitter
+from ssptk.core.errors import UsageError
 from ssptk.sim import COLUMNS, SimResult, calibrate_overhead, expected_sync_update_time, harmonic, simulate
 
 M = 1.0  # mean of the exponential jitter: the only step cost in the theory tests

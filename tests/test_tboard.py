@@ -1,4 +1,4 @@
-"""Tests of ssptk.tboard: TensorBoard event files written from hand-made run directories."""
+"""Tests of ssptk.render.tensorboard: TensorBoard event files written from hand-made run directories."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from ssptk import tboard  # noqa: E402
+from ssptk.render import tensorboard as tboard
 
 try:  # shared synthetic run directories
     from test_analysis import DONE_A, RUN_A, SKEW_A, START_A, step_record, write_run
@@ -161,7 +161,7 @@ def test_without_tensorboard_nothing_is_written(run_a: Path, monkeypatch: pytest
 
 
 def test_launcher_hook_never_raises(run_a: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ssptk import summary
+    from ssptk.experiment import finish as summary
 
     def broken(run_dir: str) -> str:
         raise OSError("disk full")
@@ -171,7 +171,7 @@ def test_launcher_hook_never_raises(run_a: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_writing_does_not_import_tensorflow(run_a: Path) -> None:
-    code = ("import sys; from ssptk.tboard import write_events; "
+    code = ("import sys; from ssptk.render.tensorboard import write_events; "
             f"write_events({str(run_a)!r}); print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

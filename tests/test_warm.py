@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import warm_processes
 
 import ssptk
-from ssptk import warm
-from ssptk.errors import RunFailed, UsageError
-
-from conftest import warm_processes
+from ssptk.core.errors import RunFailed, UsageError
+from ssptk.launch import warm
 
 pytestmark = pytest.mark.slow
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import psutil
 import pytest
+from conftest import cluster_processes, ssptk_cmd, warm_processes
 
 import ssptk
-from conftest import cluster_processes, ssptk_cmd, warm_processes
-from ssptk import watch as watch_module
-from ssptk.watch import StallWatch
-from ssptk.errors import LossNotFinite, UsageError, check_loss
-from ssptk.options import resolve, to_argv
+from ssptk.core.errors import LossNotFinite, UsageError, check_loss
+from ssptk.core.options import resolve, to_argv
+from ssptk.launch import supervisor as watch_module
+from ssptk.launch.supervisor import StallWatch
 
 NAN_MESSAGE = "lower --lr, check the model, or pass --allow-nan"
 
@@ -46,10 +46,10 @@ def test_allow_nan_and_stall_timeout_reach_the_workers() -> None:
     o = resolve(allow_nan=True, stall_timeout=7.5)
     argv = to_argv(o)
     assert "--allow-nan" in argv and argv[argv.index("--stall-timeout") + 1] == "7.5"
-    from ssptk.worker import parser
+    from ssptk.runtime.task import parser
 
     ns = parser().parse_args(["--cluster", "{}", "--task", "worker:0", *argv])
-    from ssptk.options import from_namespace
+    from ssptk.core.options import from_namespace
 
     assert from_namespace(ns) == o
     d = resolve()
@@ -99,7 +99,7 @@ def test_non_finite_loss_message_is_one_line() -> None:
 def test_non_finite_numbers_are_written_as_null(tmp_path: Path) -> None:
     import numpy as np
 
-    from ssptk.runtime.ps_loop import write_final
+    from ssptk.rundir import RunDir
     from ssptk.runtime.recorder import Recorder
 
     rec = Recorder(str(tmp_path / "w.jsonl"), 0)
@@ -109,8 +109,8 @@ def test_non_finite_numbers_are_written_as_null(tmp_path: Path) -> None:
     rec.close()
     losses = [strict_json(line)["loss"] for line in (tmp_path / "w.jsonl").read_text().splitlines()]
     assert losses == [None, None, 0.5]
-    write_final(str(tmp_path), float("nan"), [SimpleNamespace(name="w:0")], [np.array(float("nan"))])
-    final = strict_json((tmp_path / "final.json").read_text())
+    RunDir(tmp_path).write_final(float("nan"), ["w"], [np.array(float("nan"))])
+    final = strict_json((tmp_path / "model" / "final.json").read_text())
     assert final["eval_loss"] is None and final["params"] == {"w": None}
 
 
@@ -126,6 +126,9 @@ class FakeCluster:
 
     def stopped_tasks(self) -> list[str]:
         return self.stopped
+
+    def log_path(self, name: str) -> str:
+        return "/nonexistent"
 
 
 class Clock:
@@ -230,7 +233,7 @@ def test_allow_nan_keeps_training(run_dir: Path, user_model_path: str) -> None:
 
 @pytest.mark.slow
 def test_nan_loss_in_a_warm_cluster_discards_it(run_dir: Path, user_model_path: str, warm_pool: None) -> None:
-    from ssptk import warm
+    from ssptk.launch import warm
 
     with pytest.raises(ssptk.RunFailed, match=r"worker:\d \(exit code 1\): error: loss became nan at step 1") as info:
         ssptk.run(model="usermodels:nan_loss", mode="ssp", workers=2, steps=20, warm=True, out=str(run_dir))

@@ -1,4 +1,4 @@
-"""Tests of ssptk.widgets and ssptk.overlay: caching, keys, status lines, overlays, display, a real kernel,
+"""Tests of ssptk.notebook.widgets and ssptk.render.overlay: caching, keys, status lines, overlays, display, a real kernel,
 and (slow) real TensorFlow runs. Fast tests use run directories written on disk per docs/run-directory.md."""
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.conftest import assert_gone
 
-from ssptk import api, widgets
+from ssptk import api
 from ssptk.api import RunResult
-from ssptk.errors import RunFailed, TaskFailure, UsageError
-from ssptk.options import OPTIONS, resolve
-from ssptk.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
-from ssptk.report import figure_png
+from ssptk.core.errors import RunFailed, TaskFailure, UsageError
+from ssptk.core.options import OPTIONS, resolve
+from ssptk.notebook import widgets
+from ssptk.render import figure_png
+from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -75,7 +76,8 @@ class FakeRunner:
 
 
 @pytest.fixture
-def fake(tmp_path: Path) -> FakeRunner:
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    monkeypatch.chdir(tmp_path)  # a sweep without out= writes its comparison under ./runs
     return FakeRunner(tmp_path / "runs")
 
 
@@ -306,7 +308,7 @@ def test_notebook_displays_widget_and_static_image(tmp_path: Path) -> None:
         f"import sys; sys.path.insert(0, {tests_dir!r})\n"
         "from test_widgets import FakeRunner, make_run\n"
         "from pathlib import Path\n"
-        "from ssptk.widgets import from_runs, staleness_explorer, sweep",
+        "from ssptk.notebook.widgets import from_runs, staleness_explorer, sweep",
         "view = from_runs({f'ssp:{s}': make_run(Path('runs') / f'ssp-{s}', staleness=s, workers=2) for s in (0, 4)})\n"
         "view.select('ssp:4')\nview",
         "sw = sweep([1, 2], runner=FakeRunner(Path('sweep')), workers=2)\nsw",

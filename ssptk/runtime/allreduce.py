@@ -12,12 +12,13 @@ import os
 import time
 from typing import Any
 
-from ssptk.delays import DelayModel
-from ssptk.errors import check_loss
-from ssptk.models import ModelSpec, eval_batch, minibatch
-from ssptk.options import RunOptions
-from ssptk.runtime.ps_loop import write_final
-from ssptk.runtime.recorder import Recorder, worker_log_path
+from ssptk.core.delays import DelayModel
+from ssptk.core.errors import check_loss
+from ssptk.core.models import ModelSpec, eval_batch, minibatch
+from ssptk.core.options import RunOptions
+from ssptk.rundir import RunDir
+from ssptk.runtime.ps_loop import variable_names
+from ssptk.runtime.recorder import Recorder
 
 
 def tf_config(cluster: dict[str, list[str]], index: int) -> str:
@@ -64,7 +65,8 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
     barrier = tf.function(lambda: strategy.run(barrier_fn))
 
-    rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
+    rd = RunDir(run_dir)
+    rec = Recorder(rd.worker_log(index), index, not opts.no_log)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
     barrier()  # first collective: every worker is connected before step 1
     rec.event("start", cpu_s=time.process_time())
@@ -89,11 +91,10 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         # that peer with "Collective ops is aborted by: Socket closed". A second to let them finish.
         time.sleep(1.0)
     if index == 0:
-        model_dir = os.path.join(run_dir, "model")
-        os.makedirs(model_dir, exist_ok=True)
+        os.makedirs(rd.model_dir, exist_ok=True)
         xe, ye = eval_batch(spec, opts.seed)
         eval_loss = float(spec.loss(ye, module(xe)))
         ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
-        ckpt.write(os.path.join(model_dir, "ckpt"))
-        write_final(model_dir, eval_loss, variables, [v.numpy() for v in variables])
+        ckpt.write(rd.checkpoint_prefix)
+        rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables])
     rec.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ssptk.models import ModelSpec
+from ssptk.core.models import ModelSpec
 
 PS = "/job:ps/task:0"
 # A finished worker's SSP clock: far ahead, so it never holds the others back.
@@ -131,10 +131,35 @@ def _sleep(seconds: np.ndarray) -> np.ndarray:
     return np.float32(seconds)
 
 
+@dataclass
+class _Shared:
+    """What every mode's ops are built on: the parts of a worker's graph :func:`build` makes first."""
+
+    tf: Any
+    v1: Any
+    n: int
+    index: int
+    backup: int
+    updates: int
+    global_step: Any
+    g_read: Any
+    grads: list[Any]
+    model_vars: list[Any]
+    after_compute: list[Any]      # the gradients, or the injected delay that runs after them
+    claimed: Any | None
+    clock: Any
+    want: Any
+    opt: Any
+
+
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0) -> PSGraph:
-    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count)."""
+    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count).
+
+    The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
+    :func:`_free_ops` adds async's and SSP's update and :func:`_sync_ops` sync's accumulators and tokens.
+    """
     import tensorflow as tf
 
     v1 = tf.compat.v1
@@ -164,7 +189,6 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 delay = v1.placeholder(tf.float32, shape=(), name="delay")
                 with tf.control_dependencies(after_compute):
                     after_compute = [tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")]
-            extra: dict[str, Any] = {}
             # minibatch claims (async/ssp share the budget; sync indexes minibatches by step)
             claimed = None if mode == "sync" else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
             with v1.device(PS):
@@ -173,91 +197,9 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 arrive_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive")
                 go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
-            opt = v1.train.GradientDescentOptimizer(lr)
-            if mode in ("async", "ssp"):
-                with tf.control_dependencies(after_compute):
-                    apply = opt.apply_gradients(zip(grads, model_vars))
-                # Everything after the update runs on the PS and comes back as ONE tensor: in TF's
-                # distributed runtime every fetched tensor and every cross-task control edge is an RPC of
-                # its own, and those RPCs, not the tiny ops, are what a step costs here.
-                with v1.device(PS):
-                    with tf.control_dependencies([apply]):
-                        g_after = fetch_add(tf, global_step)
-                    # `t` of a step record: the PS's clock once the update is in (not the worker's after
-                    # its run returns, which lags whenever the worker waits for a core).
-                    with tf.control_dependencies([g_after]):
-                        stamp = tf.timestamp()
-                    parts = [g_after, fetch_add(tf, claimed), g_read, tf.bitcast(stamp, tf.int64)]
-                    woke: list[Any] = []
-                    if mode == "ssp":
-                        # The tick follows the stamp, so a step that a peer's tick allowed always logs a
-                        # later `t` than the step that ticked: the logs show the bound as the PS enforced it.
-                        with tf.control_dependencies([stamp]):
-                            tick = clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [index]))
-                        with tf.control_dependencies([tick]):
-                            clocks_now, want_now = clock.read_value(), want.read_value()
-                        parts.append(clocks_now)  # the wants stay on the PS: only _wake_satisfied reads them
-                        wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
-                                             name=f"ssp_wake_{j}") for j in range(n)]
-                        # Waking the peers this tick satisfied is part of the step's own run: no extra
-                        # round trip for the waker, and none on the woken worker's critical path.
-                        woke = [_wake_satisfied(tf, want, wake, index, clocks_now, want_now)]
-                    with tf.control_dependencies(woke):
-                        extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
-                if mode == "ssp":
-                    with v1.device(PS):
-                        _ssp_wait_ops(tf, v1, extra, clock, want, wake, index)
-            else:  # sync: accumulators and one token queue per worker
-                local_step = v1.placeholder(tf.int64, shape=(), name="local_step")
-                extra["local_step"] = local_step
-                accs = []
-                for k, var in enumerate(model_vars):
-                    with v1.device(PS):
-                        accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
-                                                              shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
-                # The global step read on the PS just before the push tells whether this gradient was in
-                # time for its step (the accumulators drop gradients whose local_step is behind).
-                with tf.control_dependencies(after_compute):
-                    g_before_push = global_step.read_value()
-                with tf.control_dependencies([g_before_push]):
-                    pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, grads)]
-                with v1.device(PS):
-                    # a token is (global step after the update, PS time the update was applied)
-                    tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
-                                           shared_name=f"sync_token_{j}", name=f"sync_token_{j}") for j in range(n)]
-                    # One run per step: push, then block on this worker's own token. The wait is measured
-                    # on the PS clock, from the push landing to the update being applied.
-                    with tf.control_dependencies(pushes):
-                        pushed_at = tf.timestamp()
-                        tok = tokens[index].dequeue()
-                    with tf.control_dependencies(tok):
-                        parts = [g_before_push, tok[0], global_step.read_value(),
-                                 tf.cast(tokens[index].size(), tf.int64), tf.bitcast(pushed_at, tf.int64),
-                                 tf.bitcast(tok[1], tf.int64)]
-                    extra["sync_meta"] = tf.stack(parts, name="sync_meta")
-                extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
-                extra["drain"] = tokens[index].dequeue_many(extra["drain_n"])
-                with v1.device(PS):
-                    extra["backlog"] = tokens[index].size()  # a restarted worker drops its dead self's tokens
-                # The chief's aggregator is one while loop that runs on the PS for the whole run: no
-                # round trip from the chief per update. Each iteration takes the mean of the first N-B
-                # fresh gradients, applies it, and puts one token in every worker's queue.
-                def aggregate_once(i: Any) -> Any:
-                    taken = [acc.take_grad(n - backup) for acc in accs]
-                    update = opt.apply_gradients(zip(taken, model_vars))
-                    with tf.control_dependencies([update]):
-                        new_step = fetch_add(tf, global_step)
-                    with tf.control_dependencies([new_step]):
-                        applied_at = tf.timestamp()
-                        released = [acc.set_global_step(new_step) for acc in accs]
-                        released += [q.enqueue((new_step, applied_at)) for q in tokens]
-                    with tf.control_dependencies(released):
-                        return i + 1
-
-                with v1.device(PS):
-                    extra["aggregate"] = tf.while_loop(lambda i: i < updates, aggregate_once,
-                                                       [tf.constant(0, tf.int64)], parallel_iterations=1)
-                extra["close_tokens"] = tf.group(*[q.close() for q in tokens])
+            shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
+                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr))
+            extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
             with tf.control_dependencies([go_q.dequeue()]):
@@ -269,3 +211,99 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),
                 done=done_q.enqueue(index),
                 dones=done_q.dequeue_many(n - 1), **extra)
+
+
+def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
+    """async and ssp: the update applied as soon as it is computed, and what the PS sends back after it."""
+    tf, v1 = s.tf, s.v1
+    extra: dict[str, Any] = {}
+    with tf.control_dependencies(s.after_compute):
+        apply = s.opt.apply_gradients(zip(s.grads, s.model_vars))
+    # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
+    # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
+    # tiny ops, are what a step costs here.
+    with v1.device(PS):
+        with tf.control_dependencies([apply]):
+            g_after = fetch_add(tf, s.global_step)
+        # `t` of a step record: the PS's clock once the update is in (not the worker's after its run
+        # returns, which lags whenever the worker waits for a core).
+        with tf.control_dependencies([g_after]):
+            stamp = tf.timestamp()
+        parts = [g_after, fetch_add(tf, s.claimed), s.g_read, tf.bitcast(stamp, tf.int64)]
+        woke: list[Any] = []
+        if ssp:
+            # The tick follows the stamp, so a step that a peer's tick allowed always logs a later `t` than
+            # the step that ticked: the logs show the bound as the PS enforced it.
+            with tf.control_dependencies([stamp]):
+                tick = s.clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [s.index]))
+            with tf.control_dependencies([tick]):
+                clocks_now, want_now = s.clock.read_value(), s.want.read_value()
+            parts.append(clocks_now)  # the wants stay on the PS: only _wake_satisfied reads them
+            wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
+                                 name=f"ssp_wake_{j}") for j in range(s.n)]
+            # Waking the peers this tick satisfied is part of the step's own run: no extra round trip for
+            # the waker, and none on the woken worker's critical path.
+            woke = [_wake_satisfied(tf, s.want, wake, s.index, clocks_now, want_now)]
+        with tf.control_dependencies(woke):
+            extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
+        if ssp:
+            _ssp_wait_ops(tf, v1, extra, s.clock, s.want, wake, s.index)
+    return extra
+
+
+def _sync_ops(s: _Shared) -> dict[str, Any]:
+    """sync: conditional accumulators on the PS, one token queue per worker, and the chief's aggregator."""
+    tf, v1, n = s.tf, s.v1, s.n
+    extra: dict[str, Any] = {}
+    local_step = v1.placeholder(tf.int64, shape=(), name="local_step")
+    extra["local_step"] = local_step
+    accs = []
+    for k, var in enumerate(s.model_vars):
+        with v1.device(PS):
+            accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
+                                                  shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
+    # The global step read on the PS just before the push tells whether this gradient was in time for its
+    # step (the accumulators drop gradients whose local_step is behind).
+    with tf.control_dependencies(s.after_compute):
+        g_before_push = s.global_step.read_value()
+    with tf.control_dependencies([g_before_push]):
+        pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, s.grads)]
+    with v1.device(PS):
+        # a token is (global step after the update, PS time the update was applied)
+        tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
+                               shared_name=f"sync_token_{j}", name=f"sync_token_{j}") for j in range(n)]
+        # One run per step: push, then block on this worker's own token. The wait is measured on the PS
+        # clock, from the push landing to the update being applied.
+        with tf.control_dependencies(pushes):
+            pushed_at = tf.timestamp()
+            tok = tokens[s.index].dequeue()
+        with tf.control_dependencies(tok):
+            parts = [g_before_push, tok[0], s.global_step.read_value(),
+                     tf.cast(tokens[s.index].size(), tf.int64), tf.bitcast(pushed_at, tf.int64),
+                     tf.bitcast(tok[1], tf.int64)]
+        extra["sync_meta"] = tf.stack(parts, name="sync_meta")
+    extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
+    extra["drain"] = tokens[s.index].dequeue_many(extra["drain_n"])
+    with v1.device(PS):
+        extra["backlog"] = tokens[s.index].size()  # a restarted worker drops its dead self's tokens
+
+    # The chief's aggregator is one while loop that runs on the PS for the whole run: no round trip from
+    # the chief per update. Each iteration takes the mean of the first N-B fresh gradients, applies it,
+    # and puts one token in every worker's queue.
+    def aggregate_once(i: Any) -> Any:
+        taken = [acc.take_grad(n - s.backup) for acc in accs]
+        update = s.opt.apply_gradients(zip(taken, s.model_vars))
+        with tf.control_dependencies([update]):
+            new_step = fetch_add(tf, s.global_step)
+        with tf.control_dependencies([new_step]):
+            applied_at = tf.timestamp()
+            released = [acc.set_global_step(new_step) for acc in accs]
+            released += [q.enqueue((new_step, applied_at)) for q in tokens]
+        with tf.control_dependencies(released):
+            return i + 1
+
+    with v1.device(PS):
+        extra["aggregate"] = tf.while_loop(lambda i: i < s.updates, aggregate_once,
+                                           [tf.constant(0, tf.int64)], parallel_iterations=1)
+    extra["close_tokens"] = tf.group(*[q.close() for q in tokens])
+    return extra

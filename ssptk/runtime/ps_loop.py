@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -21,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ssptk.delays import DelayModel
-from ssptk.errors import check_loss
-from ssptk.models import ModelSpec, eval_batch, minibatch
-from ssptk.options import RunOptions
+from ssptk.core.delays import DelayModel
+from ssptk.core.errors import check_loss
+from ssptk.core.models import ModelSpec, eval_batch, minibatch
+from ssptk.core.options import RunOptions
+from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
-from ssptk.runtime.recorder import Recorder, worker_log_path
+from ssptk.runtime.recorder import Recorder
 
 # A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
 # instead of a hang.
@@ -44,7 +44,7 @@ class Trainer:
         self.spec, self.opts, self.index = spec, opts, index
         self.target, self.container = target, container
         self.n = len(cluster["worker"])
-        self.run_dir = run_dir
+        self.run_dir = RunDir(run_dir)
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
         self.g = ps_graph.build(spec, opts.mode, cluster, index, opts.lr or spec.lr, opts.staleness, opts.backup,
@@ -52,7 +52,7 @@ class Trainer:
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
-        self.rec = Recorder(worker_log_path(run_dir, index), index, not opts.no_log)
+        self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log)
         self.safety_timeouts = 0
         self.step_offset = 0  # steps this worker logged before it was restarted
         self._aggregator: threading.Thread | None = None
@@ -114,12 +114,13 @@ class Trainer:
             if backlog:
                 self.sess.run(g.drain, {g.drain_n: backlog})
             first = int(self.sess.run(g.g_read if sync else g.rejoin))
-            self.step_offset = last_logged_step(worker_log_path(self.run_dir, self.index))
+            self.step_offset = last_logged_step(self.run_dir.worker_log(self.index))
             self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
         else:
             first = self._start(aggregate)
         steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
-                 else self._ps_loop(first, *steps_fn, rejoined=bool(rejoin)))
+                 else self._ps_loop(first, steps_fn[0], steps_fn[1] if len(steps_fn) > 1 else None,
+                                    rejoined=bool(rejoin)))
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time(),
                        record_cpu_s=round(self.rec.cpu_s, 6))
         if self.index == 0:
@@ -135,14 +136,13 @@ class Trainer:
 
     def _finalize(self) -> None:
         """Chief, after every worker is done: evaluate the final model and save it."""
-        model_dir = os.path.join(self.run_dir, "model")
-        os.makedirs(model_dir, exist_ok=True)
+        os.makedirs(self.run_dir.model_dir, exist_ok=True)
         x, y = eval_batch(self.spec, self.opts.seed)
         eval_loss = self.sess.run(self.g.loss, {self.g.x: x, self.g.y: y})
         values = self.sess.run(self.g.model_vars)
         with self.g.graph.as_default():
-            self.g.saver.save(self.sess, os.path.join(model_dir, "ckpt"), write_meta_graph=False)
-        write_final(model_dir, float(eval_loss), self.g.model_vars, values)
+            self.g.saver.save(self.sess, self.run_dir.checkpoint_prefix, write_meta_graph=False)
+        self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values)
 
     # -- async and ssp -------------------------------------------------------------------------
     def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None, rejoined: bool = False) -> int:
@@ -153,6 +153,7 @@ class Trainer:
         # A restarted worker goes on counting its steps, and first clears the SSP want it may have
         # registered before it died.
         step, wait_s, clear, n = self.step_offset, 0.0, ssp and rejoined, self.n
+        staleness = self.opts.staleness or 0
         while claim <= budget:
             mb = claim - 1
             inputs, delay = self._inputs(mb)
@@ -167,8 +168,8 @@ class Trainer:
             # more than `staleness` steps ahead of the slowest.
             if ssp and claim <= budget:
                 clocks = meta[4:4 + n]
-                if clocks[self.index] - clocks.min() > self.opts.staleness:
-                    wait_s = self._ssp_wait(int(clocks[self.index]) - self.opts.staleness)
+                if clocks[self.index] - clocks.min() > staleness:
+                    wait_s = self._ssp_wait(int(clocks[self.index]) - staleness)
         if ssp:
             s.run(g.finish)
         return step
@@ -242,19 +243,6 @@ def last_logged_step(path: str) -> int:
     return last
 
 
-def write_final(model_dir: str, loss: float, variables: list[Any], values: list[np.ndarray]) -> None:
-    """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name.
-    NaN and infinite numbers (a run with ``--allow-nan``) are written as ``null``: the file stays JSON."""
-    info: dict[str, Any] = {"eval_loss": _finite(loss), "variables": {}, "params": {}}
-    for var, value in zip(variables, values):
-        name = var.name.split(":")[0]
-        arr = np.asarray(value)
-        info["variables"][name] = list(arr.shape)
-        if arr.size == 1:
-            info["params"][name.split("/")[-1]] = _finite(float(arr.reshape(())))
-    with open(os.path.join(model_dir, "final.json"), "w") as f:
-        json.dump(info, f, indent=1)
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+def variable_names(variables: list[Any]) -> list[str]:
+    """TensorFlow variables' names without the output index (``dense/kernel:0`` -> ``dense/kernel``)."""
+    return [v.name.split(":")[0] for v in variables]

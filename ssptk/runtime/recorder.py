@@ -9,11 +9,6 @@ import time
 from typing import Any
 
 
-def worker_log_path(run_dir: str, worker: int) -> str:
-    """Where worker ``worker``'s JSONL log lives in a run directory (see docs/run-directory.md)."""
-    return os.path.join(run_dir, "workers", f"worker-{worker}.jsonl")
-
-
 class Recorder:
     """Appends records to ``path``; ``enabled=False`` keeps only events (for overhead benchmarks)."""
 

@@ -1,0 +1,42 @@
+"""Analysis: pure functions from a run's logs to pandas (metrics, the comparison table, repeats, summaries).
+
+Layer 3: may import :mod:`ssptk.core`, :mod:`ssptk.rundir` and :mod:`ssptk.sim`; no plotting, no processes,
+no TensorFlow. Rendering and the front ends import it. ``from ssptk import analysis as an`` gives every
+public name of its modules.
+"""
+from __future__ import annotations
+
+from ssptk.analysis.compare import (
+                                    COMPARE_COLUMNS,
+                                    FIGURE_COLUMNS,
+                                    SPREAD_SUFFIXES,
+                                    TARGET_FACTOR,
+                                    RunTuple,
+                                    compare_table,
+)
+from ssptk.analysis.metrics import (
+                                    ALL_WORKERS,
+                                    finish_times,
+                                    loss_curves,
+                                    max_skew,
+                                    n_workers,
+                                    prepare_steps,
+                                    run_options,
+                                    skew_timeline,
+                                    smoothing_window,
+                                    staleness_bound,
+                                    staleness_counts,
+                                    start_time,
+                                    summarize,
+                                    time_to_target,
+                                    wait_by_worker,
+)
+from ssptk.analysis.repeats import aggregate_repeats, ci95_halfwidth, repeat_table
+from ssptk.analysis.values import clean
+
+__all__ = [
+    "ALL_WORKERS", "COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple",
+    "aggregate_repeats", "ci95_halfwidth", "clean", "compare_table", "finish_times", "loss_curves", "max_skew",
+    "n_workers", "prepare_steps", "repeat_table", "run_options", "skew_timeline", "smoothing_window",
+    "staleness_bound", "staleness_counts", "start_time", "summarize", "time_to_target", "wait_by_worker",
+]

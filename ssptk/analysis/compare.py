@@ -1,0 +1,112 @@
+"""The comparison table: one row per run of several modes, with a loss target they are measured against."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
+from ssptk.analysis.values import clean
+
+__all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "compare_table"]
+
+#: ``(steps, events, config, summary)`` of one run, as :func:`ssptk.rundir.load_run` returns it.
+RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]
+
+#: Automatic target of :func:`compare_table`: this factor times the worst final smoothed loss.
+TARGET_FACTOR = 1.1
+#: Columns of :func:`compare_table`, in order.
+COMPARE_COLUMNS: tuple[str, ...] = (
+    "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
+    "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
+    "max_staleness", "status",
+)
+#: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
+FIGURE_COLUMNS: tuple[str, ...] = (
+    "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "time_to_target_s", "steps_to_target",
+    "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
+)
+#: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
+SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
+_LOCKSTEP_MODES = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+
+def _auto_target(smoothed: Iterable[float | None]) -> float | None:
+    values = [v for v in smoothed if v is not None and math.isfinite(v)]
+    if not values:
+        return None
+    worst = max(values)
+    return worst + (TARGET_FACTOR - 1.0) * abs(worst)
+
+def compare_table(
+    runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]],
+    target: float | None = None,
+) -> pd.DataFrame:
+    """One row per run of ``label -> (steps, events, config, summary)``; :data:`COMPARE_COLUMNS`.
+
+    Numbers come from ``summary`` when it has them (``final_loss`` only from there: it is the
+    evaluation loss) and are otherwise computed from the logs with :func:`summarize`.
+    ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
+    is the summary's (``"unknown"`` without one). Time and steps to target use each run's
+    default :func:`smoothing_window` and run from the start barrier.
+
+    With ``target=None`` the target is 1.1 x (:data:`TARGET_FACTOR`) the largest final smoothed
+    training loss (``loss_smoothed_last``) among the ``ok`` runs (among all runs if none is ok);
+    for a negative loss, ``worst + 0.1 * |worst|``. Every such run reaches it by construction.
+    The target used is in ``table.attrs["target"]`` (``attrs["target_auto"]`` says whether it was
+    chosen automatically).
+    """
+    rows: list[dict[str, Any]] = []
+    prepared: dict[str, tuple[pd.DataFrame, int]] = {}
+    smoothed: dict[str, float | None] = {}
+    for label, run in runs.items():
+        steps, events, config, summary = run
+        summary = dict(summary or {})
+        opts = run_options(config)
+        logs = summarize(steps, events, config)
+        workers = summary.get("workers") or logs["workers"] or None
+        mode = summary.get("mode") or opts.get("mode")
+        staleness = summary.get("staleness", opts.get("staleness"))
+        if mode in _LOCKSTEP_MODES:
+            staleness = None
+
+        def pick(key: str, summary: dict[str, Any] = summary, logs: dict[str, Any] = logs) -> Any:
+            value = summary.get(key)
+            return clean(value) if value is not None else logs.get(key)
+
+        rows.append({
+            "label": str(label), "mode": mode, "staleness": staleness, "workers": workers,
+            "steps_per_s": pick("steps_per_s"), "wall_s": pick("wall_s"),
+            # the simulator's view of the run (from summary.json only): see docs/run-directory.md
+            "measured_over_ideal": clean(summary.get("measured_over_ideal")),
+            "final_loss": clean(summary.get("final_loss")),
+            "time_to_target_s": None, "steps_to_target": None,
+            "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
+            "mean_staleness": pick("mean_staleness"), "max_staleness": pick("max_staleness"),
+            "status": summary.get("status") or "unknown",
+        })
+        if steps is not None and not steps.empty:
+            prepared[str(label)] = (prepare_steps(steps, start_time(events)),
+                                    smoothing_window(workers or steps["worker"].nunique()))
+        smoothed[str(label)] = logs["loss_smoothed_last"]
+    auto = target is None
+    if auto:
+        ok = [smoothed[r["label"]] for r in rows if r["status"] == "ok"]
+        target = _auto_target(ok)
+        if target is None:
+            target = _auto_target(smoothed.values())
+    if target is not None:
+        for row in rows:
+            if row["label"] in prepared:
+                df, window = prepared[row["label"]]
+                row["time_to_target_s"], row["steps_to_target"] = time_to_target(df, target, window)
+    table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "time_to_target_s",
+                "wait_fraction", "mean_staleness"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
+    for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+    table.attrs["target"] = None if target is None else float(target)
+    table.attrs["target_auto"] = auto
+    return table

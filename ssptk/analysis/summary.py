@@ -1,0 +1,82 @@
+"""``summary.json``: what a run's logs add up to (see ``docs/run-directory.md``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.metrics import summarize
+from ssptk.core.errors import TaskFailure
+from ssptk.core.options import RunOptions
+from ssptk.rundir import RunDir, load_run
+from ssptk.sim import ideal_for
+
+__all__ = ["run_summary"]
+
+
+def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | None,
+                ps_cpu_s: float | None = None) -> tuple[dict[str, Any], RunTuple]:
+    """What ``summary.json`` holds, computed from the run directory's logs: ``(summary, loaded)``, where
+    ``loaded`` is what :func:`ssptk.rundir.load_run` read (so callers need not read the logs again).
+
+    ``ps_cpu_s``: CPU seconds the PS used between the start barrier and the end (the launcher measures
+    it); with the workers' own figures from their start/done events it gives ``cpu_ms_per_step``.
+    """
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    steps, events, config, _ = load_run(rd.path)
+    final = rd.final()
+    if failure is None and not final:
+        failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
+    s: dict[str, Any] = {"status": "ok" if failure is None else "failed",
+                         "reason": None if failure is None else str(failure),
+                         "failed_task": None if failure is None else failure.task,
+                         "mode": opts.mode, "model": opts.model, "workers": opts.workers,
+                         "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
+    s.update(summarize(steps, events, config))
+    s.update(_startup(steps, config))
+    s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
+    s.update(_ideal(steps, opts))
+    ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
+    s["measured_over_ideal"] = measured / ideal if ideal and measured else None
+    s["final_loss"] = final.get("eval_loss")
+    s["params"] = final.get("params") if opts.model == "linear" else None
+    s["run_dir"] = rd.path
+    return s, (steps, events, config, s)
+
+
+def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+    """Seconds from the ``run()`` call to the first step record, and whether the tasks were warm."""
+    launched, tasks = config.get("launched"), config.get("tasks") or {}
+    first = None if steps.empty or not launched else float(steps["t"].min()) - float(launched)
+    return {"first_step_s": first,
+            "warm_reused": bool(tasks.get("reused"))}
+
+
+def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
+    """The simulator's steps/s for these options with this run's calibrated per-step overhead."""
+    if steps.empty:
+        return {"overhead_ms": None, "ideal_steps_per_s": None}
+    # A failed run simulates only the budget it got through (a run that stopped at step 12 of --steps
+    # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
+    budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
+    return ideal_for(steps, opts.mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
+                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed)
+
+
+def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:
+    """CPU seconds all tasks spent training (start barrier to done), and per minibatch.
+
+    On a machine where the tasks share few cores, throughput is bound by this, and unlike steps/s it
+    barely moves when other programs take turns on the cores: the steadier measure of overhead.
+    """
+    out: dict[str, Any] = {"train_cpu_s": None, "cpu_ms_per_step": None}
+    if events.empty or "cpu_s" not in events or ps_cpu_s is None or not steps:
+        return out
+    if (events["event"] == "restart").any():  # a restarted worker's CPU clock started again at 0
+        return out
+    by = events.dropna(subset=["cpu_s"]).groupby(["worker", "event"])["cpu_s"].first().unstack()
+    if not {"start", "done"} <= set(by.columns) or by[["start", "done"]].isna().any().any():
+        return out
+    total = float((by["done"] - by["start"]).sum()) + ps_cpu_s
+    return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}

@@ -1,0 +1,122 @@
+"""Injected delays: stragglers and jitter, seeded so that runs (and the simulator) repeat exactly.
+
+The same :class:`DelayModel` is used by the worker runtime (which sleeps the delay between reading
+the parameters and pushing its update) and by the simulator, so both see identical delay streams.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ssptk.core.errors import UsageError
+
+JITTER_KINDS = ("exp", "uniform")
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """A random per-step delay: ``exp`` with ``mean``, or ``uniform`` on ``[lo, hi]`` (seconds)."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return self.a if self.kind == "exp" else (self.a + self.b) / 2.0
+
+    def __str__(self) -> str:
+        return f"exp:{self.a:g}" if self.kind == "exp" else f"uniform:{self.a:g}:{self.b:g}"
+
+
+def parse_jitter(spec: str | Jitter | None) -> Jitter | None:
+    """Parse ``exp:MEAN`` or ``uniform:LO:HI`` (seconds); ``None``/``""``/``none`` means no jitter."""
+    if spec is None or spec == "" or spec == "none":
+        return None
+    if isinstance(spec, Jitter):
+        return spec
+    parts = str(spec).split(":")
+    try:
+        if parts[0] == "exp" and len(parts) == 2:
+            mean = float(parts[1])
+            if mean >= 0:
+                return Jitter("exp", mean)
+        elif parts[0] == "uniform" and len(parts) == 3:
+            lo, hi = float(parts[1]), float(parts[2])
+            if 0 <= lo <= hi:
+                return Jitter("uniform", lo, hi)
+    except ValueError:
+        pass
+    raise UsageError(
+        f"bad --jitter {spec!r}: use exp:MEAN or uniform:LO:HI with seconds >= 0 (LO <= HI), e.g. exp:0.02"
+    )
+
+
+def parse_straggler(spec: str | tuple[int, float] | list) -> tuple[int, float]:
+    """Parse ``I:SECONDS`` (worker index, extra seconds per step)."""
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        index, seconds = spec
+    else:
+        parts = str(spec).split(":")
+        if len(parts) != 2:
+            raise UsageError(f"bad --straggler {spec!r}: use I:SECONDS, e.g. 2:0.05")
+        index, seconds = parts
+    try:
+        i, s = int(index), float(seconds)
+    except (TypeError, ValueError):
+        raise UsageError(f"bad --straggler {spec!r}: use I:SECONDS, e.g. 2:0.05") from None
+    if i < 0 or s < 0:
+        raise UsageError(f"bad --straggler {spec!r}: index and seconds must be >= 0")
+    return i, s
+
+
+def parse_stragglers(specs: Any) -> tuple[tuple[int, float], ...]:
+    """Every ``--straggler`` given, in order: ``"I:S"`` strings, ``(I, S)`` pairs, or a ``{I: S}`` dict."""
+    if specs is None or specs == ():
+        return ()
+    if isinstance(specs, dict):
+        items: list[Any] = list(specs.items())
+    elif isinstance(specs, (str, bytes)) or (isinstance(specs, tuple) and len(specs) == 2
+                                               and not isinstance(specs[0], (str, tuple, list))):
+        items = [specs]
+    else:
+        items = list(specs)
+    return tuple(parse_straggler(s) for s in items)
+
+
+def straggler_seconds(stragglers: Any) -> dict[int, float]:
+    """Extra seconds per step by worker index. A worker named twice (``--straggler 2:0.01 --straggler
+    2:0.02``) gets the sum: the one rule for real runs and the simulator."""
+    out: dict[int, float] = {}
+    for i, s in parse_stragglers(stragglers):
+        out[i] = out.get(i, 0.0) + s
+    return out
+
+
+class DelayModel:
+    """The delay worker ``worker`` sleeps at each of its steps: its straggler time plus jitter.
+
+    The jitter stream depends only on ``(seed, worker)`` and the step number, never on timing,
+    so two runs with the same seed inject identical delays.
+    """
+
+    def __init__(self, worker: int, straggler: dict[int, float] | None, jitter: Jitter | None, seed: int) -> None:
+        self.fixed = float((straggler or {}).get(worker, 0.0))
+        self.jitter = jitter
+        self._rng = np.random.default_rng([int(seed), int(worker), 0x5D1A7])
+
+    def next(self) -> float:
+        """The delay for this worker's next step, in seconds."""
+        extra = 0.0
+        if self.jitter is not None:
+            if self.jitter.kind == "exp":
+                extra = float(self._rng.exponential(self.jitter.a)) if self.jitter.a > 0 else 0.0
+            else:
+                extra = float(self._rng.uniform(self.jitter.a, self.jitter.b))
+        return self.fixed + extra
+
+    def take(self, n: int) -> np.ndarray:
+        """The next ``n`` delays at once (same stream as calling :meth:`next` ``n`` times)."""
+        return np.array([self.next() for _ in range(n)])

@@ -1,0 +1,109 @@
+"""Error types. Adapters (CLI, magics) turn these into one-line messages; nothing else prints them."""
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass, field
+
+
+class UsageError(ValueError):
+    """A user mistake in options or inputs: one line saying what was wrong and what to do."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython/Jupyter show this instead of a traceback; the cell still fails, so Run All stops.
+        return [f"UsageError: {self}"]
+
+
+LOG_TAIL_LINES = 20
+# TF's own chatter that says nothing about the run: left out of the log tails shown to users.
+_NOISE = ("cuInit", "cuda_", "cudart_stub", "absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS",
+          "rebuild TensorFlow", "cpu_feature_guard", "This TensorFlow binary", "port.cc", "Could not find cuda")
+
+
+def log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last ``lines`` meaningful lines of a task log (``[]`` if there is none)."""
+    if not path:
+        return []
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()[-64_000:]
+    except OSError:
+        return []
+    kept = [ln for ln in text.splitlines() if ln.strip() and not any(n in ln for n in _NOISE)]
+    return kept[-lines:]
+
+
+def _error_line(tail: list[str]) -> str:
+    """The most telling line of a failed task's log: its last exception line, if any."""
+    for line in reversed(tail):
+        s = line.strip()
+        if "Error" in s or "error:" in s or "Exception" in s:
+            return s[:300]
+    return ""
+
+
+@dataclass
+class TaskFailure:
+    """Which task failed, how, and the last lines of its log. Build one with :meth:`of`."""
+
+    task: str
+    reason: str
+    exit_code: int | None = None
+    log_tail: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, task: str, reason: str, exit_code: int | None = None, log_path: str | None = None, *,
+           explain: bool = False) -> TaskFailure:
+        """The one constructor: the tail of the task's log at ``log_path``; a negative ``exit_code``
+        names its signal (``was killed by SIGKILL``); ``explain`` appends the log's last error line."""
+        tail = log_tail(log_path)
+        if exit_code is not None and exit_code < 0:
+            try:
+                reason = f"was killed by {signal.Signals(-exit_code).name}"
+            except ValueError:
+                reason = f"was killed by signal {-exit_code}"
+        detail = _error_line(tail) if explain else ""
+        return cls(task, f"{reason}: {detail}" if detail else reason, exit_code, tail)
+
+    def __str__(self) -> str:
+        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+        return f"{self.task}{code}: {self.reason}"
+
+
+class RunFailed(RuntimeError):
+    """A run ended with status ``failed``. ``failure`` names the task; ``result`` holds what ran."""
+
+    def __init__(self, failure: TaskFailure, result: object | None = None) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+        self.result = result
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"RunFailed: {self.failure}"]
+        if self.failure.log_tail:
+            lines += [f"last lines of {self.failure.task}'s log:"] + [f"  {ln}" for ln in self.failure.log_tail[-10:]]
+        run_dir = getattr(self.result, "run_dir", None)
+        return lines + ([f"logs kept in {run_dir}"] if run_dir else [])
+
+
+class LossNotFinite(RuntimeError):
+    """Raised inside a worker when a step's loss is NaN or infinite (unless ``--allow-nan``); its
+    message is the one line the user sees."""
+
+    def __init__(self, loss: float, step: int, worker: int, global_step: int) -> None:
+        what = "nan" if loss != loss else ("inf" if loss > 0 else "-inf")
+        super().__init__(f"loss became {what} at step {step} (worker {worker}, global step {global_step}): "
+                         "lower --lr, check the model, or pass --allow-nan")
+
+
+def check_loss(loss: float, allow_nan: bool, step: int, worker: int, global_step: int) -> None:
+    """Raise :class:`LossNotFinite` for a NaN or infinite ``loss`` unless ``allow_nan``."""
+    if not allow_nan and not math.isfinite(loss):
+        raise LossNotFinite(loss, step, worker, global_step)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by the user (the notebook's stop button): every task is stopped, the logs kept."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"RunInterrupted: {self}"]

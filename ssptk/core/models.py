@@ -1,0 +1,183 @@
+"""Models: the two seed examples and the contract for user models.
+
+A model is described by a :class:`ModelSpec`. A user model is any importable function
+``package.module:function`` that takes no arguments and returns a ``ModelSpec``::
+
+    import numpy as np
+    import ssptk
+
+    def my_model() -> ssptk.ModelSpec:
+        def build():
+            import tf_keras
+            return tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(3,))])
+        def loss(y, pred):
+            import tensorflow as tf
+            return tf.reduce_mean(tf.square(pred[:, 0] - y))
+        def data(rng, batch):
+            x = rng.normal(size=(batch, 3)).astype("float32")
+            return x, (x @ np.array([1.0, -2.0, 0.5], "float32"))
+        return ssptk.ModelSpec(build=build, loss=loss, data=data, lr=0.05)
+
+The same spec runs in all four modes because ssptk, not the model, decides where variables live:
+``build()`` is called inside the mode's placement scope (parameter-server placement for sync, ssp
+and async; ``MultiWorkerMirroredStrategy.scope()`` for allreduce), in graph mode for the first three
+and eagerly for allreduce. So ``build`` must create its variables with TensorFlow (``tf.Variable``,
+``tf.Module`` or a ``tf_keras`` model, not a Keras 3 ``tf.keras`` one: Keras 3 cannot build into a
+graph) and must not run anything; ``loss`` must be written with TensorFlow ops. ``data`` is plain
+NumPy and is called with a generator seeded by ``(seed, minibatch index)``, so every minibatch is
+the same in every mode and every run with that seed.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ssptk.core.errors import UsageError
+
+
+@dataclass
+class ModelSpec:
+    """What ssptk needs to train a model in any mode.
+
+    - ``build()``: create the variables and return a callable ``module(x) -> predictions`` that has
+      ``trainable_variables`` (a ``tf.Module`` or a ``tf_keras`` model).
+    - ``loss(y, predictions)``: a scalar TensorFlow tensor.
+    - ``data(rng, batch)``: one minibatch ``(x, y)`` of NumPy arrays from ``rng`` (a ``numpy.random.Generator``).
+    - ``lr``: the default learning rate of plain SGD for this model.
+    """
+
+    build: Callable[[], Any]
+    loss: Callable[[Any, Any], Any]
+    data: Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]
+    lr: float = 0.05
+    name: str = "model"
+
+
+def minibatch(spec: ModelSpec, seed: int, index: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    """Minibatch number ``index`` of a run with ``seed``: the same wherever and whenever it is computed."""
+    return spec.data(np.random.default_rng([int(seed), int(index), 1]), batch)
+
+
+def eval_batch(spec: ModelSpec, seed: int, size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed evaluation batch, disjoint from training minibatches, to compare final models."""
+    return spec.data(np.random.default_rng([int(seed), 2**31 - 1, 2]), size)
+
+
+# --- linear: the second seed's y = w*x + b on y = 2x + 10 + N(0, 0.33^2) ---------------------------
+
+def _linear_build() -> Any:
+    import tensorflow as tf
+
+    class Linear(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="linear")
+            self.w = tf.Variable(0.0, name="w")
+            self.b = tf.Variable(0.0, name="b")
+
+        def __call__(self, x: Any) -> Any:
+            return self.w * x + self.b
+
+    return Linear()
+
+
+def _mse(y: Any, pred: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.reduce_mean(tf.square(pred - y))
+
+
+def _linear_data(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    x = rng.standard_normal(batch).astype(np.float32)
+    y = (2.0 * x + 10.0 + rng.standard_normal(batch) * 0.33).astype(np.float32)
+    return x, y
+
+
+def linear() -> ModelSpec:
+    """The blog seed's model. lr 0.05 converges in ~100 steps and stays stable under async staleness."""
+    return ModelSpec(build=_linear_build, loss=_mse, data=_linear_data, lr=0.05, name="linear")
+
+
+# --- keras: the first seed's Dense(2) on 5 features, labels from a fixed hidden teacher ------------
+
+_TEACHER = np.random.default_rng(20240601).standard_normal((5, 2)).astype(np.float32)
+
+
+def _keras_build() -> Any:
+    import tf_keras
+
+    return tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(5,), name="dense")], name="keras_dense2")
+
+
+def _xent(y: Any, logits: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+
+def _keras_data(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    x = rng.standard_normal((batch, 5)).astype(np.float32)
+    return x, np.argmax(x @ _TEACHER, axis=1).astype(np.int64)
+
+
+def keras() -> ModelSpec:
+    """The MultiWorkerMirroredStrategy page's ``Dense(2)``, with learnable labels."""
+    return ModelSpec(build=_keras_build, loss=_xent, data=_keras_data, lr=0.2, name="keras")
+
+
+BUILTIN = {"linear": linear, "keras": keras}
+
+
+def _import(module_name: str, fresh: bool) -> Any:
+    if module_name.endswith(".py"):  # a file, e.g. the code of a %%dtrain cell saved in its run directory
+        import hashlib
+        import os
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        if not os.path.isfile(module_name):
+            raise FileNotFoundError(module_name)
+        digest = hashlib.sha1(os.path.abspath(module_name).encode()).hexdigest()[:10]
+        spec = spec_from_file_location(f"ssptk_user_{digest}", module_name)
+        module = module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module
+    if fresh and module_name in sys.modules:
+        return importlib.reload(sys.modules[module_name])
+    return importlib.import_module(module_name)
+
+
+def load_model(path: str, fresh: bool = False) -> ModelSpec:
+    """Resolve ``linear``, ``keras``, ``package.module:function`` or ``path/to/file.py:function``.
+
+    Raises :class:`UsageError` saying which part failed: the module import, the attribute, the
+    call, or the type of what it returned. ``fresh``: import the module anew even if it was imported
+    before (a warm worker serving run after run must see the user's edits).
+    """
+    if path in BUILTIN:
+        return BUILTIN[path]()
+    if ":" not in path:
+        raise UsageError(f"unknown model {path!r}: use linear, keras, package.module:function or file.py:function")
+    module_name, _, func_name = path.rpartition(":")
+    try:
+        module = _import(module_name, fresh)
+    except FileNotFoundError:
+        raise UsageError(f"model {path!r}: no file {module_name!r}") from None
+    except Exception as e:  # noqa: BLE001 - any failure inside the user's module is theirs to fix
+        raise UsageError(f"model {path!r}: cannot import module {module_name!r} ({type(e).__name__}: {e})") from None
+    func = getattr(module, func_name, None)
+    if func is None or not callable(func):
+        raise UsageError(f"model {path!r}: module {module_name!r} has no function {func_name!r}")
+    try:
+        spec = func()
+    except Exception as e:  # noqa: BLE001
+        raise UsageError(f"model {path!r}: {func_name}() raised {type(e).__name__}: {e}") from None
+    if not isinstance(spec, ModelSpec):
+        raise UsageError(
+            f"model {path!r}: {func_name}() returned {type(spec).__name__}, expected ssptk.ModelSpec "
+            "(see README: User models)"
+        )
+    return spec

@@ -1,0 +1,296 @@
+"""The one definition of a run's options, shared by the CLI, the Python API, the worker command and
+the notebook magics. Help text, defaults and validation all come from :data:`OPTIONS`."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
+from ssptk.core.errors import UsageError
+
+MODES = ("sync", "ssp", "async", "allreduce")
+BUILTIN_MODELS = ("linear", "keras")
+DEFAULT_STALENESS = 2
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its flag, type, default and help; ``repeat`` options may be given several times."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    metavar: str | None = None
+    repeat: bool = False
+    flag: bool = False
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features), package.module:function "
+           "or file.py:function", "M"),
+    Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
+    Option("staleness", int, None,
+           f"SSP bound S >= 0: no worker more than S steps ahead of the slowest (ssp only; "
+           f"default {DEFAULT_STALENESS})",
+           "S"),
+    Option("workers", int, 3, "number of worker tasks", "N"),
+    Option("steps", int, 200,
+           "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared)", "K"),
+    Option("batch", int, 16, "minibatch size", "B"),
+    Option("lr", float, None, "learning rate (default: the model's own)", "LR"),
+    Option("seed", int, 0, "seed for data, model initialisation and injected delays", "N"),
+    Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
+    Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
+           repeat=True),
+    Option("jitter", str, None, "random extra delay every step: exp:MEAN or uniform:LO:HI (seconds)", "SPEC"),
+    Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
+    Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
+    Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
+    Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
+           flag=True),
+    Option("restart_failed", int, 0,
+           "sync, ssp and async: start a worker that dies again, up to N times in all, and finish the run "
+           "(sync: not worker 0, which runs the aggregator)", "N"),
+    Option("stall_timeout", float, 60,
+           "end the run if no worker logs a step for this long, in seconds; 0 turns the watchdog off", "SECONDS"),
+)
+
+
+_DEFAULT: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+
+
+@dataclass
+class RunOptions:
+    """A run's resolved options (see :data:`OPTIONS` for meanings; the defaults come from there)."""
+
+    model: str = _DEFAULT["model"]
+    mode: str = _DEFAULT["mode"]
+    staleness: int | None = _DEFAULT["staleness"]
+    workers: int = _DEFAULT["workers"]
+    steps: int = _DEFAULT["steps"]
+    batch: int = _DEFAULT["batch"]
+    lr: float | None = _DEFAULT["lr"]
+    seed: int = _DEFAULT["seed"]
+    backup: int = _DEFAULT["backup"]
+    straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
+    jitter: str | None = _DEFAULT["jitter"]
+    gpus: str = _DEFAULT["gpus"]
+    out: str | None = _DEFAULT["out"]
+    no_log: bool = _DEFAULT["no_log"]
+    allow_nan: bool = _DEFAULT["allow_nan"]
+    stall_timeout: float = _DEFAULT["stall_timeout"]
+    restart_failed: int = _DEFAULT["restart_failed"]
+
+    @property
+    def stragglers(self) -> dict[int, float]:
+        """Straggler seconds by worker index (repeated indices add up: :func:`~ssptk.core.delays.straggler_seconds`)."""
+        return straggler_seconds(self.straggler)
+
+    @property
+    def jitter_spec(self) -> Jitter | None:
+        return parse_jitter(self.jitter)
+
+    @property
+    def max_delay(self) -> float:
+        """The longest injected delay one step can plausibly take: the largest straggler time plus
+        jitter (uniform: its upper end; exp: 20 times its mean, exceeded once in 5e8 steps)."""
+        j = self.jitter_spec
+        jitter = 0.0 if j is None else (j.b if j.kind == "uniform" else 20.0 * j.a)
+        return max(self.stragglers.values(), default=0.0) + jitter
+
+    @property
+    def label(self) -> str:
+        """``ssp:S`` or the mode's name (see :func:`label_of`)."""
+        return label_of(self.mode, self.staleness)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["straggler"] = [list(x) for x in self.straggler]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["straggler"] = tuple(tuple(x) for x in kw.get("straggler", ()))
+        return cls(**kw)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise UsageError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+
+
+def parse_label(label: str) -> tuple[str, int | None]:
+    """A mode label: ``sync``, ``async``, ``allreduce``, ``ssp`` or ``ssp:S`` -> ``(mode, S or None)``.
+
+    The one parser of labels (``--mode ssp:4``, ``compare sync ssp:2``, ``simulate("ssp:2", ...)``);
+    raises :class:`UsageError`."""
+    mode, colon, s = str(label).strip().partition(":")
+    if not colon:
+        _check_mode(mode)
+        return mode, None
+    if mode != "ssp":
+        if mode in MODES:
+            raise UsageError(f"bad label {label!r}: only ssp takes a staleness (ssp:S)")
+        _check_mode(mode)
+    try:
+        staleness = int(s)
+    except ValueError:
+        staleness = -1
+    if staleness < 0:
+        raise UsageError(f"bad label {label!r}: use ssp:S with an integer S >= 0, e.g. ssp:2")
+    return "ssp", staleness
+
+
+def label_of(mode: str, staleness: int | None) -> str:
+    """The label of a mode: ``ssp:S`` for SSP, else the mode's name (inverse of :func:`parse_label`)."""
+    return f"ssp:{staleness}" if mode == "ssp" else mode
+
+
+def label_dir(label: str) -> str:
+    """The directory name of a label in a comparison (``ssp:2`` -> ``ssp-2``)."""
+    return label.replace(":", "-")
+
+
+def resolve(**kwargs: Any) -> RunOptions:
+    """Build and validate :class:`RunOptions` from keyword arguments (the Python API's entry).
+
+    Raises :class:`UsageError` with a one-line message for anything a user got wrong, before any
+    process starts. Model import problems are checked separately (:func:`ssptk.core.models.load_model`).
+    """
+    known = {o.name for o in OPTIONS}
+    unknown = sorted(set(kwargs) - known)
+    if unknown:
+        raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
+    kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out")}
+    mode = str(kw.get("mode", _DEFAULT["mode"]))
+    if mode.partition(":")[0] == "ssp" and ":" in mode:  # "ssp:4" is accepted as a shorthand
+        try:
+            mode, kw["staleness"] = parse_label(mode)
+        except UsageError as e:
+            raise UsageError(f"bad mode {kwargs['mode']!r}: {str(e).partition(': ')[2]}") from None
+    _check_mode(mode)
+    kw["mode"] = mode
+    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed"):
+        if name in kw:
+            kw[name] = _integer(name, kw[name])
+    kw["straggler"] = parse_stragglers(kw.get("straggler"))
+    opts = RunOptions(**kw)
+    _validate(opts)
+    if opts.mode == "ssp" and opts.staleness is None:
+        opts.staleness = DEFAULT_STALENESS
+    return opts
+
+
+def _integer(name: str, value: Any) -> int:
+    """``value`` as an int (``"3"`` and ``3.0`` too); booleans and fractions are refused."""
+    if isinstance(value, bool):
+        raise UsageError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+    try:
+        number = int(value)
+        exact = not isinstance(value, float) or float(number) == value
+    except (TypeError, ValueError):
+        exact = False
+    if not exact:
+        raise UsageError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+    return number
+
+
+def _validate(o: RunOptions) -> None:
+    if o.staleness is not None:
+        if o.mode != "ssp":
+            raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
+        if isinstance(o.staleness, bool) or not isinstance(o.staleness, int) or o.staleness < 0:
+            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
+    if o.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {o.workers}")
+    if o.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {o.steps}")
+    if o.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {o.batch}")
+    if o.backup:
+        if o.mode != "sync":
+            raise UsageError(f"--backup applies to sync only, not {o.mode}")
+        if not 0 <= o.backup < o.workers:
+            raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
+    if o.lr is not None and not o.lr > 0:
+        raise UsageError(f"--lr must be > 0, got {o.lr}")
+    for i, _ in o.straggler:
+        if i >= o.workers:
+            raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
+    parse_jitter(o.jitter)
+    _check_stall_timeout(o)
+    if o.restart_failed < 0:
+        raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
+    if o.restart_failed and o.mode == "allreduce":
+        raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
+                         "(its collectives cannot take a new member mid-run)")
+    if ":" not in o.model and o.model not in BUILTIN_MODELS:
+        raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
+
+
+def stall_timeout_floor(o: RunOptions) -> float:
+    """The shortest ``stall_timeout`` the injected delays allow (0 without delays): a worker logs a
+    step only after its delay, so the watchdog must wait longer than the longest one, plus a margin."""
+    d = o.max_delay
+    return 1.25 * d + 1.0 if d > 0 else 0.0
+
+
+def _check_stall_timeout(o: RunOptions) -> None:
+    t = o.stall_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        try:
+            t = o.stall_timeout = float(t)
+        except (TypeError, ValueError):
+            raise UsageError(f"--stall-timeout must be a number of seconds, got {o.stall_timeout!r}") from None
+    if not t >= 0 or t == float("inf"):
+        raise UsageError(f"--stall-timeout must be >= 0 seconds (0 turns the watchdog off), got {t!r}")
+    floor = stall_timeout_floor(o)
+    if t and t <= floor:
+        raise UsageError(f"--stall-timeout {t:g} is too short for the injected delays (a step can take "
+                         f"{o.max_delay:g} s longer): give more than {floor:g} seconds, or 0 to turn the "
+                         f"stall watchdog off")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Add every run option to ``parser``; help text comes from :data:`OPTIONS`."""
+    for o in OPTIONS:
+        if o.name in skip:
+            continue
+        flag = "--" + o.name.replace("_", "-")
+        if o.flag:
+            parser.add_argument(flag, dest=o.name, action="store_true", help=o.help)
+        elif o.repeat:
+            parser.add_argument(flag, dest=o.name, action="append", metavar=o.metavar, help=o.help, default=None)
+        else:
+            default = f" (default: {o.default})" if o.default is not None else ""
+            parser.add_argument(flag, dest=o.name, type=o.type, metavar=o.metavar, default=None,
+                                help=o.help + default)
+
+
+def from_namespace(ns: argparse.Namespace, **override: Any) -> RunOptions:
+    """Resolve :class:`RunOptions` from parsed arguments (unset ones take their defaults)."""
+    kw = {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
+    kw.update({k: v for k, v in override.items() if v is not None})
+    return resolve(**kw)
+
+
+def to_argv(o: RunOptions) -> list[str]:
+    """The command-line form of ``o`` (used to start workers with the same options)."""
+    argv: list[str] = []
+    for opt in OPTIONS:
+        value = getattr(o, opt.name)
+        flag = "--" + opt.name.replace("_", "-")
+        if opt.flag:
+            if value:
+                argv.append(flag)
+        elif opt.repeat:
+            for i, s in value:
+                argv += [flag, f"{i}:{s!r}"]
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv

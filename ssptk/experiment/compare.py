@@ -1,0 +1,191 @@
+"""Comparisons: several modes with the same options, each run once or ``repeat`` times, their metrics table
+and report (``ssptk compare``, ``ssptk sweep``, ``%dtrain compare``). The runs themselves are
+:func:`ssptk.experiment.single.run`'s.
+
+Layout of a comparison directory ``OUT``: ``OUT/<label>/`` per label (``ssp:2`` -> ``ssp-2``), or with
+``repeat`` R > 1 ``OUT/<label>/rep-<k>/`` (k = 1..R); ``OUT/metrics.csv`` and ``OUT/report.html``
+(see docs/run-directory.md).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ssptk.analysis.compare import RunTuple
+from ssptk.core.errors import RunFailed, UsageError
+from ssptk.core.options import label_dir, parse_label, resolve
+from ssptk.experiment import single
+from ssptk.experiment.result import RunResult
+from ssptk.launch.observers import RunObserver
+from ssptk.rundir import RunDir
+
+__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "run_order",
+           "run_tuple"]
+
+
+@dataclass
+class CompareResult:
+    """Runs of several modes with the same common options, their metrics table and report.
+
+    ``runs``: label -> its run (with repetitions, the first). ``repeats``: label -> every repetition,
+    in order. ``table``: one row per label (with repetitions, each figure's mean and its spread:
+    ``<figure>_min``, ``_max``, ``_ci95``, see :func:`ssptk.analysis.aggregate_repeats`).
+    ``runs_table``: one row per run (``label``, ``rep``, figures): what ``metrics.csv`` holds when
+    there are repetitions.
+    """
+
+    out: str
+    runs: dict[str, RunResult]
+    table: pd.DataFrame
+    report: Any
+    repeats: dict[str, list[RunResult]] = field(default_factory=dict)
+    runs_table: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        if not self.repeats:
+            self.repeats = {label: [r] for label, r in self.runs.items()}
+        if self.runs_table is None:
+            self.runs_table = self.table.copy()
+            self.runs_table.insert(1, "rep", pd.Series([1] * len(self.table), dtype="Int64", index=self.table.index))
+
+    @property
+    def report_path(self) -> str:
+        return os.path.join(self.out, "report.html")
+
+    @property
+    def all_runs(self) -> dict[str, RunResult]:
+        """Every run: ``label`` -> run, or with repetitions ``"<label> #<k>"`` -> run."""
+        if all(len(reps) == 1 for reps in self.repeats.values()):
+            return {label: reps[0] for label, reps in self.repeats.items()}
+        return {f"{label} #{k}": r for label, reps in self.repeats.items() for k, r in enumerate(reps, 1)}
+
+    def _repr_html_(self) -> str:
+        return self.report._repr_html_()
+
+    def __str__(self) -> str:
+        from ssptk.render.report import format_table
+
+        return format_table(self.table)
+
+
+def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """``["sync", "ssp:2", "async"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``."""
+    out = []
+    for label in labels:
+        try:
+            mode, staleness = parse_label(label)
+        except UsageError as e:
+            if ":" not in label:
+                raise
+            raise UsageError(f"bad comparison label {label!r}: {str(e).partition(': ')[2]}") from None
+        out.append((label, {"mode": mode, **({} if staleness is None else {"staleness": staleness})}))
+    if len({label_dir(lab) for lab, _ in out}) != len(out):
+        raise UsageError("comparison labels repeat: give each mode once")
+    if not out:
+        raise UsageError("nothing to compare: give modes like sync ssp:2 async")
+    return out
+
+
+def check_repeat(repeat: Any) -> int:
+    """``repeat`` as an int >= 1, else :class:`UsageError`."""
+    if isinstance(repeat, (bool, np.bool_)) or not isinstance(repeat, (int, np.integer)) or repeat < 1:
+        raise UsageError(f"--repeat must be an integer >= 1, not {repeat!r}")
+    return int(repeat)
+
+
+def run_order(labels: list[str], repeat: int) -> list[tuple[str, int]]:
+    """``(label, k)`` in the order the runs go: round k = 1, 2, ... takes the labels in order, then
+    reversed, and so on (A B, B A, A B, ...), so a slow phase of a busy machine hits every mode alike."""
+    return [(label, k) for k in range(1, repeat + 1) for label in (labels if k % 2 else labels[::-1])]
+
+
+#: What runs one run: :func:`ssptk.experiment.single.run` by default; the widgets' tests pass stand-ins.
+Runner = Callable[..., RunResult]
+
+
+def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
+            progress: Callable[[str, int, int], None] | None = None,
+            observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
+            repeat: int = 1, runner: Runner | None = None, **common: Any) -> CompareResult:
+    """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
+
+    Writes ``out/metrics.csv`` and a self-contained ``out/report.html``. Every option is checked for
+    every label before the first run starts. ``observer(label)`` may give each run an observer;
+    ``warm`` runs them on a warm cluster (see :func:`ssptk.experiment.single.run`). A failed run stays
+    in the result (status ``failed``) and the comparison goes on.
+
+    ``repeat`` R > 1 runs each label R times, into ``out/<label>/rep-<k>/``, alternating the order
+    (:func:`run_order`); the table then shows each figure's mean and spread, ``metrics.csv`` has one
+    row per run, and ``progress`` and ``observer`` get ``"<label> #<k>"`` as the label.
+    ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`).
+    """
+    plan = parse_labels(labels)
+    repeat = check_repeat(repeat)
+    for _label, kw in plan:  # validate all before running any, or creating the directory
+        single.check_before_start(resolve(**{**common, **kw, "out": None}))
+    base = RunDir.create(out, "compare").path
+    options = dict(plan)
+    repeats: dict[str, list[RunResult]] = {label: [] for label, _ in plan}
+    for label, k in run_order([label for label, _ in plan], repeat):
+        name = label if repeat == 1 else f"{label} #{k}"
+        run_dir = os.path.join(base, label_dir(label), *([] if repeat == 1 else [f"rep-{k}"]))
+        cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
+        kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
+        repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
+    return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()})
+
+
+def call_runner(runner: Runner, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,
+                observer: Any) -> RunResult:
+    """``runner(**kwargs)``, with ``progress`` where it takes one (or ``**kwargs``), and ``observer`` if any."""
+    try:
+        params = inspect.signature(runner).parameters
+        takes = "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    except (TypeError, ValueError):
+        takes = False
+    extra: dict[str, Any] = {"progress": progress} if progress is not None and takes else {}
+    if observer is not None:
+        extra["observer"] = observer
+    return runner(**kwargs, **extra)
+
+
+def _one(runner: Runner | None, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,
+         observer: RunObserver | None) -> RunResult:
+    """One run of a comparison; a failed run is kept, not raised."""
+    if runner is None:
+        return single.run(progress=progress, observer=observer, raise_on_failure=False, **kwargs)
+    try:
+        return call_runner(runner, kwargs, progress, observer)
+    except RunFailed as e:
+        if e.result is None:
+            raise
+        return e.result  # type: ignore[return-value]
+
+
+def run_tuple(r: RunResult) -> RunTuple:
+    """``(steps, events, config, summary)`` of a finished run: what reports and tables take."""
+    return r.df, r.events, r.config, r.summary
+
+
+def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunResult]]) -> CompareResult:
+    """Table, ``metrics.csv`` and ``report.html`` of finished runs: label -> run, or label -> its
+    repetitions (a list)."""
+    from ssptk.render.report import Repeats, build_report, comparison_title, write_metrics_csv
+
+    repeated = any(isinstance(v, list) for v in runs.values())
+    repeats = {label: list(v) if isinstance(v, list) else [v] for label, v in runs.items()}
+    frames = {label: Repeats(run_tuple(r) for r in reps) if repeated else run_tuple(reps[0])
+              for label, reps in repeats.items()}
+    report = build_report(frames, title=comparison_title(runs))
+    table = report.table
+    per_run = report.runs_table if repeated and report.runs_table is not None else table
+    write_metrics_csv(per_run, os.path.join(base, "metrics.csv"))
+    report.save(os.path.join(base, "report.html"))
+    first = {label: reps[0] for label, reps in repeats.items() if reps}
+    return CompareResult(base, first, table, report, repeats, report.runs_table)

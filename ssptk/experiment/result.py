@@ -1,0 +1,65 @@
+"""A finished run as the Python API hands it back: :class:`RunResult`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from ssptk.core.errors import TaskFailure
+from ssptk.core.options import RunOptions
+from ssptk.rundir import RunDir, read_run
+
+__all__ = ["RunResult"]
+
+
+@dataclass
+class RunResult:
+    """A finished (or failed) run: its directory, options, summary and step records."""
+
+    run_dir: str
+    options: RunOptions
+    summary: dict[str, Any]
+    failure: TaskFailure | None = None
+    _loaded: tuple[pd.DataFrame, pd.DataFrame] | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.summary.get("status") == "ok"
+
+    def _load(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        if self._loaded is None:
+            self._loaded = read_run(self.run_dir)
+        return self._loaded
+
+    @property
+    def df(self) -> pd.DataFrame:
+        """The step records of every worker, sorted by time (columns as in docs/run-directory.md)."""
+        return self._load()[0]
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self._load()[1]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return RunDir(self.run_dir).config()
+
+    def plot(self) -> Any:
+        """A matplotlib Figure of loss, per-worker progress, step skew, waiting and staleness."""
+        from ssptk.render.figures import run_figure
+
+        return run_figure(self.df, self.events, self.config)
+
+    def __str__(self) -> str:
+        from ssptk.render.text import format_summary
+
+        return format_summary(self.summary)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        rate, loss = s.get("steps_per_s"), s.get("final_loss")
+        parts = [self.options.label, s.get("status", "?"), f"{s.get('total_steps', 0)} steps"]
+        parts += [f"{rate:.1f} steps/s"] if rate else []
+        parts += [f"final loss {loss:.4g}"] if loss is not None else []
+        return f"<RunResult {', '.join(parts)}: {self.run_dir}>"

@@ -1,0 +1,213 @@
+"""One run on a local cluster: :func:`run` (the Python API's ``ssptk.run``) and :func:`shutdown`.
+
+It resolves and checks the options, claims the run directory, starts (or borrows) a cluster, lets the
+supervisor follow the run, and leaves ``summary.json`` behind. The CLI, the magics and the widgets are
+thin layers over it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
+from ssptk.core.options import RunOptions, resolve, to_argv
+from ssptk.experiment.finish import finish_run
+from ssptk.experiment.result import RunResult
+from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver
+from ssptk.launch.supervisor import Outcome, supervise
+from ssptk.rundir import USER_MODEL_FILE, RunDir
+
+__all__ = ["PreparedRun", "RunResult", "check_before_start", "execute", "new_run_dir", "prepare", "run", "shutdown"]
+
+PORT_RETRIES = 3
+
+
+def new_run_dir(out: str | None, mode: str) -> str:
+    """Create the run directory; an existing non-empty one is refused, never overwritten."""
+    return RunDir.create(out, mode).path
+
+
+def _source_model_check(source: str, name: Any) -> str:
+    """Check that ``source`` defines a working model function ``name``; returns a model path to it."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UsageError("model code needs --model NAME: the function in it that returns an ssptk.ModelSpec")
+    with tempfile.TemporaryDirectory(prefix="ssptk-model-") as tmp:
+        path = os.path.join(tmp, USER_MODEL_FILE)
+        with open(path, "w") as f:
+            f.write(source)
+        from ssptk.core.models import load_model
+
+        try:
+            load_model(f"{path}:{name}")
+        except UsageError as e:
+            message = str(e).replace(repr(f"{path}:{name}"), "in the cell").replace(path, USER_MODEL_FILE)
+            raise UsageError(message) from None
+    return f"{USER_MODEL_FILE}:{name}"
+
+
+def _save_source(run_dir: str, source: str, model: str) -> str:
+    return f"{RunDir(run_dir).save_user_model(source)}:{model.rpartition(':')[2]}"
+
+
+def check_before_start(opts: RunOptions) -> dict[str, str]:
+    """What resolving cannot check alone: the user model imports and returns a ModelSpec, and
+    ``--gpus`` fits the machine. Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises
+    :class:`UsageError`."""
+    # builtins need no check, and importing TF here would cost seconds
+    if ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":"):
+        from ssptk.core.models import load_model
+
+        load_model(opts.model)
+    from ssptk.launch.gpus import assign_gpus
+
+    return assign_gpus(opts.gpus, opts.workers)
+
+
+def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = None, raise_on_failure: bool = True,
+        warm: bool = False, model_source: str | None = None, cancel: threading.Event | None = None,
+        **options: Any) -> RunResult:
+    """Train one model on a local cluster and return its :class:`RunResult`.
+
+    Options are those of ``ssptk run`` (see :data:`ssptk.core.options.OPTIONS`), e.g.
+    ``ssptk.run(model="linear", mode="ssp", staleness=2, workers=3, steps=200, straggler=["2:0.02"])``.
+    Bad options raise :class:`UsageError` before any process starts; a failed run raises
+    :class:`RunFailed` (carrying the failing task and its log tail) unless ``raise_on_failure`` is false.
+    ``progress(done, total)`` and ``observer`` (a :class:`~ssptk.launch.observers.RunObserver`) follow the
+    run as it goes.
+    ``warm``: run on a warm cluster kept alive for the next run with the same workers and GPUs (see
+    :mod:`ssptk.launch.warm`; :func:`shutdown` ends them); allreduce always starts its own tasks.
+    ``model_source``: Python code defining the function named by ``model`` (what a ``%%dtrain`` cell
+    holds); it is saved as ``user_model.py`` in the run directory, so ``--model <dir>/user_model.py:NAME``
+    repeats the run. ``cancel``: an event that, once set, stops the run as Ctrl-C would (it raises
+    :class:`~ssptk.core.errors.RunInterrupted`).
+    """
+    return execute(prepare(model_source=model_source, **options), progress=progress, observer=observer,
+                   raise_on_failure=raise_on_failure, warm=warm, cancel=cancel)
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run whose options, model, GPUs and directory were checked and claimed, not started yet."""
+
+    opts: RunOptions
+    run_dir: str
+    gpus: dict[str, str]
+    launched: float
+
+
+def prepare(*, model_source: str | None = None, **options: Any) -> PreparedRun:
+    """Everything :func:`run` does before a process starts: resolve the options, check the model and GPUs,
+    create the run directory (and save ``model_source`` in it). Raises :class:`UsageError`."""
+    launched = time.time()
+    if model_source is not None:
+        options["model"] = _source_model_check(model_source, options.get("model"))
+    opts = resolve(**options)
+    gpus = check_before_start(opts)
+    run_dir = new_run_dir(opts.out, opts.mode)
+    opts.out = run_dir
+    if model_source is not None:
+        opts.model = _save_source(run_dir, model_source, opts.model)
+    return PreparedRun(opts, run_dir, gpus, launched)
+
+
+def execute(prepared: PreparedRun, *, progress: ProgressFn | None = None, observer: RunObserver | None = None,
+            raise_on_failure: bool = True, warm: bool = False, cancel: threading.Event | None = None) -> RunResult:
+    """Start a :func:`prepare`-d run and follow it to its end (the arguments as :func:`run`'s)."""
+    opts, run_dir, launched = prepared.opts, prepared.run_dir, prepared.launched
+    observers: list[RunObserver] = [o for o in (observer, None if progress is None else ProgressObserver(progress))
+                                    if o is not None]
+    total = opts.workers * opts.steps
+    with_ps = opts.mode != "allreduce"
+    gpus = {k: v for k, v in prepared.gpus.items() if with_ps or k != "ps:0"}
+    for o in observers:
+        o.started(run_dir, opts, total)
+    run_tasks = _run_warm if warm and with_ps and not opts.restart_failed else _run_cold
+    try:
+        outcome = run_tasks(opts, run_dir, gpus, observers, total, launched, cancel)
+    except KeyboardInterrupt as e:  # Ctrl-C, or the cancel event: the logs and summary of what ran are kept
+        finish_run(run_dir, opts, TaskFailure.of("ssptk", "interrupted by the user"))
+        for o in observers:
+            o.finished(None)
+        if isinstance(e, RunInterrupted):
+            raise
+        raise RunInterrupted("interrupted; every task was stopped and the logs kept") from None
+    summary = finish_run(run_dir, opts, outcome.failure, outcome.ps_train_cpu_s)
+    result = RunResult(run_dir, opts, summary, outcome.failure)
+    for o in observers:
+        o.finished(result)
+    if outcome.failure is not None and raise_on_failure:
+        raise RunFailed(outcome.failure, result)
+    return result
+
+
+def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver], total: int,
+              launched: float, cancel: threading.Event | None) -> Outcome:
+    """Start the run's own tasks, follow the run, stop them."""
+    from ssptk.launch.cluster import LocalCluster
+
+    for attempt in range(PORT_RETRIES):
+        with LocalCluster(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce") as cluster:
+            # inside the `with`: whatever fails from here on, the cluster's namespace and tasks are let go
+            RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
+                                         tasks={"warm": False, "isolation": cluster.isolation})
+            cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
+            failure = cluster.wait_ready(cancel=cancel)
+            if failure is None:
+                return supervise(cluster, run_dir, total, observers, opts, cancel)
+            if attempt + 1 < PORT_RETRIES and _port_taken(failure):
+                _reset_attempt(run_dir)
+                continue
+            return Outcome(failure)
+    raise AssertionError("unreachable")
+
+
+def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: list[RunObserver], total: int,
+              launched: float, cancel: threading.Event | None) -> Outcome:
+    """Run on a warm cluster (started now if there is none), which is kept if the run succeeds."""
+    from ssptk.launch import warm
+
+    rd = RunDir(run_dir)
+    os.makedirs(rd.logs_dir, exist_ok=True)
+    for attempt in range(PORT_RETRIES):
+        cluster, reused, failure = warm.acquire(opts.workers, gpus, cancel)
+        if failure is None:
+            break
+        if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
+            rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
+                            tasks={"warm": True, "reused": False, "isolation": cluster.isolation})
+            return Outcome(failure)
+    ok = False
+    try:
+        rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
+                        tasks={"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
+                               "isolation": cluster.isolation})
+        cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
+        outcome = supervise(cluster, run_dir, total, observers, opts, cancel)
+        ok = outcome.failure is None
+        return outcome
+    finally:
+        warm.release(cluster, ok)
+
+
+def shutdown() -> int:
+    """Stop the warm clusters this process keeps (see ``run(warm=True)``); returns how many."""
+    from ssptk.launch import warm
+
+    return warm.shutdown()
+
+
+def _port_taken(failure: TaskFailure) -> bool:
+    text = " ".join(failure.log_tail).lower()
+    return "address already in use" in text or "failed to bind" in text or "could not start grpc server" in text
+
+
+def _reset_attempt(run_dir: str) -> None:
+    rd = RunDir(run_dir)
+    for d in (rd.workers_dir, rd.logs_dir):
+        for name in os.listdir(d) if os.path.isdir(d) else []:
+            os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))

@@ -1,0 +1,206 @@
+"""Supervising a run while it goes: the launcher's loop over the tasks and their logs.
+
+:func:`supervise` polls the cluster, reads the new log records once (:class:`ssptk.rundir.RunLogReader`)
+and hands them to the run's observers, restarts workers that died (``--restart-failed``), and ends the
+run at the first failure, when it stops making progress (:class:`StallWatch`, ``--stall-timeout``), or
+when its ``cancel`` event is set (:class:`~ssptk.core.errors.RunInterrupted`). It returns a typed
+:class:`Outcome` and never writes on the cluster.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from ssptk.core.errors import RunInterrupted, TaskFailure
+from ssptk.core.options import RunOptions
+from ssptk.launch.observers import RunObserver
+from ssptk.rundir import RunLogReader
+
+__all__ = ["Outcome", "StallWatch", "SupervisedCluster", "supervise", "POLL_S", "START_TIMEOUT_S"]
+
+POLL_S = 0.1
+#: Seconds the tasks get, once they are up, to pass the start barrier before the stall watchdog ends the
+#: run (or ``stall_timeout`` if longer): graph building and session start come first.
+START_TIMEOUT_S = 120.0
+#: Workers whose last records are this close together (seconds) went silent together: in a PS mode the
+#: stall watchdog then blames the PS (every worker waits on it), else the worker that went silent first.
+_SILENT_TOGETHER_S = 2.0
+
+
+class SupervisedCluster(Protocol):
+    """What :func:`supervise` needs of a cluster (:class:`ssptk.launch.cluster.LocalCluster` is one)."""
+
+    with_ps: bool
+    serving: bool
+    spec: dict[str, list[str]]
+
+    def poll(self) -> TaskFailure | None: ...
+
+    def workers_finished(self) -> bool: ...
+
+    def restart(self, name: str) -> int: ...
+
+    def cpu_seconds(self, name: str) -> float | None: ...
+
+    def stopped_tasks(self) -> list[str]: ...
+
+    def failure(self, name: str, reason: str, code: int | None = None) -> TaskFailure: ...
+
+    def wait_exit(self, name: str, timeout: float) -> int | None: ...
+
+    def log_path(self, name: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a supervised run ended: ``failure`` (``None``: every worker finished) and the CPU seconds the
+    PS spent training (``None`` where it was not measured; 0 without a PS)."""
+
+    failure: TaskFailure | None
+    ps_train_cpu_s: float | None = None
+
+
+def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: list[RunObserver],
+              opts: RunOptions | None = None, cancel: threading.Event | None = None) -> Outcome:
+    """Follow the run until every worker has finished; the first failure ends it.
+
+    With ``opts.stall_timeout`` (seconds, 0 = off) a run that stops making progress ends too: see
+    :class:`StallWatch`. Setting ``cancel`` raises :class:`RunInterrupted` (the caller stops the tasks).
+    """
+    reader = RunLogReader(run_dir)
+    ps_cpu0: float | None = None
+    stall = StallWatch(opts.stall_timeout if opts is not None else 0.0,
+                       steps_logged=opts is None or not opts.no_log)
+
+    def read() -> list[dict[str, Any]]:
+        steps, events = reader.read_new()
+        for o in observers:
+            o.records(steps, events, reader.n_steps, total)
+        stall.saw(steps, events)
+        return events
+
+    restarts_left = opts.restart_failed if opts is not None and not cluster.serving else 0
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise RunInterrupted("stopped by the user; every task was stopped and the logs kept")
+        failure = cluster.poll()
+        if failure is not None:
+            errors = [e for e in read() if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
+            if errors:  # the worker said why it failed: that beats a line guessed from its log
+                return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
+            if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
+                if opts is not None and opts.mode == "sync" and failure.task == "worker:0":
+                    return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in sync mode worker:0 "
+                                                           "runs the aggregator, and the run cannot go on without it)"))
+                restarts_left -= 1
+                cluster.restart(failure.task)
+                continue
+            return Outcome(failure)
+        for e in read():
+            if e.get("event") == "error":
+                return Outcome(_error_failure(cluster, e))
+            if e.get("event") == "start" and ps_cpu0 is None:
+                ps_cpu0 = cluster.cpu_seconds("ps:0")
+        if cluster.workers_finished():
+            ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
+            read()
+            if not cluster.with_ps:
+                return Outcome(None, 0.0)
+            return Outcome(None, ps_cpu1 - ps_cpu0 if ps_cpu0 is not None and ps_cpu1 is not None else None)
+        failure = stall.check(cluster)
+        if failure is not None:
+            return Outcome(failure)
+        time.sleep(POLL_S)
+
+
+def _error_failure(cluster: SupervisedCluster, event: dict[str, Any]) -> TaskFailure:
+    """The failure a worker's ``error`` event reports, with its exit code (it exits right after)."""
+    name = f"worker:{event.get('worker')}"
+    reason = f"error: {event.get('message', '')}"
+    return TaskFailure.of(name, reason, cluster.wait_exit(name, 2.0), cluster.log_path(name))
+
+
+class StallWatch:
+    """Ends a run that stopped making progress: a PS that is alive but no longer answers (say, stopped
+    with SIGSTOP), or a worker stuck for good, would otherwise keep the launcher waiting forever.
+
+    Until the first ``start`` event the tasks get ``max(START_TIMEOUT_S, timeout)`` seconds from the
+    moment the watch begins; after it, the run fails when no worker logs anything (step or event) for
+    ``timeout`` seconds. Without step records (``--no-log``) only the start is watched.
+    """
+
+    def __init__(self, timeout: float, steps_logged: bool = True) -> None:
+        self.timeout = float(timeout or 0.0)
+        self.steps_logged = steps_logged
+        self.begun = self.last = time.monotonic()
+        self.started: float | None = None  # wall time of the first start event
+        self.last_step: dict[str, Any] | None = None
+        self.heard: dict[int, float] = {}  # worker -> when (monotonic) its newest record arrived
+        self.ended: set[int] = set()  # workers that logged done (or error)
+
+    def saw(self, steps: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+        if not steps and not events:
+            return
+        now = self.last = time.monotonic()
+        for r in (*steps, *events):
+            w = r.get("worker")
+            if isinstance(w, int):
+                self.heard[w] = now
+            kind = r.get("event")
+            if kind == "start" and self.started is None:
+                self.started = float(r.get("t") or time.time())
+            elif kind in ("done", "error") and isinstance(w, int):
+                self.ended.add(w)
+        if steps:
+            self.last_step = max(steps, key=lambda r: (r.get("t") or 0.0, r.get("global_step") or 0))
+
+    def check(self, cluster: SupervisedCluster) -> TaskFailure | None:
+        """A failure if the run has stalled, else ``None``."""
+        if not self.timeout:
+            return None
+        now = time.monotonic()
+        if self.started is None:
+            limit = max(START_TIMEOUT_S, self.timeout)
+            if now - self.begun <= limit:
+                return None
+            reason = (f"stalled: the workers did not pass the start barrier within {limit:g} s of starting; "
+                      f"a --stall-timeout above {limit:g} waits longer")
+            return self._failure(cluster, self._suspect(cluster), reason)
+        if not self.steps_logged or now - self.last <= self.timeout:
+            return None
+        if self.last_step is not None:
+            r = self.last_step
+            last = f"last step at {_clock(r.get('t'))}, global step {r.get('global_step')}"
+        else:
+            last = f"no step since the start barrier at {_clock(self.started)}"
+        task = self._suspect(cluster)
+        if task in cluster.stopped_tasks():
+            advice = f"{task}'s process is stopped (SIGSTOP?)"
+        else:
+            advice = "use --stall-timeout to wait longer"
+        return self._failure(cluster, task, f"stalled: no step logged for {self.timeout:g} s ({last}); {advice}")
+
+    def _suspect(self, cluster: SupervisedCluster) -> str:
+        """The task most likely to hold the run up: a stopped process; else the PS when every unfinished
+        worker went silent at once (they all wait on it); else the worker that went silent first."""
+        stopped = cluster.stopped_tasks()
+        if stopped:
+            return stopped[0]
+        n = len(cluster.spec.get("worker", []))
+        silent = {w: self.heard.get(w, self.begun) for w in range(n) if w not in self.ended}
+        if cluster.with_ps and (not silent or max(silent.values()) - min(silent.values()) <= _SILENT_TOGETHER_S):
+            return "ps:0"
+        if not silent:
+            return "worker:0"
+        return f"worker:{min(silent, key=lambda w: (silent[w], w))}"
+
+    @staticmethod
+    def _failure(cluster: SupervisedCluster, name: str, reason: str) -> TaskFailure:
+        return TaskFailure.of(name, reason, None, cluster.log_path(name))
+
+
+def _clock(t: Any) -> str:
+    """A record's wall time as local HH:MM:SS (``?`` if it has none)."""
+    return time.strftime("%H:%M:%S", time.localtime(float(t))) if isinstance(t, (int, float)) else "?"

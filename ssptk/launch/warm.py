@@ -1,0 +1,100 @@
+"""Warm clusters: TensorFlow tasks kept alive between runs in one Python process (a notebook kernel).
+
+The first warm run with a given worker count and GPU assignment starts a serving
+:class:`~ssptk.launch.cluster.LocalCluster`; later runs with the same key reuse it, so they skip TensorFlow's
+start-up in every task. Each run's state lives in its own container on the PS, reset when the run
+ends (see ``ssptk.runtime.task``), so no run sees another's variables, counters or queues.
+
+A run that fails or is interrupted discards its cluster (a task may be stuck in a barrier); the next
+run starts a fresh one. :func:`shutdown` (also at interpreter exit) stops them all; the tasks also
+die with their parent process, and exit when their stdin pipe closes.
+"""
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+
+from ssptk.core.errors import TaskFailure
+from ssptk.launch.cluster import LocalCluster
+
+PoolKey = tuple[int, tuple[tuple[str, str], ...]]
+
+_lock = threading.Lock()
+_idle: dict[PoolKey, LocalCluster] = {}
+_busy: set[int] = set()
+
+
+def _key(workers: int, gpus: dict[str, str]) -> PoolKey:
+    return workers, tuple(sorted(gpus.items()))
+
+
+def acquire(workers: int, gpus: dict[str, str],
+            cancel: threading.Event | None = None) -> tuple[LocalCluster, bool, TaskFailure | None]:
+    """A serving cluster for this key: ``(cluster, reused, failure)``.
+
+    A live idle cluster is reused; otherwise a new one is started and waited for (``failure`` is
+    set, and the cluster already stopped, if it could not start). A cluster in use by another run
+    (a background run) is never shared: that run gets a new one. ``cancel``: see
+    :meth:`LocalCluster.wait_ready`.
+    """
+    key = _key(workers, gpus)
+    with _lock:
+        cluster = _idle.pop(key, None)
+        if cluster is not None and cluster.alive():
+            _busy.add(id(cluster))
+            return cluster, True, None
+    if cluster is not None:
+        _discard(cluster)
+    home = tempfile.mkdtemp(prefix="ssptk-warm-")
+    cluster = LocalCluster(workers, home, gpus, with_ps=True)
+    try:
+        cluster.start([], run_id="warm", serve=True)
+        failure = cluster.wait_ready(cancel=cancel)
+    except BaseException:
+        _discard(cluster)
+        raise
+    if failure is not None:
+        _discard(cluster)
+        return cluster, False, failure
+    with _lock:
+        _busy.add(id(cluster))
+    return cluster, False, None
+
+
+def release(cluster: LocalCluster, ok: bool) -> None:
+    """Give a cluster back after a run: kept for the next run if the run went well, else stopped."""
+    with _lock:
+        _busy.discard(id(cluster))
+        key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment)
+        keep = ok and cluster.alive() and key not in _idle
+        if keep:
+            _idle[key] = cluster
+    if not keep:
+        _discard(cluster)
+
+
+def idle_clusters() -> list[LocalCluster]:
+    """The warm clusters waiting for a run."""
+    with _lock:
+        return list(_idle.values())
+
+
+def shutdown() -> int:
+    """Stop every idle warm cluster; returns how many were stopped. Runs in progress are not touched
+    (their clusters stop when they end)."""
+    with _lock:
+        clusters = list(_idle.values())
+        _idle.clear()
+    for cluster in clusters:
+        _discard(cluster)
+    return len(clusters)
+
+
+def _discard(cluster: LocalCluster) -> None:
+    cluster.stop()
+    shutil.rmtree(cluster.run_dir, ignore_errors=True)
+
+
+atexit.register(shutdown)

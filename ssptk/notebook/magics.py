@@ -1,0 +1,142 @@
+"""The notebook magics: ``%load_ext ssptk`` registers ``%dtrain`` and ``%%dtrain``.
+
+A thin adapter: the line goes to the CLI's own parser (:func:`ssptk.cli.build_parser` with
+``notebook=True``), the work to :mod:`ssptk.api`, the live plots to :mod:`ssptk.notebook.dashboard`.
+Front-end layer: it may import everything below it, and nothing imports it but ``ssptk`` itself.
+Runs use the kernel's warm cluster unless ``--cold`` (``ssptk.shutdown()`` ends it).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import shlex
+from typing import Any
+
+from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
+
+COMMANDS = ("run", "compare", "sweep", "sim", "report")
+
+
+def parse_line(line: str) -> argparse.Namespace | None:
+    """Parse a ``%dtrain`` line (``run`` is the default command); ``None`` when it only asked for help."""
+    from ssptk.cli import build_parser
+
+    try:
+        tokens = shlex.split(line)
+    except ValueError as e:
+        raise UsageError(f"cannot split the line ({e}): check its quotes") from None
+    if not tokens or (tokens[0] not in COMMANDS and tokens[0] not in ("-h", "--help")):
+        tokens = ["run", *tokens]
+    try:
+        return build_parser(notebook=True).parse_args(tokens)
+    except SystemExit:  # --help printed the help
+        return None
+
+
+def help_text() -> str:
+    """``%dtrain?``: the magic's usage and the options of each command, from the one parser."""
+    from ssptk.cli import build_parser
+
+    parser = build_parser(notebook=True)
+    parts = [parser.format_help(), "%%dtrain (cell magic): the cell defines the function named by --model, "
+             "which returns an ssptk.ModelSpec; the code is saved as user_model.py in the run directory.\n"]
+    for name in ("run", "compare", "sweep"):
+        parts.append(f"--- %dtrain {name} ---\n" + parser.commands[name].format_help())
+    return "\n".join(parts)
+
+
+def cell_model_name(cell: str, given: str | None) -> str:
+    """The function of a ``%%dtrain`` cell that builds the model: ``--model NAME``, else its only function."""
+    try:
+        tree = ast.parse(cell)
+    except SyntaxError as e:
+        raise UsageError(f"the cell has a syntax error on line {e.lineno}: {e.msg}") from None
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if given is not None:
+        if given not in names:
+            raise UsageError(f"--model {given}: the cell defines no function {given!r} "
+                             f"(it defines {', '.join(names) or 'none'})")
+        return given
+    if len(names) == 1:
+        return names[0]
+    raise UsageError("the cell must define the model function: name it with --model NAME "
+                     f"(functions in the cell: {', '.join(names) or 'none'})")
+
+
+def dtrain(line: str, cell: str | None = None) -> Any:
+    """Run ssptk from a notebook: ``%dtrain [run|compare|sweep] [options]`` (see ``%dtrain --help``).
+
+    Returns the :class:`~ssptk.api.RunResult` (``res = %dtrain ...``), a ``CompareResult``, a sweep
+    viewer, or a background run handle (``--background``).
+    """
+    try:
+        return _dtrain(line, cell)
+    except UsageError as e:  # shown as one line (UsageError._render_traceback_); the cell fails
+        raise UsageError(f"%dtrain: {e}") from None
+    except RunFailed as e:
+        raise RunFailed(e.failure, e.result) from None
+    except KeyboardInterrupt:  # Ctrl-C, the stop button (RunInterrupted): one line, the cell fails
+        raise RunInterrupted("%dtrain: interrupted; every task was stopped and the logs kept") from None
+
+
+def _dtrain(line: str, cell: str | None) -> Any:
+    from ssptk import api
+    from ssptk.cli import compare_plan
+    from ssptk.core.options import OPTIONS, from_namespace
+
+    args = parse_line(line)
+    if args is None:
+        return None
+    if args.command in ("sim", "report"):  # print what the CLI prints; mistakes fail the cell
+        from ssptk.cli import dispatch
+
+        dispatch(args)
+        return None
+    if cell is not None and args.command != "run":
+        raise UsageError(f"%%dtrain takes a model cell for a single run, not {args.command}: "
+                         f"use %dtrain {args.command}")
+    dashboards = not args.no_dashboard
+    warm = not args.cold
+    if args.command == "run":
+        model_source = None
+        if cell is not None:
+            args.model = cell_model_name(cell, args.model)  # None unless --model NAME or --model=NAME
+            model_source = cell
+        else:
+            from_namespace(args)  # bad options fail here, before anything starts
+        kwargs = {o.name: getattr(args, o.name) for o in OPTIONS if getattr(args, o.name) is not None}
+        if args.background:  # options, model, GPUs and --out are checked here, so mistakes fail the cell
+            from ssptk.notebook.background import BackgroundRun
+
+            return BackgroundRun.start(warm=warm, model_source=model_source, **kwargs)
+        return api.run(observer=_dashboard() if dashboards else None, warm=warm, model_source=model_source, **kwargs)
+    labels, common = compare_plan(args)
+    result = api.compare(labels, out=args.out, observer=(lambda _label: _dashboard()) if dashboards else None,
+                         warm=warm, repeat=args.repeat, **common)
+    if args.command == "sweep":  # the same runs as `ssptk sweep`, then a slider over them
+        from ssptk.notebook.widgets import from_runs
+
+        return from_runs(result.all_runs)
+    return result
+
+
+def _dashboard() -> Any:
+    from ssptk.notebook.dashboard import LiveDashboard
+
+    return LiveDashboard()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register ``%dtrain`` / ``%%dtrain`` (``%load_ext ssptk``)."""
+    def magic(line: str, cell: str | None = None) -> Any:
+        return dtrain(line, cell)
+
+    magic.__doc__ = help_text()
+    ipython.register_magic_function(magic, magic_kind="line_cell", magic_name="dtrain")
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext ssptk``: stop the warm clusters."""
+    from ssptk.api import shutdown
+
+    shutdown()

@@ -1,0 +1,76 @@
+"""Notebook views of several runs: the static PNG and HTML forms a widget view also offers, so a saved
+notebook, nbconvert or a frontend without widgets still shows the figure and the table."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ssptk import analysis as an
+from ssptk.core.errors import UsageError
+from ssptk.render.overlay import RunFrames, static_html
+from ssptk.render.style import figure_png
+
+__all__ = ["StaticView"]
+
+
+class StaticView:
+    """Mixin for a notebook view of several runs: the PNG of its current figure (cached per view), the
+    metrics table, and display as the subclass's ``widget`` plus a static figure and table as
+    ``text/html``, which frontends without widgets (nbconvert HTML, an untrusted notebook) show instead.
+    Displayed outputs are updated by :meth:`_update_displays`, so a saved notebook keeps the latest view.
+
+    Subclasses provide ``figure()``, ``_view_key()`` (what the figure depends on), ``_runs()`` (label ->
+    RunResult, in order), ``_caption()`` and ``widget`` (raising :class:`UsageError` without ipywidgets).
+    """
+
+    title = "ssptk"
+
+    def __init__(self) -> None:
+        self._png: dict[Any, bytes] = {}
+        self._run_frames: dict[Any, RunFrames] = {}
+        self._handles: list[Any] = []
+
+    def _frames_of(self, key: Any, result: Any) -> RunFrames:
+        if key not in self._run_frames:
+            self._run_frames[key] = (result.df, result.events, result.config)
+        return self._run_frames[key]
+
+    def png(self) -> bytes:
+        """The current ``figure()`` as PNG bytes (rendered once per view)."""
+        key = self._view_key()  # type: ignore[attr-defined]
+        if key not in self._png:
+            self._png[key] = figure_png(self.figure(), dpi=80)  # type: ignore[attr-defined]
+        return self._png[key]
+
+    def table(self) -> pd.DataFrame:
+        """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure."""
+        runs = self._runs()  # type: ignore[attr-defined]
+        return an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
+
+    def show_static(self) -> None:
+        """Display the current figure as a plain PNG image (it stays in the saved notebook)."""
+        from IPython.display import Image, display
+
+        display(Image(data=self.png(), format="png"))
+
+    def _repr_html_(self) -> str:
+        return static_html(self.title, self._caption(), self.figure(), self.table())  # type: ignore[attr-defined]
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        try:
+            data = dict(self.widget._repr_mimebundle_() or {})  # type: ignore[attr-defined]
+        except UsageError:  # no ipywidgets: the static view only
+            data = {}
+        return {**data, "text/plain": repr(self), "text/html": self._repr_html_()}
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        handle = display(self._repr_mimebundle_(), raw=True, display_id=True)
+        if handle is not None:
+            self._handles.append(handle)
+
+    def _update_displays(self) -> None:
+        for handle in self._handles:
+            handle.update(self._repr_mimebundle_(), raw=True)

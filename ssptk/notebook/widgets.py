@@ -1,0 +1,372 @@
+"""Interactive staleness sliders for Jupyter: :func:`staleness_explorer`, :func:`sweep`, :func:`from_runs`.
+
+Runs execute in the kernel's main thread, inside the Run button's handler. ipykernel handles widget
+messages one at a time on that thread, so clicks and slider moves made during a run wait (the controls
+are disabled meanwhile), while the status line, progress bar and image still update live: widget state
+goes out through ipykernel's IOPub thread. On the main thread the kernel's interrupt button raises
+``KeyboardInterrupt`` inside :func:`ssptk.api.run`, which stops every task; the tasks get
+``PR_SET_PDEATHSIG`` (set only for runs started from the main thread); and matplotlib never renders from
+two threads at once. A background thread would free the kernel for the seconds a run takes, at the
+price of all three. ipywidgets is imported lazily; without it the widgets raise :class:`UsageError`.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ssptk.core.errors import RunFailed, UsageError
+from ssptk.core.options import DEFAULT_STALENESS, resolve
+from ssptk.experiment.compare import call_runner
+from ssptk.experiment.sweep import staleness_values
+from ssptk.notebook.views import StaticView
+from ssptk.render.overlay import summary_line
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ssptk.experiment.result import RunResult
+
+__all__ = ["Explorer", "SweepResult", "cache_key", "default_runner", "from_runs", "staleness_explorer", "sweep"]
+
+Key = tuple[tuple[str, Any], ...]
+Runner = Callable[..., "RunResult"]
+ObserverFactory = Callable[[str], Any]
+RUNNER_OPTIONS = ("warm", "model_source")  # passed to the runner as given; not in the cache key
+
+
+def _ipywidgets() -> Any:
+    try:
+        import ipywidgets
+    except ImportError:
+        raise UsageError("the staleness widgets need ipywidgets: pip install 'ssptk[notebook]'") from None
+    return ipywidgets
+
+
+def cache_key(options: Mapping[str, Any]) -> Key:
+    """A run's cache key: ``resolve(**options).to_dict()`` without ``out``, as a hashable sorted tuple
+    (raises :class:`UsageError` for bad options, like :func:`ssptk.core.options.resolve`)."""
+    d = resolve(**{k: v for k, v in options.items() if k != "out"}).to_dict()
+    return tuple(sorted((k, tuple(map(tuple, v)) if k == "straggler" else v) for k, v in d.items() if k != "out"))
+
+
+def default_runner(**kwargs: Any) -> RunResult:
+    """:func:`ssptk.api.run` with ``out=None`` (a new directory each time); ``warm=True`` where run has it."""
+    from ssptk import api
+
+    if "warm" not in kwargs and "warm" in inspect.signature(api.run).parameters:
+        kwargs["warm"] = True
+    return api.run(**{"out": None, **kwargs})
+
+
+def _error_line(exc: BaseException) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, RunFailed):
+        return f"run failed: {text}"
+    return text if isinstance(exc, UsageError) else f"error: {type(exc).__name__}: {text}"
+
+
+def _split(run_options: dict[str, Any], what: str, names: tuple[str, ...] = RUNNER_OPTIONS) -> dict[str, Any]:
+    """Check ``mode`` (ssp only) and take ``names`` (the runner's own options) out of ``run_options``."""
+    mode = run_options.pop("mode", "ssp")
+    if mode not in ("ssp", None):
+        raise UsageError(f"{what} runs mode ssp only, not {mode!r}: drop --mode")
+    return {k: run_options.pop(k) for k in names if k in run_options}
+
+
+class Explorer(StaticView):
+    """The staleness explorer of :func:`staleness_explorer`: ``widget`` (the ipywidgets container), ``results``
+    (:func:`cache_key` -> RunResult), :meth:`run`, :meth:`select`, :meth:`figure`, :meth:`table`, ``show_static()``."""
+
+    title = "ssptk staleness explorer"
+
+    def __init__(self, values: list[int], base: dict[str, Any], workers: int, straggler: float | None,
+                 runner: Runner | None = None, observer_factory: ObserverFactory | None = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        w = _ipywidgets()
+        super().__init__()
+        self.results: dict[Key, RunResult] = {}
+        self.runner: Runner = runner or default_runner
+        self.last_exception: BaseException | None = None
+        self._values, self._base, self._extra = values, base, dict(extra or {})
+        self._observer_factory = observer_factory
+        self._attempts = 0
+        style = {"description_width": "initial"}
+        initial = DEFAULT_STALENESS if DEFAULT_STALENESS in values else values[0]
+        self.staleness_slider = w.SelectionSlider(options=values, value=initial, description="staleness S", style=style)
+        fixed = [i for i, _ in resolve(**{**base, "workers": workers}).straggler]  # indices given in run_options
+        self.workers_slider = w.IntSlider(value=workers, min=max(fixed, default=0) + 1, max=max(8, workers),
+                                          description="workers N", style=style)
+        self.straggler_slider = None if straggler is None else w.FloatSlider(
+            value=straggler, min=0.0, max=max(0.2, 2 * straggler), step=0.005, readout_format=".3f",
+            description="straggler: worker N-1 + s", style=style)
+        self.run_button = w.Button(description="Run", button_style="primary", icon="play")
+        self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="180px", visibility="hidden"))
+        self._status = w.Label(value="")
+        self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        self._controls = [c for c in (self.staleness_slider, self.workers_slider, self.straggler_slider)
+                          if c is not None]
+        self.widget = w.VBox([w.HBox([*self._controls, self.run_button]), w.HBox([self._status, self.progress]),
+                              self.image])
+        for slider in self._controls:
+            slider.observe(lambda _change: self._refresh(), names="value")
+        self._controls.append(self.run_button)
+        self.run_button.on_click(lambda _button: self._run(force=False, reraise=False))
+        self._refresh()
+
+    @property
+    def status(self) -> str:
+        """The status line's text."""
+        return str(self._status.value)
+
+    def options(self, staleness: int | None = None) -> dict[str, Any]:
+        """The run options the sliders select (``staleness`` overrides the staleness slider)."""
+        opts = {**self._base, "mode": "ssp", "workers": int(self.workers_slider.value),
+                "staleness": int(self.staleness_slider.value if staleness is None else staleness)}
+        if self.straggler_slider is not None:
+            seconds = round(float(self.straggler_slider.value), 6)
+            opts["straggler"] = [f"{opts['workers'] - 1}:{seconds!r}"] if seconds > 0 else []
+        return opts
+
+    def key(self, staleness: int | None = None, strict: bool = True) -> Key | None:
+        """The cache key of :meth:`options`; a bad combination raises :class:`UsageError` (gives ``None`` if not
+        ``strict``)."""
+        try:
+            return cache_key(self.options(staleness))
+        except UsageError:
+            if strict:
+                raise
+        return None
+
+    def select(self, staleness: int) -> None:
+        """Move the staleness slider: a cached run shows at once; nothing is trained."""
+        if staleness not in self._values:
+            raise UsageError(f"staleness {staleness!r} is not on the slider: choose one of {self._values}")
+        self.staleness_slider.value = staleness
+
+    def _labels(self, keys: list[Key]) -> dict[Key, str]:
+        """``S=2``, plus ``N=..`` and the straggler seconds (``+0.05s``) where those differ among ``keys``."""
+        dicts = {k: {**dict(k), "delay": sum(s for _, s in dict(k)["straggler"])} for k in keys}
+        varies = [n for n in ("workers", "delay") if len({d[n] for d in dicts.values()}) > 1]
+        return {k: " ".join([f"S={d['staleness']}"] + ([f"N={d['workers']}"] if "workers" in varies else [])
+                            + ([f"+{d['delay']:g}s"] if "delay" in varies else [])) for k, d in dicts.items()}
+
+    def _shown(self) -> list[Key]:
+        return sorted(self.results, key=lambda k: (dict(k)["workers"], dict(k)["straggler"], dict(k)["staleness"]))
+
+    def _runs(self) -> dict[str, RunResult]:
+        return {label: self.results[k] for k, label in self._labels(self._shown()).items()}
+
+    def _title(self) -> str:
+        o = self.options()
+        straggler = ", ".join(str(s) for s in o.get("straggler") or ()) or "none"
+        return f"ssp, model {o.get('model')}: N={o['workers']}, straggler {straggler}"
+
+    def figure(self) -> Figure:
+        """The current overlay (a new Figure): every cached run, the slider's run highlighted."""
+        from ssptk.render.overlay import overlay_figure, staleness_looks
+
+        current, keys = self.key(strict=False), self._shown()
+        labels = self._labels(keys + ([current] if current is not None and current not in keys else []))
+        colors, styles = staleness_looks({labels[k]: (dict(k)["staleness"], (dict(k)["workers"], dict(k)["straggler"]))
+                                          for k in keys}, self._values)
+        note = None if current in self.results else ("not run yet: press Run" if current else self.status)
+        runs = {labels[k]: self._frames_of(k, self.results[k]) for k in keys}
+        return overlay_figure(runs, labels[current] if current in self.results else None, colors=colors,
+                              styles=styles, title=self._title(), note=note)
+
+    def _view_key(self) -> Any:
+        current = self.key(strict=False)
+        return tuple(self._shown()), current, self._title(), self.status if current is None else None
+
+    def _caption(self) -> str:
+        return self.status
+
+    def _refresh(self) -> None:
+        try:
+            current = self.key()
+        except UsageError as e:
+            self._status.value = str(e)
+        else:
+            assert current is not None  # strict: a bad combination raised above
+            label = self._labels([current])[current]
+            self._status.value = (summary_line(label, self.results[current].summary) if current in self.results
+                                  else f"{label}: not run yet: press Run")
+        self.image.value = self.png()
+
+    def run(self, staleness: int | None = None, *, force: bool = False) -> RunResult | None:
+        """What the Run button does, after :meth:`select` of ``staleness`` when given.
+
+        A cached run is shown, not repeated, unless ``force``. Run errors (``RunFailed``, ``UsageError``)
+        go to the status line and give ``None``; anything else (an interrupt, a bug) is shown, then raised.
+        """
+        if staleness is not None:
+            self.select(staleness)
+        return self._run(force=force, reraise=True)
+
+    def _busy(self, busy: bool) -> None:
+        for control in self._controls:
+            control.disabled = busy
+        self.progress.layout.visibility = "visible" if busy else "hidden"
+
+    def _run(self, force: bool, reraise: bool) -> RunResult | None:
+        try:
+            options = self.options()
+            key = cache_key(options)
+        except UsageError as e:
+            self._status.value = _error_line(e)
+            return None
+        if key in self.results and not force:
+            self._refresh()
+            return self.results[key]
+        label = self._labels([key])[key]
+
+        def progress(done: int, total: int) -> None:
+            self.progress.max, self.progress.value = max(total, 1), min(done, max(total, 1))
+            self._status.value = f"{label}: running, {done}/{total} minibatches"
+
+        self._attempts += 1  # an ``out`` given to the explorer is a parent folder: out/<n>-S<s>
+        out = self._extra.get("out")
+        out = None if out is None else os.path.join(str(out), f"{self._attempts}-{label.replace('=', '')}")
+        kwargs = {**self._extra, **options, "out": out}
+        observer = self._observer_factory(label) if self._observer_factory else None
+        self.progress.value = 0
+        self._status.value = f"{label}: starting"
+        self._busy(True)
+        try:
+            result, error = call_runner(self.runner, kwargs, progress, observer), None
+        except BaseException as e:  # noqa: BLE001 - one line on the status line; run() raises it again
+            result, error = None, e
+        self._busy(False)
+        if result is not None and result.ok:
+            self.results[key] = result
+            self._png.clear()
+        self._refresh()
+        if error is not None:
+            self._status.value = f"{label}: interrupted" if isinstance(error, KeyboardInterrupt) else \
+                f"{label}: {_error_line(error)}"
+            if not isinstance(error, (RunFailed, UsageError)):
+                self.last_exception = error
+                if reraise:
+                    raise error
+            return None
+        assert result is not None
+        if not result.ok:  # a runner that returns failed runs instead of raising
+            self._status.value = summary_line(label, result.summary)
+            return None
+        self._update_displays()  # the saved notebook keeps the latest static overlay too
+        return result
+
+    def __repr__(self) -> str:
+        return f"Explorer(staleness={self._values}, runs={len(self.results)}, status={self.status!r})"
+
+
+def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float | str | list[Any] | None = None,
+                       staleness: Iterable[int] = range(0, 9), runner: Runner | None = None, *,
+                       observer_factory: ObserverFactory | None = None, **run_options: Any) -> Explorer:
+    """A staleness slider, a Run button, a status line and an overlay of every run so far (mode ssp).
+
+    ``straggler`` as a number of seconds adds a slider for worker N-1's extra delay per step (0 = none);
+    an ``"I:S"`` string or a list of them is a fixed option. ``workers`` has a slider too. Each run is
+    cached by its full options (:func:`cache_key`), so coming back to a value shows it with no training.
+    ``runner(**options, progress=..., observer=...)`` does a run (default :func:`default_runner`);
+    ``observer_factory(label)`` gives each run an observer (a live dashboard). ``run_options`` are
+    other ``ssptk.run`` options (``steps``, ``jitter``, ...); ``out`` is a parent folder for the runs.
+    Bad options raise :class:`UsageError` here.
+    """
+    values = staleness_values(staleness)
+    extra = _split(run_options, "the staleness explorer", (*RUNNER_OPTIONS, "out"))
+    base: dict[str, Any] = {"model": model, **run_options}
+    if isinstance(straggler, (int, float)) and not isinstance(straggler, bool):
+        if straggler < 0:
+            raise UsageError(f"straggler seconds must be >= 0, got {straggler!r}")
+    elif straggler is not None:
+        base["straggler"], straggler = straggler, None
+    cache_key({**base, "mode": "ssp", "staleness": values[0], "workers": workers})  # bad options fail here
+    return Explorer(values, base, int(workers), None if straggler is None else float(straggler), runner,
+                    observer_factory, extra)
+
+
+class SweepResult(StaticView):
+    """Finished runs by label, and a slider (``widget``) that scrubs through them without training."""
+
+    def __init__(self, results: Mapping[str, RunResult], title: str = "ssptk staleness sweep") -> None:
+        if not results:
+            raise UsageError("no runs to show")
+        super().__init__()
+        self.results: dict[str, RunResult] = dict(results)
+        self.title = title
+        self.selected: str = next(iter(self.results))
+        self._widget: Any = None
+
+    @property
+    def widget(self) -> Any:
+        """A slider over the runs, the selected run's summary line, and the overlay image."""
+        if self._widget is None:
+            w = _ipywidgets()
+            self.slider = w.SelectionSlider(options=list(self.results), value=self.selected, description="run")
+            self.line = w.Label(value=self.summary())
+            self.image = w.Image(value=self.png(), format="png", layout=w.Layout(max_width="100%"))
+            self.slider.observe(lambda change: self.select(change["new"]), names="value")
+            self._widget = w.VBox([self.slider, self.line, self.image])
+        return self._widget
+
+    def select(self, label: str) -> None:
+        """Highlight run ``label`` (and move the slider when the widget exists)."""
+        if label not in self.results:
+            raise UsageError(f"no run {label!r}: choose one of {', '.join(self.results)}")
+        self.selected = label
+        if self._widget is not None:
+            self.slider.value, self.line.value, self.image.value = label, self.summary(), self.png()
+
+    def summary(self, label: str | None = None) -> str:
+        """One line for run ``label`` (default: the selected one): steps/s, max skew, final loss, wait."""
+        label = self.selected if label is None else label
+        return summary_line(label, self.results[label].summary)
+
+    def figure(self, label: str | None = None) -> Figure:
+        """Every run overlaid, ``label`` (default: the selected one) highlighted."""
+        from ssptk.render.overlay import overlay_figure
+
+        runs = {lab: self._frames_of(lab, r) for lab, r in self.results.items()}
+        return overlay_figure(runs, self.selected if label is None else label, title=self.title)
+
+    def _view_key(self) -> str:
+        return self.selected
+
+    def _runs(self) -> dict[str, RunResult]:
+        return self.results
+
+    def _caption(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"SweepResult({', '.join(self.results)}; selected {self.selected})"
+
+
+def from_runs(results: Mapping[str, RunResult], title: str = "ssptk runs") -> SweepResult:
+    """A :class:`SweepResult` viewer of existing runs (``label -> RunResult``), in the given order."""
+    return SweepResult(results, title)
+
+
+def sweep(staleness: int | str | Iterable[int] = (0, 1, 2, 4, 8), runner: Runner | None = None, *,
+          progress: Callable[[str, int, int], None] | None = None,
+          observer_factory: ObserverFactory | None = None, **run_options: Any) -> SweepResult:
+    """Run mode ssp once per staleness value (labels ``ssp:S``) and return a :class:`SweepResult`.
+
+    The same sweep as ``ssptk sweep`` (:func:`ssptk.experiment.sweep.sweep`): every option is checked before
+    the first run, runs go to ``out/ssp-S/`` (``out`` default ``runs/<timestamp>-compare``) with the
+    comparison's ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed``
+    in the table). ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run,
+    passed as ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
+    """
+    from ssptk.experiment.sweep import sweep as run_sweep
+
+    values = staleness_values(staleness)
+    extra = _split(run_options, "a staleness sweep")
+    if extra.get("model_source") is not None:
+        raise UsageError("a staleness sweep takes a model by name (--model package.module:function), not model code")
+    result = run_sweep(values, runner=runner or default_runner, progress=progress, observer=observer_factory,
+                       warm=bool(extra.get("warm", True)), **run_options)
+    return SweepResult(result.runs, f"ssptk staleness sweep: {', '.join(result.runs)}")

@@ -1,0 +1,119 @@
+"""Overlay figures for the notebook widgets: several runs on the same axes, one highlighted.
+
+Pure rendering. Input is ``label -> (steps, events, config)`` (the frames of :mod:`ssptk.rundir.logs`);
+output is a :class:`matplotlib.figure.Figure` built without pyplot, so nothing here touches the
+user's global matplotlib state (no style, no rcParams, no list of open figures) and it works headless.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ssptk import analysis as an
+from ssptk.render.style import default_colors, draw_bound, palette, set_loss_scale
+
+__all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks",
+           "LOSS_GID", "SKEW_GID", "BOUND_GID"]
+
+#: ``(steps, events, config)`` of one run; events and config may be None.
+RunFrames = tuple[pd.DataFrame, "pd.DataFrame | None", "Mapping[str, Any] | None"]
+#: ``gid`` prefixes of the drawn lines (``"loss:<label>"``, ``"skew:<label>"``), so tests and tools can find them.
+LOSS_GID, SKEW_GID, BOUND_GID = "loss:", "skew:", "bound:"
+
+_FADED = {"lw": 1.0, "alpha": 0.3, "zorder": 2}
+_PLAIN = {"lw": 1.5, "alpha": 0.9, "zorder": 2}
+_HIGHLIGHT = {"lw": 2.4, "alpha": 1.0, "zorder": 4}
+
+
+def overlay_figure(
+    runs: Mapping[str, RunFrames],
+    highlight: str | None = None,
+    *,
+    colors: Mapping[str, Any] | None = None,
+    styles: Mapping[str, str] | None = None,
+    title: str | None = None,
+    note: str | None = None,
+    figsize: tuple[float, float] = (11.0, 4.0),
+) -> Figure:
+    """Two panels, every run overlaid: smoothed training loss and step skew, both against wall time.
+
+    ``highlight`` names the run drawn thick and opaque (with its SSP bound S+1 dashed on the skew
+    panel); the others are faded. With ``highlight=None`` every run is drawn plainly. ``colors`` and
+    ``styles`` (matplotlib line styles) map labels to looks (default: :func:`default_colors`, solid).
+    ``note`` is printed under the title (e.g. "not run yet: press Run"). Wall time runs from each
+    run's start barrier; losses use :func:`ssptk.analysis.smoothing_window` of its workers. Each run
+    gives exactly one loss line (``gid`` ``"loss:<label>"``) and one skew line (``"skew:<label>"``).
+    """
+    fig = Figure(figsize=figsize, layout="constrained")
+    ax_loss, ax_skew = fig.subplots(1, 2)
+    heading = title or "runs overlaid"
+    fig.suptitle(heading if not note else f"{heading}\n{note}")
+    ax_loss.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
+    ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
+    if not runs:
+        for ax in (ax_loss, ax_skew):
+            ax.text(0.5, 0.5, "no runs yet", ha="center", va="center", transform=ax.transAxes, color="0.5")
+        return fig
+    colors = {**default_colors(list(runs)), **(colors or {})}
+    losses: list[pd.Series] = []
+    for label, (steps, events, config) in runs.items():
+        look = _PLAIN if highlight is None else (_HIGHLIGHT if label == highlight else _FADED)
+        kw = {"color": colors[label], "ls": (styles or {}).get(label, "-"), **look}
+        if steps is None or steps.empty:
+            ax_loss.plot([], [], label=f"{label} (no records)", gid=LOSS_GID + label, **kw)
+            ax_skew.plot([], [], gid=SKEW_GID + label, **kw)
+            continue
+        df = an.prepare_steps(steps, an.start_time(events))
+        curves = an.loss_curves(df, by="elapsed", smooth=an.smoothing_window(max(an.n_workers(config, df), 1)))
+        overall = curves[curves["worker"] == an.ALL_WORKERS]
+        ax_loss.plot(overall["elapsed"], overall["smoothed"], label=label, gid=LOSS_GID + label, **kw)
+        losses.append(overall["smoothed"])
+        finished = an.finish_times(df, events) if events is not None else None
+        skew = an.skew_timeline(df, finished)
+        ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", label=label,
+                     gid=SKEW_GID + label, **kw)
+        bound = an.staleness_bound(config)
+        if label == highlight and bound is not None:
+            draw_bound(ax_skew, bound, color=colors[label], lw=1.0, gid=BOUND_GID + label)
+    set_loss_scale(ax_loss, losses)
+    for ax in (ax_loss, ax_skew):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+    return fig
+
+
+def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
+    """``label: 143.2 steps/s, max skew 3, final loss 0.11, wait 21%`` (or why the run failed)."""
+    s = summary or {}
+    if s.get("status") not in (None, "ok"):
+        return f"{label}: failed: {s.get('reason') or 'unknown reason'}"
+
+    def num(key: str, fmt: str) -> str:
+        value = s.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    return (f"{label}: {num('steps_per_s', '.1f')} steps/s, max skew {num('max_skew', 'g')}, "
+            f"final loss {num('final_loss', '.4g')}, wait {num('wait_fraction', '.0%')}")
+
+
+def static_html(title: str, caption: str, fig: Figure, table: pd.DataFrame) -> str:
+    """A self-contained HTML fragment: ``title``, the metrics ``table`` and ``fig`` as an embedded PNG
+    ``<img>`` captioned ``caption`` (what a notebook without a widget frontend, or nbconvert, shows)."""
+    from ssptk.render.report import Report
+
+    return Report(title, table, [(caption, fig)])._repr_html_()
+
+
+def staleness_looks(runs: Mapping[str, tuple[int, Any]],
+                    values: Sequence[int]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Colours and line styles for ``label -> (staleness, group)``: the colour says the staleness (its
+    place in ``values``, so it stays put as runs are added), the line style the group (e.g. workers and
+    straggler), in order of first appearance."""
+    cmap = palette(len(values))
+    groups = list(dict.fromkeys(group for _, group in runs.values()))
+    colors = {label: cmap(list(values).index(s) % cmap.N if s in values else 0) for label, (s, _) in runs.items()}
+    styles = {label: ("-", "--", ":", "-.")[groups.index(g) % 4] for label, (_, g) in runs.items()}
+    return colors, styles

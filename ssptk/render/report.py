@@ -1,0 +1,200 @@
+"""Comparison reports: the metrics table, figures and notes as self-contained HTML (:class:`Report`),
+built from finished runs (:func:`build_report`) or from a comparison directory (:func:`load_comparison`)."""
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import cast
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ssptk import analysis as an
+from ssptk.analysis.compare import RunTuple
+from ssptk.core.errors import UsageError
+from ssptk.core.options import label_dir
+from ssptk.render.figures import Repeats, comparison_figure, run_figure
+from ssptk.render.style import figure_to_png_base64
+from ssptk.render.tables import KEY_FIGURES, format_table, shown_cells
+from ssptk.rundir import RunDir, load_run
+
+__all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
+
+
+def comparison_title(labels: Iterable[str]) -> str:
+    """The title of a comparison's report: its labels, in order."""
+    return f"ssptk comparison: {', '.join(labels)}"
+
+
+_CSS = """
+.ssptk-report { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; }
+.ssptk-report h1, .ssptk-report h2 { font-weight: 600; margin: 0.8em 0 0.4em; }
+.ssptk-report table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0; }
+.ssptk-report th, .ssptk-report td { border-bottom: 1px solid #ddd; padding: 3px 8px;
+  text-align: right; }
+.ssptk-report th { background: #f3f3f3; }
+.ssptk-report td:first-child, .ssptk-report th:first-child { text-align: left; }
+.ssptk-report figure { margin: 1em 0; }
+.ssptk-report img { max-width: 100%; height: auto; }
+.ssptk-report figcaption, .ssptk-report .notes { color: #555; font-size: 13px; }
+"""
+
+
+class Report:
+    """A comparison report: the metrics table, figures and notes.
+
+    ``figures`` is a list of ``(caption, Figure)``. Figures are rendered to PNG once, on first
+    use, and embedded as ``data:`` URIs, so every HTML form is self-contained. ``runs_table``: for
+    repeated runs, one row per run (``label``, ``rep``, figures); None otherwise.
+    """
+
+    def __init__(self, title: str, table: pd.DataFrame,
+                 figures: Sequence[tuple[str, Figure]] = (), notes: Sequence[str] = (),
+                 runs_table: pd.DataFrame | None = None) -> None:
+        self.title = title
+        self.table = table
+        self.runs_table = runs_table
+        self.figures: list[tuple[str, Figure]] = list(figures)
+        self.notes: list[str] = list(notes)
+        self._png: dict[int, str] = {}
+
+    def _image(self, fig: Figure) -> str:
+        if id(fig) not in self._png:
+            self._png[id(fig)] = figure_to_png_base64(fig)
+        return self._png[id(fig)]
+
+    def _repr_html_(self) -> str:
+        """An HTML fragment (inline CSS, embedded images) for notebooks."""
+        parts = [f'<div class="ssptk-report"><style>{_CSS}</style>',
+                 f"<h2>{html.escape(self.title)}</h2>",
+                 shown_cells(self.table)[0].to_html(index=False, border=0, escape=True)]
+        parts += [f'<p class="notes">{html.escape(note)}</p>' for note in self.notes]
+        for caption, fig in self.figures:
+            parts.append(f'<figure><img alt="{html.escape(caption, quote=True)}" '
+                         f'src="data:image/png;base64,{self._image(fig)}">'
+                         f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        parts.append("</div>")
+        return "\n".join(parts)
+
+    def to_html(self) -> str:
+        """A complete, self-contained HTML document."""
+        return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                f"<title>{html.escape(self.title)}</title>\n</head>\n<body>\n"
+                f"{self._repr_html_()}\n</body>\n</html>\n")
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write :meth:`to_html` to ``path`` (parent folders created); returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_html(), encoding="utf-8")
+        return path
+
+    def __str__(self) -> str:
+        lines = [self.title, "=" * len(self.title), format_table(self.table)]
+        return "\n".join(lines + [f"\n{n}" if i == 0 else n for i, n in enumerate(self.notes)])
+
+    def __repr__(self) -> str:
+        return f"Report({self.title!r}, runs={len(self.table)}, figures={len(self.figures)})"
+
+
+def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk comparison",
+                 target: float | None = None, per_run: bool = True) -> Report:
+    """Build a :class:`Report` from ``label -> (steps, events, config, summary)``.
+
+    The table is :func:`ssptk.analysis.compare_table` (``target`` as there); figures are a
+    :func:`comparison_figure` of all runs and, with ``per_run``, a :func:`run_figure` per run.
+
+    A value may be :class:`Repeats` of such tuples (a label run several times). Then the table is
+    :func:`ssptk.analysis.aggregate_repeats` of :func:`ssptk.analysis.repeat_table` (one target for
+    every run; the latter is ``Report.runs_table``), the overview overlays every repetition, and the
+    per-run figure shows each label's first repetition.
+    """
+    repeated = any(isinstance(v, Repeats) for v in runs.values())
+    runs_table = None
+    if repeated:
+        runs_table = an.repeat_table({label: Repeats.of(v) for label, v in runs.items()}, target)
+        table = an.aggregate_repeats(runs_table)
+    else:
+        table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
+    notes = []
+    chosen = table.attrs.get("target")
+    if chosen is not None:
+        how = (f"chosen automatically: {an.TARGET_FACTOR:g} x the largest final smoothed training "
+               "loss among ok runs" if table.attrs.get("target_auto") else "given")
+        notes.append(f"Target training loss {chosen:.4g} ({how}); smoothed over 5 x workers "
+                     "step records; times run from the start barrier.")
+    if repeated:
+        counts = sorted({int(n) for n in table["repeats"].dropna()})
+        times = " or ".join(str(n) for n in counts) or "0"
+        notes.append(f"Each mode ran {times} times: every figure is the mean over its ok runs; "
+                     f"{', '.join(KEY_FIGURES)} also show [min\u2013max]. metrics.csv has one row per run "
+                     "(column rep), the table's <figure>_ci95 columns the 95% confidence half-widths.")
+    figures: list[tuple[str, Figure]] = []
+    if runs:
+        caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
+        figures.append((caption, comparison_figure(runs)))
+    if per_run:
+        for label, value in runs.items():
+            reps = Repeats.of(value)
+            if not reps:
+                continue
+            steps, events, config, _summary = reps[0]
+            caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
+            figures.append((caption, run_figure(steps, events, config)))
+    return Report(title, table, figures, notes, runs_table)
+
+
+def write_metrics_csv(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write a comparison table as CSV (no index; missing values empty); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    return path
+
+
+def _rep_dirs(path: Path) -> list[Path]:
+    """The ``rep-<k>`` run directories of a repeated label's directory, by k."""
+    if not path.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in path.iterdir()
+             if (m := re.fullmatch(r"rep-(\d+)", p.name)) and RunDir(p).is_run()]
+    return [p for _, p in sorted(found)]
+
+
+def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
+                    target: float | None = None, per_run: bool = True) -> Report:
+    """Build a report from ``DIR/<label>/`` run directories, or ``DIR/<label>/rep-<k>/`` ones
+    (a comparison with repetitions: each label's runs become :class:`Repeats`).
+
+    Runs are ordered as the ``label`` column of ``DIR/metrics.csv`` when it exists (labels it
+    lacks follow, sorted), else sorted by label; the default title names them, as :func:`ssptk.api.compare`'s
+    report does. Raises :class:`UsageError` when there is none.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory; pass a comparison output directory")
+    dirs = sorted(p.name for p in directory.iterdir() if RunDir(p).is_run() or _rep_dirs(p))
+    if not dirs:
+        raise UsageError(f"no run directories (with config.json, summary.json or workers/) "
+                         f"under {directory}")
+    listed: list[str] = []
+    metrics = directory / "metrics.csv"
+    if metrics.is_file():
+        try:
+            listed = pd.read_csv(metrics, dtype={"label": str})["label"].dropna().tolist()
+        except (KeyError, ValueError, OSError):
+            listed = []
+    # a label's run lives in DIR/<label with ':' as '-'> (ssp:2 -> ssp-2)
+    by_label = {lab: label_dir(lab) for lab in dict.fromkeys(listed) if label_dir(lab) in dirs}
+    by_label.update({d: d for d in dirs if d not in by_label.values()})
+
+    def runs_of(path: Path) -> RunTuple | Repeats:
+        if RunDir(path).is_run():
+            return load_run(path)
+        return Repeats(load_run(p) for p in _rep_dirs(path))
+
+    runs = {label: runs_of(directory / d) for label, d in by_label.items()}
+    return build_report(runs, title or comparison_title(runs), target, per_run)

@@ -1,0 +1,210 @@
+"""The run directory: one object that knows every path of it, and its only JSON writers.
+
+The layout is a documented contract (``docs/run-directory.md``): reports, the notebook layer and
+users' own tools read it. Every module that touches a run directory asks a :class:`RunDir` for the
+path; ``config.json``, ``summary.json`` and ``model/final.json`` are written only here.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ssptk.core.options import RunOptions
+
+__all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "task_log_name"]
+
+#: The code of a ``%%dtrain`` cell, saved in its run directory (``--model <dir>/user_model.py:NAME``).
+USER_MODEL_FILE = "user_model.py"
+
+
+def task_log_name(task: str) -> str:
+    """``ps:0`` -> ``ps-0.log`` (a task's output file under ``logs/``)."""
+    return task.replace(":", "-") + ".log"
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a JSON object file; a missing, unreadable or invalid one (or a non-object) is ``{}``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _write_json(path: str, obj: dict[str, Any]) -> None:
+    """Write ``obj`` whole or not at all: a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+class RunDir:
+    """The paths of one run directory (which need not exist yet), and its readers and writers."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"RunDir({self.path!r})"
+
+    # --- paths ----------------------------------------------------------------------------------
+    def _join(self, *parts: str) -> str:
+        return os.path.join(self.path, *parts)
+
+    @property
+    def config_path(self) -> str:
+        return self._join("config.json")
+
+    @property
+    def summary_path(self) -> str:
+        return self._join("summary.json")
+
+    @property
+    def workers_dir(self) -> str:
+        return self._join("workers")
+
+    @property
+    def logs_dir(self) -> str:
+        return self._join("logs")
+
+    @property
+    def model_dir(self) -> str:
+        return self._join("model")
+
+    @property
+    def final_path(self) -> str:
+        return self._join("model", "final.json")
+
+    @property
+    def checkpoint_prefix(self) -> str:
+        return self._join("model", "ckpt")
+
+    @property
+    def tensorboard_dir(self) -> str:
+        return self._join("tensorboard")
+
+    @property
+    def user_model_path(self) -> str:
+        return self._join(USER_MODEL_FILE)
+
+    def worker_log(self, worker: int) -> str:
+        """``workers/worker-<i>.jsonl``: worker ``i``'s step and event records."""
+        return self._join("workers", f"worker-{worker}.jsonl")
+
+    def task_log(self, task: str) -> str:
+        """``logs/<task>.log``: a task's output (``ps:0`` -> ``logs/ps-0.log``)."""
+        return self._join("logs", task_log_name(task))
+
+    def is_run(self) -> bool:
+        """Whether this looks like a run directory (config, summary or worker logs present)."""
+        return os.path.isdir(self.path) and any(os.path.exists(p) for p in
+                                                 (self.config_path, self.summary_path, self.workers_dir))
+
+    # --- readers --------------------------------------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return read_json(self.config_path)
+
+    def summary(self) -> dict[str, Any]:
+        return read_json(self.summary_path)
+
+    def final(self) -> dict[str, Any]:
+        return read_json(self.final_path)
+
+    # --- writers --------------------------------------------------------------------------------
+    def write_config(self, opts: RunOptions, cluster: dict[str, list[str]], gpus: dict[str, str | None],
+                     *, launched: float | None = None, tasks: dict[str, Any] | None = None,
+                     started_by: str | None = None) -> None:
+        """``config.json``: every resolved option, the cluster, the GPU assignment, versions and the budget.
+
+        ``started_by="hand"``: written by worker 0 of a cluster a user started by hand (no launcher)."""
+        total = opts.workers * opts.steps
+        sync_like = opts.mode in ("sync", "allreduce")
+        config: dict[str, Any] = {
+            "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
+            "versions": _versions(),
+            "budget": {"total_minibatches": total if not opts.backup else None,
+                       "per_worker": opts.steps if sync_like and not opts.backup else None,
+                       "updates": opts.steps if opts.mode == "sync" else None},
+            "created": time.time(), "launched": launched, "tasks": tasks or {"warm": False},
+        }
+        if started_by is not None:
+            config["started_by"] = started_by
+        os.makedirs(self.path, exist_ok=True)
+        _write_json(self.config_path, config)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _write_json(self.summary_path, summary)
+
+    def write_final(self, loss: float, names: list[str], values: list[Any]) -> None:
+        """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name.
+        NaN and infinite numbers (a run with ``--allow-nan``) are written as ``null``: the file stays JSON."""
+        info: dict[str, Any] = {"eval_loss": _finite(loss), "variables": {}, "params": {}}
+        for name, value in zip(names, values):
+            arr = np.asarray(value)
+            info["variables"][name] = list(arr.shape)
+            if arr.size == 1:
+                info["params"][name.split("/")[-1]] = _finite(float(arr.reshape(())))
+        os.makedirs(self.model_dir, exist_ok=True)
+        _write_json(self.final_path, info)
+
+    def save_user_model(self, source: str) -> str:
+        """Save a cell's model code as ``user_model.py``; returns its path."""
+        with open(self.user_model_path, "w", encoding="utf-8") as f:
+            f.write(source)
+        return self.user_model_path
+
+    # --- creating one ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, out: str | os.PathLike[str] | None, mode: str) -> RunDir:
+        """Create the run directory (default ``runs/<timestamp>-<mode>``); an existing non-empty one is
+        refused with :class:`~ssptk.core.errors.UsageError`, never overwritten."""
+        from ssptk.core.errors import UsageError
+
+        if out is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out = os.path.join("runs", f"{stamp}-{mode}")
+            base, k = out, 1
+            while os.path.exists(out):
+                k += 1
+                out = f"{base}-{k}"
+        out = os.fspath(out)
+        if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+            raise UsageError(f"output directory {out} exists and is not empty: choose another --out")
+        os.makedirs(out, exist_ok=True)
+        return cls(out)
+
+    def subdir(self, *parts: str) -> RunDir:
+        """A run directory inside this one (a comparison's ``<label>/`` or ``<label>/rep-<k>/``)."""
+        return RunDir(Path(self.path, *parts))
+
+
+def _versions() -> dict[str, str | None]:
+    """ssptk's, TensorFlow's (as installed; not imported) and Python's versions."""
+    import importlib.metadata
+    import platform
+
+    from ssptk.core.version import __version__
+
+    try:
+        tensorflow: str | None = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        tensorflow = None
+    return {"ssptk": __version__, "tensorflow": tensorflow, "python": platform.python_version()}

@@ -1,0 +1,200 @@
+"""The task entry point: ``python -m ssptk.worker --cluster JSON --task worker:0 [run options]``.
+
+The same command runs a task of a local cluster (started by :mod:`ssptk.launch.cluster`) or of a cluster a
+user starts by hand on several hosts: the cluster spec says where every task is, ``--task`` which one
+this is, and the run options must be the same on every task.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from ssptk.core.errors import LossNotFinite, UsageError
+from ssptk.core.options import add_run_arguments, from_namespace
+from ssptk.rundir import RunDir
+from ssptk.runtime.protocol import READY, RUN_DONE
+
+__all__ = ["main", "parser", "parse_cluster", "parse_task"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ssptk worker", description="Run one task (PS or worker) of a cluster.")
+    p.add_argument("--cluster", required=True,
+                   help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file)')
+    p.add_argument("--task", required=True, help="this task: ps:0 or worker:I")
+    p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
+    p.add_argument("--serve", action="store_true",
+                   help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
+    p.add_argument("--rejoin", type=int, default=0, metavar="K",
+                   help="this worker was started again (K-th time) and joins a running training")
+    add_run_arguments(p)
+    return p
+
+
+def parse_cluster(text: str) -> dict[str, list[str]]:
+    if text.startswith("@"):
+        with open(text[1:]) as f:
+            text = f.read()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--cluster is not valid JSON ({e.msg}): give {{\"ps\": [...], \"worker\": [...]}}") from None
+    if isinstance(spec, dict) and "cluster" in spec:  # a whole TF_CONFIG is accepted too
+        spec = spec["cluster"]
+    if not isinstance(spec, dict) or not spec.get("worker"):
+        raise UsageError('--cluster needs a "worker" list of host:port (and "ps" for sync, ssp and async)')
+    return {k: list(v) for k, v in spec.items()}
+
+
+def parse_task(text: str, cluster: dict[str, list[str]]) -> tuple[str, int]:
+    job, _, idx = text.partition(":")
+    if job not in ("ps", "worker") or not idx.isdigit() or int(idx) >= len(cluster.get(job, [])):
+        raise UsageError(f"--task {text!r} is not in the cluster: use ps:0 or worker:I "
+                         f"with I < {len(cluster['worker'])}")
+    return job, int(idx)
+
+
+def _watch_parent() -> None:
+    """Exit if the process that started this task goes away (no orphaned TensorFlow servers)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    if os.environ.get("SSPTK_WATCH_PARENT") == "1":
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        cluster = parse_cluster(args.cluster)
+        job, index = parse_task(args.task, cluster)
+        opts = from_namespace(args)
+        from ssptk.core.models import load_model
+
+        spec = load_model(opts.model)
+    except UsageError as e:
+        print(f"ssptk worker: error: {e}", file=sys.stderr)
+        return 2
+    _watch_parent()
+    run_dir = opts.out or "."
+    if job == "worker" and index == 0 and not args.serve and not os.path.exists(RunDir(run_dir).config_path):
+        # tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does
+        RunDir(run_dir).write_config(opts, cluster, {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
+                                     started_by="hand")
+    if opts.mode == "allreduce":
+        if job != "worker":
+            print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
+            return 2
+        print(f"{READY} {args.task}", flush=True)
+        from ssptk.runtime import allreduce
+
+        _run_guarded(lambda: allreduce.run(spec, opts, cluster, index, run_dir), run_dir, index)
+        return 0
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):
+        tf.config.experimental.set_memory_growth(gpu, True)
+    server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster), job_name=job, task_index=index,
+                                       start=True)
+    print(f"{READY} {args.task}", flush=True)
+    if job == "ps":
+        server.join()
+        return 0
+    if args.serve:
+        _serve(server, cluster, index)
+        return 0
+    from ssptk.runtime.ps_loop import Trainer
+
+    def train() -> None:
+        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run(rejoin=args.rejoin)
+
+    _run_guarded(train, run_dir, index)
+    return 0
+
+
+def _serve(server: Any, cluster: dict[str, list[str]], index: int) -> None:
+    """A warm worker: run after run on the same server, one per stdin line, until stdin closes.
+
+    Each run's state lives in its own container on the PS (``run_id``), which the chief resets when
+    the run is over, so nothing of one run (variables, counters, queues) is seen by the next. The
+    task's output goes to the run's own ``logs/worker-<i>.log``, which ends with ``RUN_DONE run_id``.
+    A run that fails ends the process: the launcher then discards the whole cluster.
+    """
+    from ssptk.core.models import load_model
+    from ssptk.runtime.ps_loop import Trainer
+
+    run_parser = argparse.ArgumentParser(prog="ssptk worker --serve")
+    add_run_arguments(run_parser)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        msg = json.loads(line)
+        opts = from_namespace(run_parser.parse_args(msg["argv"]))
+        run_dir = opts.out or "."
+        _redirect_output(RunDir(run_dir).task_log(f"worker:{index}"))
+
+        def train(opts: Any = opts, run_dir: str = run_dir, run_id: str = msg["run_id"]) -> None:
+            spec = load_model(opts.model, fresh=True)
+            Trainer(spec, opts, cluster, index, server.target, run_dir, container=run_id).run(reset_container=True)
+
+        _run_guarded(train, run_dir, index, exit_after=False)
+        print(f"{RUN_DONE} {msg['run_id']}", flush=True)
+
+
+def _redirect_output(path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> None:
+    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1.
+    After success, exit 0 unless ``exit_after`` is false (a warm worker goes on serving)."""
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
+        from ssptk.runtime.recorder import Recorder
+
+        msg = str(e) if isinstance(e, LossNotFinite) else f"{type(e).__name__}: {_message(e)}"
+        try:
+            Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
+        finally:
+            import traceback
+
+            if isinstance(e, LossNotFinite):  # the message says it all; a traceback would bury it
+                print(f"ssptk worker: error: {msg}", file=sys.stderr)
+            else:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit_after:
+        os._exit(0)  # skip TF's slow teardown of the server threads
+
+
+def _message(e: BaseException) -> str:
+    """The telling part of an exception's text (TensorFlow wraps it in 'Graph execution error' lines)."""
+    skip = ("Graph execution error", "Detected at node", "[[{{node", "From /job:", "Traceback", "File ")
+    lines = [ln.strip() for ln in str(getattr(e, "message", None) or e).splitlines()]
+    kept = [ln for ln in lines if ln and not ln.startswith(skip)]
+    return (kept[0] if kept else (lines[0] if lines else ""))[:300]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

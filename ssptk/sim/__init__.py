@@ -1,0 +1,12 @@
+"""The simulator: a discrete-event model of the training modes, with the engine's own delay streams.
+
+Layer 2 (beside :mod:`ssptk.rundir`): pure functions to pandas, no TensorFlow, no plotting. May import
+:mod:`ssptk.core` only; analysis (measured / ideal) and the front ends import it.
+"""
+from __future__ import annotations
+
+from ssptk.sim.events import COLUMNS
+from ssptk.sim.simulator import SimResult, calibrate_overhead, expected_sync_update_time, harmonic, ideal_for, simulate
+
+__all__ = ["COLUMNS", "SimResult", "calibrate_overhead", "expected_sync_update_time", "harmonic", "ideal_for",
+           "simulate"]

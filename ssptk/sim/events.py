@@ -1,0 +1,257 @@
+"""The event loops behind :mod:`ssptk.sim` (internal; use :func:`ssptk.sim.simulate`).
+
+Each loop takes one :class:`~ssptk.core.delays.DelayModel` per worker and a fixed per-step cost ``base``
+(overhead + compute); worker ``i``'s k-th computed step lasts ``base + models[i].next()``. The loops
+append step records to a :class:`Log` in the order they happen, so record times never decrease.
+Pure Python on a heap, no pandas inside: the DataFrame is built once at the end.
+"""
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from itertools import count
+
+import numpy as np
+import pandas as pd
+
+from ssptk.core.delays import DelayModel
+
+COLUMNS = ("t", "worker", "step", "global_step", "loss", "wait_s", "staleness", "minibatch", "delay_s", "applied")
+
+
+class Counts:
+    """Completed-step counts per worker, with the min and max over unfinished workers in O(1) amortised.
+
+    Counts only ever grow by one, so the minimum can only move up by one when its last holder moves;
+    only a worker leaving (finishing) can make the maximum go down.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.c = [0] * n
+        self.live = [True] * n
+        self.n_live = n
+        self.freq: dict[int, int] = {0: n}
+        self.lo = 0
+        self.hi = 0
+
+    def bump(self, i: int) -> None:
+        """Worker ``i`` completed one more step."""
+        c = self.c[i]
+        self.c[i] = c + 1
+        if not self.live[i]:
+            return
+        f = self.freq
+        f[c] -= 1
+        if f[c] == 0:
+            del f[c]
+            if c == self.lo:
+                self.lo = c + 1
+        f[c + 1] = f.get(c + 1, 0) + 1
+        if c + 1 > self.hi:
+            self.hi = c + 1
+
+    def finish(self, i: int) -> None:
+        """Worker ``i`` will do no more steps: it no longer holds anyone back nor counts for the skew."""
+        if not self.live[i]:
+            return
+        self.live[i] = False
+        self.n_live -= 1
+        c = self.c[i]
+        f = self.freq
+        f[c] -= 1
+        if f[c] == 0:
+            del f[c]
+        if self.n_live == 0:
+            return
+        while self.lo not in f:
+            self.lo += 1
+        while self.hi not in f:
+            self.hi -= 1
+
+    @property
+    def skew(self) -> int:
+        return self.hi - self.lo if self.n_live else 0
+
+
+class Log:
+    """Step records (as tuples, in the order they happen) plus the skew after every change."""
+
+    def __init__(self, n: int) -> None:
+        self.rows: list[tuple] = []
+        self.counts = Counts(n)
+        self.tl_t: list[float] = []
+        self.tl_skew: list[int] = []
+
+    def record(self, t: float, w: int, gs: int, wait: float, stale: int, mb: int, delay: float, applied: bool) -> None:
+        cnt = self.counts
+        cnt.bump(w)
+        self.rows.append((t, w, cnt.c[w], gs, wait, stale, mb, delay, applied))
+        self.tl_t.append(t)
+        self.tl_skew.append(cnt.skew)
+
+    def finish(self, t: float, w: int) -> None:
+        self.counts.finish(w)
+        self.tl_t.append(t)
+        self.tl_skew.append(self.counts.skew)
+
+    def frame(self) -> pd.DataFrame:
+        """The step records as a DataFrame with :data:`COLUMNS` and fixed dtypes."""
+        if self.rows:
+            t, w, st, gs, wait, stale, mb, d, ap = zip(*self.rows)
+        else:
+            t = w = st = gs = wait = stale = mb = d = ap = ()
+        n = len(self.rows)
+        return pd.DataFrame({
+            "t": np.asarray(t, dtype=float), "worker": np.asarray(w, dtype=np.int64),
+            "step": np.asarray(st, dtype=np.int64), "global_step": np.asarray(gs, dtype=np.int64),
+            "loss": np.full(n, np.nan), "wait_s": np.asarray(wait, dtype=float),
+            "staleness": np.asarray(stale, dtype=np.int64), "minibatch": np.asarray(mb, dtype=np.int64),
+            "delay_s": np.asarray(d, dtype=float), "applied": np.asarray(ap, dtype=bool),
+        }, columns=list(COLUMNS))
+
+    def timeline(self) -> pd.DataFrame:
+        """Skew as a step function: one row per distinct time (the state after all changes at it), from t=0."""
+        t = np.asarray(self.tl_t, dtype=float)
+        s = np.asarray(self.tl_skew, dtype=np.int64)
+        if len(t):
+            last = np.append(t[1:] != t[:-1], True)
+            t, s = t[last], s[last]
+        if not len(t) or t[0] > 0:
+            t, s = np.append(0.0, t), np.append(0, s).astype(np.int64)
+        return pd.DataFrame({"t": t, "skew": s})
+
+
+def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float) -> tuple[Log, int]:
+    """``async`` (``staleness=None``) or ``ssp``: workers share ``total`` minibatches; each update applies at once.
+
+    A worker that completed ``c`` steps starts the next one only when ``c - min(unfinished counts) <=
+    staleness``; it checks the gate, then claims a minibatch (none left: it finishes), then reads the
+    parameters and computes. Returns the log and the number of updates.
+    """
+    log = Log(n)
+    cnt = log.counts
+    heap: list[tuple[float, int, int]] = []
+    seq = count()
+    gs = 0
+    claimed = 0
+    read = [0] * n
+    delay = [0.0] * n
+    mb = [0] * n
+    wait = [0.0] * n
+    ready = [0.0] * n  # when the worker became ready for its next step
+
+    def try_start(i: int, t: float) -> bool:
+        """Start (or finish) worker ``i`` at ``t``; False if the staleness gate blocks it."""
+        nonlocal claimed
+        if claimed >= total:
+            log.finish(t, i)
+            return True
+        if staleness is not None and cnt.c[i] - cnt.lo > staleness:
+            return False
+        mb[i] = claimed
+        claimed += 1
+        read[i] = gs
+        d = models[i].next()
+        delay[i] = d
+        wait[i] = t - ready[i]
+        heapq.heappush(heap, (t + base + d, next(seq), i))
+        return True
+
+    blocked: list[int] = []
+    for i in range(n):
+        if not try_start(i, 0.0):
+            blocked.append(i)
+    while heap:
+        t, _, i = heapq.heappop(heap)
+        stale = gs - read[i]
+        gs += 1
+        log.record(t, i, gs, wait[i], stale, mb[i], delay[i], True)
+        ready[i] = t
+        if not try_start(i, t):
+            blocked.append(i)
+        changed = True
+        while blocked and changed:  # a finishing worker can raise the minimum and free others
+            changed = False
+            still = []
+            for j in blocked:
+                if try_start(j, t):
+                    changed = True
+                else:
+                    still.append(j)
+            blocked = still
+    return log, gs
+
+
+def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel], base: float) -> tuple[Log, int]:
+    """``sync`` as the engine does it: an update needs ``n - backup`` gradients for the current step.
+
+    A gradient computed on the current parameters counts (its worker then waits for the update); one
+    computed on older parameters is dropped and its worker starts at once on the current parameters.
+    The run ends at update number ``updates``; computations in flight then finish and are dropped.
+    """
+    need = n - backup
+    log = Log(n)
+    heap: list[tuple[float, int, int]] = []
+    seq = count()
+    g = 0
+    mbc = 0
+    read = [0] * n
+    delay = [0.0] * n
+    mb = [0] * n
+
+    def start(i: int, t: float) -> None:
+        nonlocal mbc
+        read[i] = g
+        mb[i] = mbc
+        mbc += 1
+        d = models[i].next()
+        delay[i] = d
+        heapq.heappush(heap, (t + base + d, next(seq), i))
+
+    for i in range(n):
+        start(i, 0.0)
+    arrived: list[tuple[int, float]] = []
+    done = False
+    while heap:
+        t, _, i = heapq.heappop(heap)
+        if not done and read[i] == g:
+            arrived.append((i, t))
+            if len(arrived) < need:
+                continue
+            g += 1
+            for j, tf in arrived:
+                log.record(t, j, g, t - tf, 0, mb[j], delay[j], True)
+            done = g >= updates
+            for j, _ in arrived:
+                if done:
+                    log.finish(t, j)
+                else:
+                    start(j, t)
+            arrived = []
+        else:
+            log.record(t, i, g, 0.0, g - read[i], mb[i], delay[i], False)
+            if done:
+                log.finish(t, i)
+            else:
+                start(i, t)
+    return log, g
+
+
+def run_sync_abandon(n: int, updates: int, backup: int, models: Sequence[DelayModel], base: float) -> tuple[Log, int]:
+    """``sync`` as the K-sync model of Dutta et al. (2018): each round all ``n`` start together, the
+    update happens when the fastest ``n - backup`` finish, the others abandon their step (no record,
+    but the delay they were drawn is used up). Minibatch indices are given in order of completion."""
+    need = n - backup
+    log = Log(n)
+    t = 0.0
+    mbc = 0
+    for g in range(1, updates + 1):
+        fin = sorted((t + base + d, i, d) for i, d in ((i, models[i].next()) for i in range(n)))
+        tu = fin[need - 1][0]
+        for f, i, d in fin[:need]:
+            log.record(tu, i, g, tu - f, 0, mbc, d, True)
+            mbc += 1
+        t = tu
+    for i in range(n):
+        log.finish(t, i)
+    return log, updates

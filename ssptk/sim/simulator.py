@@ -1,0 +1,274 @@
+"""A discrete-event simulator of the training modes: where the time goes, without TensorFlow.
+
+Worker ``i``'s k-th step takes ``overhead + compute + delay_i(k)`` seconds, where ``delay_i`` is drawn
+from :class:`ssptk.core.delays.DelayModel` -- the very class the real workers sleep on -- so a simulated run
+and a real run with the same ``seed``, ``straggler`` and ``jitter`` see identical delay streams (worker
+``i``'s j-th computed step, counting dropped ones, gets the j-th value of its stream). ``overhead`` is
+a fixed per-step cost (estimate it from a real async run with :func:`calibrate_overhead`), ``compute``
+an optional extra fixed cost. No loss is modelled (``loss`` is NaN); the step records have the columns
+of real runs (``docs/run-directory.md``).
+
+Modes
+-----
+``async``
+    Every worker loops on its own; each update is applied when its step finishes.
+``ssp`` (``staleness=S`` or ``mode="ssp:S"``)
+    A worker that completed ``c`` steps starts its next one only when ``c - min_j c_j <= S``, the
+    minimum over workers that have not finished; until then it is blocked (its ``wait_s``). So the
+    skew (max - min completed steps) never exceeds ``S + 1``. A worker checks the gate, then claims a
+    minibatch, then reads the parameters.
+``sync``, ``backup=0`` (and ``allreduce``, modelled the same way)
+    Each step all workers compute; the update comes when the last finishes; all start again then.
+    Every worker does exactly ``steps`` steps.
+``sync``, ``backup=B > 0``
+    The update needs only ``N - B`` gradients. Two models of the late ones (``late=``):
+
+    * ``"drop"`` -- **the default, because it is what the engine does**: the update is applied when
+      the first ``N - B`` gradients computed on the current parameters (from distinct workers)
+      arrive. Late workers still finish their step; their gradient is dropped (``applied=False``,
+      ``staleness`` = updates they missed) and they start at once on the current parameters. A worker
+      whose gradient counted waits for the update (its ``wait_s``). At the last update the run ends:
+      steps still in flight finish and are dropped.
+    * ``"abandon"`` -- the K-sync model of Dutta et al. (2018): all N start each step together, the
+      update comes when the fastest ``N - B`` finish, the other B abandon their work (no record).
+
+    With i.i.d. exponential step times (mean M) the time per update is ``M * H_N`` for ``B = 0``,
+    ``M * (H_N - H_B)`` for ``abandon`` and, for ``drop``, lies between the two: after every update
+    the B late workers must first finish a useless step, so the wait is the ``(N-B)``-th arrival
+    among ``N-B`` Exp(M) and ``B`` Erlang(2, M) clocks (:func:`expected_sync_update_time`).
+
+Budget (as in the engine): ``steps=K`` means ``N*K`` minibatches shared by all workers in ``async``
+and ``ssp`` (a worker claims one before computing it; faster workers do more); ``K`` steps per worker
+in ``sync`` without backup; ``K`` updates in ``sync`` with backup (however many minibatches that takes).
+
+``staleness`` of a record: updates from other workers applied between its parameter read and its
+own update (0 for applied ``sync`` gradients). Ties in time are broken by the order events were
+scheduled, so equal workers without jitter finish in index order (and, in ``sync`` with backup,
+the same B workers are then always the late ones).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ssptk.core.delays import DelayModel, Jitter, parse_jitter, straggler_seconds
+from ssptk.core.errors import UsageError
+from ssptk.core.options import parse_label
+from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
+
+__all__ = [
+    "SimResult", "simulate", "ideal_for", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
+
+LATE = ("drop", "abandon")
+
+
+@dataclass(eq=False)
+class SimResult:
+    """A simulated run: its step records (the columns of real runs) and summary figures.
+
+    ``steps_per_s`` is records (minibatches computed, dropped ones included) per second, the figure
+    real runs report; ``updates_per_s`` counts applied updates (one per record in async/ssp, one per
+    global step in sync). ``wait_fraction`` = sum of ``wait_s`` / (workers * ``wall_s``); ``max_skew``
+    the largest (max - min) completed steps among unfinished workers at any moment.
+    """
+
+    mode: str
+    workers: int
+    staleness: int | None
+    backup: int
+    steps: pd.DataFrame = field(repr=False)
+    wall_s: float
+    total_steps: int
+    updates: int
+    steps_per_s: float
+    updates_per_s: float
+    wait_fraction: float
+    max_skew: int
+    late: str | None = None
+    _skew: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t": [0.0], "skew": [0]}), repr=False)
+
+    def skew_timeline(self) -> pd.DataFrame:
+        """Columns ``t``, ``skew``: a step function, the skew from each ``t`` until the next row's."""
+        return self._skew.copy()
+
+    def staleness_hist(self) -> pd.Series:
+        """How many records had each staleness value (all records, dropped ones included)."""
+        return self.steps["staleness"].value_counts().sort_index().rename("count")
+
+
+def harmonic(n: int) -> float:
+    """The harmonic number ``H_n = 1 + 1/2 + ... + 1/n`` (``H_0 = 0``)."""
+    if int(n) != n or n < 0:
+        raise UsageError(f"harmonic needs an integer n >= 0, got {n!r}")
+    return float(sum(1.0 / k for k in range(1, int(n) + 1)))
+
+
+def expected_sync_update_time(workers: int, backup: int = 0, mean: float = 1.0, late: str = "drop") -> float:
+    """Long-run mean seconds per ``sync`` update when step times are i.i.d. exponential with ``mean``.
+
+    ``backup=0``: ``mean * H_N``. ``late="abandon"``: ``mean * (H_N - H_B)``. ``late="drop"``: by
+    memorylessness, right after each update ``N - B`` workers start fresh (one Exp step to a useful
+    gradient) and ``B`` are late (a useless step first, then a useful one); the update time is the
+    ``(N-B)``-th useful arrival, computed exactly by dynamic programming over (useful arrivals so far,
+    late workers still on their useless step). While ``k`` gradients have arrived ``N - k`` workers
+    are busy, so each event takes ``mean / (N - k)`` on average. (The first update of a run has no late
+    workers; it is not counted in this long-run figure.)
+    """
+    n, b = int(workers), int(backup)
+    if n < 1 or not 0 <= b < n:
+        raise UsageError(f"need workers >= 1 and 0 <= backup < workers, got workers={workers}, backup={backup}")
+    if late not in LATE:
+        raise UsageError(f"late must be 'drop' or 'abandon', got {late!r}")
+    if b == 0 or late == "abandon":
+        return mean * (harmonic(n) - harmonic(b))
+    need = n - b
+    nxt = [0.0] * (b + 1)  # E(k+1, s) for s = 0..b; E(need, s) = 0
+    for k in range(need - 1, -1, -1):
+        cur = [0.0] * (b + 1)
+        for s in range(b + 1):
+            cur[s] = (mean + (n - k - s) * nxt[s] + (s * cur[s - 1] if s else 0.0)) / (n - k)
+        nxt = cur
+    return nxt[b]
+
+
+def _parse_mode(mode: str, staleness: int | None) -> tuple[str, int | None]:
+    text = str(mode).strip().lower()
+    try:
+        name, s = parse_label(text)
+    except UsageError as e:
+        if ":" in text:
+            raise UsageError(f"bad mode {mode!r}: {str(e).partition(': ')[2]}") from None
+        raise UsageError(f"unknown mode {mode!r}: use sync, ssp (with staleness, or 'ssp:S'), async "
+                         "or allreduce") from None
+    if s is not None:
+        if staleness is not None and staleness != s:
+            raise UsageError(f"mode {mode!r} conflicts with staleness={staleness}")
+        return name, s
+    if name == "ssp":
+        if staleness is None:
+            raise UsageError("mode ssp needs a staleness >= 0: pass staleness=S or mode 'ssp:S'")
+    elif staleness is not None:
+        raise UsageError(f"staleness is only for mode ssp (got mode {name!r})")
+    return name, None if staleness is None else _int_at_least("staleness", staleness, 0)
+
+
+def _int_at_least(name: str, value: object, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise UsageError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def _parse_stragglers(spec: dict[int, float] | list[Any] | tuple[Any, ...] | None, workers: int) -> dict[int, float]:
+    out = straggler_seconds(spec)
+    for i in out:
+        if i >= workers:
+            raise UsageError(f"straggler worker index {i} is out of range for {workers} workers")
+    return out
+
+
+def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, backup: int = 0,
+             straggler: dict[int, float] | list[tuple[int, float]] | None = None,
+             jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
+             compute: float = 0.0, late: str = "drop") -> SimResult:
+    """Simulate one run and return its step records and summary (see the module docstring).
+
+    ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``; ``allreduce`` is simulated
+    like ``sync`` without backup. ``steps``: the budget ``K`` (N*K shared minibatches for async/ssp,
+    K per worker for sync, K updates for sync with backup). ``straggler``: ``{worker: seconds}`` or
+    ``[(worker, seconds), ...]`` (or ``"I:S"`` strings); ``jitter``: ``exp:MEAN``, ``uniform:LO:HI`` or a
+    :class:`Jitter`. ``overhead`` and ``compute``: fixed seconds added to every step. ``late``: ``drop``
+    (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with backup.
+    Raises :class:`UsageError` on bad input.
+    """
+    name, s = _parse_mode(mode, staleness)
+    n = _int_at_least("workers", workers, 1)
+    k = _int_at_least("steps", steps, 1)
+    b = _int_at_least("backup", backup, 0)
+    if b and name != "sync":
+        raise UsageError(f"backup is only for mode sync (got mode {name!r})")
+    if b >= n:
+        raise UsageError(f"backup must be in [0, workers-1] = [0, {n - 1}], got {b}")
+    if late not in LATE:
+        raise UsageError(f"late must be 'drop' or 'abandon', got {late!r}")
+    for label, x in (("overhead", overhead), ("compute", compute)):
+        if not isinstance(x, (int, float, np.number)) or not np.isfinite(x) or x < 0:
+            raise UsageError(f"{label} must be a number of seconds >= 0, got {x!r}")
+    strag = _parse_stragglers(straggler, n)
+    jit = parse_jitter(jitter)
+    models = [DelayModel(i, strag, jit, seed) for i in range(n)]
+    base = float(overhead) + float(compute)
+
+    if name in ("async", "ssp"):
+        log, updates = run_free(n, n * k, s, models, base)
+    elif b and late == "abandon":
+        log, updates = run_sync_abandon(n, k, b, models, base)
+    else:
+        log, updates = run_sync_drop(n, k, b, models, base)
+
+    df = log.frame()
+    skew = log.timeline()
+    wall = float(df["t"].max()) if len(df) else 0.0
+    records = len(df)
+    rate = (lambda x: x / wall) if wall > 0 else (lambda x: float("inf") if x else 0.0)
+    wait_fraction = float(df["wait_s"].sum()) / (n * wall) if wall > 0 else 0.0
+    return SimResult(
+        mode=name, workers=n, staleness=s, backup=b, steps=df, wall_s=wall, total_steps=records,
+        updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
+        wait_fraction=wait_fraction, max_skew=int(skew["skew"].max()),
+        late=late if (name == "sync" and b) else None, _skew=skew,
+    )
+
+
+def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
+              backup: int = 0, straggler: dict[int, float] | None = None, jitter: str | None = None,
+              seed: int = 0) -> dict[str, float | None]:
+    """What the simulator predicts for a real run's options, with the overhead calibrated from its records.
+
+    ``measured_over_ideal`` near 1 means the run's throughput is what its consistency mode, delays and
+    per-step cost explain; well below 1, the engine loses time the model does not (extra round trips).
+    """
+    none: dict[str, float | None] = {"overhead_ms": None, "ideal_steps_per_s": None}
+    try:
+        overhead = calibrate_overhead(steps_df, workers)
+        sim = simulate("sync" if mode == "allreduce" else mode, workers, steps, staleness=staleness, backup=backup,
+                       straggler=straggler, jitter=jitter, seed=seed, overhead=overhead)
+    except UsageError:
+        return none
+    return {"overhead_ms": 1000.0 * overhead, "ideal_steps_per_s": sim.steps_per_s}
+
+
+def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
+    """Estimate the fixed per-step overhead (seconds) from a REAL run's step records.
+
+    The time between two consecutive records of one worker is that step's duration: overhead
+    (including the model's real compute) plus its injected ``delay_s`` plus the time the mode kept it
+    waiting (``wait_s``, 0 in async; subtracted when the column is there). For each worker with at
+    least two records (ordered by ``step`` if present, else ``t``) take the median of
+    ``t[j] - t[j-1] - delay_s[j] - wait_s[j]``; return the median over workers, clipped at 0. Median,
+    not mean, so a few hiccups (GC, scheduling) do not move it. Pass the result as ``overhead=`` with
+    ``compute=0``. Needs columns ``t``, ``worker``, ``delay_s``; rows with an ``event`` are ignored.
+    """
+    missing = [c for c in ("t", "worker", "delay_s") if c not in steps_df.columns]
+    if missing:
+        raise UsageError(f"calibrate_overhead needs step records with columns t, worker, delay_s; missing {missing}")
+    df = steps_df
+    if "event" in df.columns:
+        df = df[df["event"].isna()]
+    df = df.dropna(subset=["t", "worker", "delay_s"])
+    order = "step" if "step" in df.columns else "t"
+    per_worker = []
+    for w in range(int(workers)):
+        rows = df[df["worker"] == w].sort_values(order)
+        if len(rows) < 2:
+            continue
+        t = rows["t"].to_numpy(dtype=float)
+        d = rows["delay_s"].to_numpy(dtype=float)
+        if "wait_s" in rows.columns:
+            d = d + rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
+        per_worker.append(float(np.median(np.diff(t) - d[1:])))
+    if not per_worker:
+        raise UsageError("calibrate_overhead needs at least one worker with two or more step records")
+    return max(0.0, float(np.median(per_worker)))
