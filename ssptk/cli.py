@@ -81,6 +81,12 @@ def build_parser(notebook: bool = False) -> _Parser:
     add_run_arguments(sw, skip=("mode", "staleness"))
     for sp in (c, sw):  # not a run option: it is the comparison's
         sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
+    rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
+    rep.add_argument("dir", help="a comparison directory (or one run directory)")
+    for sp in (c, sw, rep):
+        sp.add_argument("--target", type=float, default=None, metavar="LOSS",
+                        help="the training loss that time and minibatches to target are measured to (default: "
+                             "1.25 x the best final smoothed loss among the runs that converged)")
     if notebook:
         for sp in (r, c, sw):
             sp.add_argument("--cold", action="store_true",
@@ -88,10 +94,9 @@ def build_parser(notebook: bool = False) -> _Parser:
             sp.add_argument("--no-dashboard", action="store_true", help="no live plots while it runs")
         r.add_argument("--background", action="store_true",
                        help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
-    rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
-    rep.add_argument("dir", help="a comparison directory (or one run directory)")
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
-    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "model", "allow_nan", "stall_timeout"))
+    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "lr_convention", "model", "allow_nan",
+                               "stall_timeout", "stop_on_divergence"))
     s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
                    help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
     if not notebook:
@@ -185,7 +190,7 @@ def _compare(args: argparse.Namespace) -> int:
         bars[label](done, total)
 
     try:
-        result = compare(labels, out=args.out, progress=progress, repeat=args.repeat, **common)
+        result = compare(labels, out=args.out, progress=progress, repeat=args.repeat, target=args.target, **common)
     finally:
         for b in bars.values():
             b.close()
@@ -201,6 +206,7 @@ def _report(args: argparse.Namespace) -> int:
     import os
 
     from ssptk.render import format_summary, format_table, load_comparison
+    from ssptk.render.tables import target_lines
     from ssptk.rundir import RunDir
 
     rd = RunDir(args.dir)
@@ -219,9 +225,10 @@ def _report(args: argparse.Namespace) -> int:
         return 0
     if not os.path.isdir(args.dir):
         raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")
-    report = load_comparison(args.dir)
+    report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
     print(format_table(report.table))
+    print("\n".join(["", *target_lines(report.table)]))
     print(f"\nreport: {path}")
     return 0
 

@@ -84,7 +84,7 @@ def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
     assert b["steps_per_s"] == pytest.approx(25.0) and (b["steps_per_s_min"], b["steps_per_s_max"]) == (20.0, 30.0)
     assert b["steps_per_s_ci95"] == pytest.approx(12.706205 * math.sqrt(50) / math.sqrt(2), rel=1e-4)
     assert pd.isna(b["staleness"])
-    assert table.attrs["target"] == report.runs_table.attrs["target"] == pytest.approx(4.18)
+    assert table.attrs["target"] == report.runs_table.attrs["target"] == pytest.approx(4.75)  # 1.25 x best (3.8)
     # text and HTML: the key figures as mean [min–max], no spread columns
     text = rp.format_table(table)
     header = text.splitlines()[0].split()
@@ -105,7 +105,7 @@ def test_single_run_table_and_csv_unchanged(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(report.table, an.compare_table(runs))
     assert list(report.table.columns) == list(an.COMPARE_COLUMNS)
     assert "[" not in rp.format_table(report.table)
-    assert [c for c, _ in report.figures] == ["All runs"] and len(report.notes) == 1
+    assert [c for c, _ in report.figures] == ["All runs"] and len(report.notes) == 2  # the target, the learning-rate convention
 
 
 def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:

@@ -78,12 +78,12 @@ def test_run_figure_without_records() -> None:
 
 def test_comparison_figure(runs) -> None:
     fig = rp.comparison_figure(runs)
-    assert len(fig.axes) == 4
+    assert len(fig.axes) == 5  # and loss vs updates
     assert _line_labels(fig.axes[0]) == ["a", "b", "c"]
     assert _line_labels(fig.axes[2]) == ["a", "b", "c"]
     # a step DataFrame alone works too; one line per worker in the progress panel
     fig = rp.comparison_figure({"a": runs["a"][0], "empty": pd.DataFrame()})
-    assert len(fig.axes) == 4
+    assert len(fig.axes) == 5  # and loss vs updates
     assert len(fig.axes[3].get_lines()) == 3
     assert _line_labels(fig.axes[0]) == ["a", "empty (no records)"]
 
@@ -104,7 +104,7 @@ def test_report_html_is_self_contained(runs, tmp_path: Path) -> None:
     assert fragment.count("data:image/png;base64,") == 4
     assert "Modes &lt;compared&gt;" in fragment and "<compared>" not in fragment
     assert "<table" in fragment and "<style>" in fragment
-    assert "Target training loss 4.18" in fragment
+    assert "Target training loss 1.25" in fragment and "first to reach it: b" in fragment
     doc = report.to_html()
     assert doc.startswith("<!DOCTYPE html>") and doc.rstrip().endswith("</html>")
     assert "http://" not in doc and "https://" not in doc

@@ -5,22 +5,26 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
 from ssptk.analysis.values import clean
 
-__all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "compare_table"]
+__all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "auto_target",
+           "compare_table", "converged", "first_to_target"]
 
 #: ``(steps, events, config, summary)`` of one run, as :func:`ssptk.rundir.load_run` returns it.
 RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]
 
-#: Automatic target of :func:`compare_table`: this factor times the worst final smoothed loss.
-TARGET_FACTOR = 1.1
+#: Automatic target of :func:`compare_table`: this factor times the best final smoothed training loss among
+#: the runs that converged (ok, not diverged). A margin above the best, so that every converged run's noisy
+#: smoothed loss crosses it, and never derived from a run that did badly.
+TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
-    "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
+    "label", "diverged", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
+    "final_loss", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
     "max_staleness", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
@@ -32,12 +36,20 @@ FIGURE_COLUMNS: tuple[str, ...] = (
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
 _LOCKSTEP_MODES = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
 
-def _auto_target(smoothed: Iterable[float | None]) -> float | None:
+def auto_target(smoothed: Iterable[float | None]) -> float | None:
+    """:data:`TARGET_FACTOR` above the best (lowest) of the converged runs' final smoothed losses (for a
+    negative loss, ``best + 0.25 * |best|``); ``None`` when there is none."""
     values = [v for v in smoothed if v is not None and math.isfinite(v)]
     if not values:
         return None
-    worst = max(values)
-    return worst + (TARGET_FACTOR - 1.0) * abs(worst)
+    best = min(values)
+    return best + (TARGET_FACTOR - 1.0) * abs(best)
+
+
+def converged(row: Mapping[str, Any]) -> bool:
+    """A run that may be measured against a target: it finished (``ok``) and did not diverge."""
+    return row.get("status") == "ok" and not row.get("diverged")
+
 
 def compare_table(
     runs: Mapping[str, tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any]]],
@@ -48,14 +60,15 @@ def compare_table(
     Numbers come from ``summary`` when it has them (``final_loss`` only from there: it is the
     evaluation loss) and are otherwise computed from the logs with :func:`summarize`.
     ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
-    is the summary's (``"unknown"`` without one). Time and steps to target use each run's
-    default :func:`smoothing_window` and run from the start barrier.
+    is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`.
+    Time and steps to target use each run's default :func:`smoothing_window` and run from the start
+    barrier; only converged runs (ok, not diverged) get them: a failed or diverged run shows *not
+    reached* (missing), whatever its loss did on the way.
 
-    With ``target=None`` the target is 1.1 x (:data:`TARGET_FACTOR`) the largest final smoothed
-    training loss (``loss_smoothed_last``) among the ``ok`` runs (among all runs if none is ok);
-    for a negative loss, ``worst + 0.1 * |worst|``. Every such run reaches it by construction.
-    The target used is in ``table.attrs["target"]`` (``attrs["target_auto"]`` says whether it was
-    chosen automatically).
+    With ``target=None`` the target is :func:`auto_target` of the converged runs' final smoothed training
+    losses (``loss_smoothed_last``): 1.25 x the best. ``attrs``: ``target`` (``None`` when no run
+    converged), ``target_auto`` (chosen automatically or given), ``first_to_target`` (the label that
+    reached it in the least time, or ``None``).
     """
     rows: list[dict[str, Any]] = []
     prepared: dict[str, tuple[pd.DataFrame, int]] = {}
@@ -76,7 +89,8 @@ def compare_table(
             return clean(value) if value is not None else logs.get(key)
 
         rows.append({
-            "label": str(label), "mode": mode, "staleness": staleness, "workers": workers,
+            "label": str(label), "diverged": bool(pick("diverged")), "mode": mode, "staleness": staleness,
+            "workers": workers,
             "steps_per_s": pick("steps_per_s"), "wall_s": pick("wall_s"),
             # the simulator's view of the run (from summary.json only): see docs/run-directory.md
             "measured_over_ideal": clean(summary.get("measured_over_ideal")),
@@ -92,13 +106,10 @@ def compare_table(
         smoothed[str(label)] = logs["loss_smoothed_last"]
     auto = target is None
     if auto:
-        ok = [smoothed[r["label"]] for r in rows if r["status"] == "ok"]
-        target = _auto_target(ok)
-        if target is None:
-            target = _auto_target(smoothed.values())
+        target = auto_target(smoothed[r["label"]] for r in rows if converged(r))
     if target is not None:
         for row in rows:
-            if row["label"] in prepared:
+            if row["label"] in prepared and converged(row):
                 df, window = prepared[row["label"]]
                 row["time_to_target_s"], row["steps_to_target"] = time_to_target(df, target, window)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
@@ -107,6 +118,14 @@ def compare_table(
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+    table["diverged"] = table["diverged"].astype(bool)
     table.attrs["target"] = None if target is None else float(target)
     table.attrs["target_auto"] = auto
+    table.attrs["first_to_target"] = first_to_target(table)
     return table
+
+
+def first_to_target(table: pd.DataFrame) -> str | None:
+    """The label with the least ``time_to_target_s`` (``None`` if no run reached the target)."""
+    times = pd.to_numeric(table["time_to_target_s"], errors="coerce").to_numpy(dtype="float64")
+    return None if np.isnan(times).all() else str(table["label"].iloc[int(np.nanargmin(times))])

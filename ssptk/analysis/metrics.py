@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from ssptk.analysis.values import clean
+from ssptk.core.divergence import find_divergence, smoothing_window
 
 __all__ = [
     "ALL_WORKERS", "run_options", "smoothing_window", "n_workers", "start_time", "finish_times", "prepare_steps",
     "skew_timeline", "max_skew", "summarize", "time_to_target", "loss_curves", "wait_by_worker", "staleness_counts",
-    "staleness_bound",
+    "staleness_bound", "divergence",
 ]
 
 #: ``worker`` value of the overall (all workers) curve in :func:`loss_curves`.
@@ -38,11 +39,6 @@ def staleness_bound(config: Mapping[str, Any] | None) -> int | None:
     if opts.get("mode") == "ssp" and isinstance(staleness, (int, np.integer)) and not isinstance(staleness, bool):
         return int(staleness)
     return None
-
-
-def smoothing_window(workers: int) -> int:
-    """Default rolling window (step records) for smoothed losses: ``5 * workers``, at least 1."""
-    return max(1, 5 * int(workers))
 
 
 def n_workers(config: Mapping[str, Any] | None, steps: pd.DataFrame | None = None) -> int:
@@ -182,15 +178,16 @@ def summarize(
     ``loss_smoothed_last`` (mean loss of the last :func:`smoothing_window` records), ``max_skew``
     (finished workers left out, see :func:`finish_times`), ``wait_fraction`` (sum ``wait_s`` /
     (``workers`` * ``wall_s``)), ``mean_staleness``, ``max_staleness`` and ``per_worker_steps``
-    (worker index -> records; JSON turns the keys into strings). Undefined values (no records,
-    zero wall time, non-finite numbers) are None; an empty run gives zeros and Nones.
+    (worker index -> records; JSON turns the keys into strings), ``diverged`` and
+    ``diverged_at_step`` (the global step; :mod:`ssptk.core.divergence` has the rule). Undefined values
+    (no records, zero wall time, non-finite numbers) are None; an empty run gives zeros and Nones.
     """
     workers = n_workers(config, steps)
     out: dict[str, Any] = {
         "workers": workers, "total_steps": 0, "wall_s": None, "steps_per_s": None,
         "train_loss_last": None, "loss_smoothed_last": None, "max_skew": 0,
         "wait_fraction": None, "mean_staleness": None, "max_staleness": None,
-        "per_worker_steps": {},
+        "per_worker_steps": {}, "diverged": False, "diverged_at_step": None,
     }
     if steps is None or steps.empty:
         return out
@@ -213,7 +210,20 @@ def summarize(
         out["mean_staleness"] = clean(float(df["staleness"].mean()))
         out["max_staleness"] = int(df["staleness"].max())
     out["per_worker_steps"] = {int(k): int(v) for k, v in df.groupby("worker").size().items()}
+    out.update(divergence(df, smoothing_window(workers)))
     return out
+
+
+def divergence(steps: pd.DataFrame, window: int) -> dict[str, Any]:
+    """``{"diverged": bool, "diverged_at_step": global step or None}`` of a run's step records (the rule of
+    :mod:`ssptk.core.divergence`, on the overall training loss in time order)."""
+    if steps is None or steps.empty or "loss" not in steps.columns:
+        return {"diverged": False, "diverged_at_step": None}
+    df = steps.sort_values("t", kind="mergesort")
+    losses = pd.to_numeric(df["loss"], errors="coerce").astype("float64").tolist()
+    gs = df["global_step"].tolist() if "global_step" in df.columns else [None] * len(df)
+    diverged, at = find_divergence(losses, gs, window)
+    return {"diverged": diverged, "diverged_at_step": None if at is None or at != at else int(at)}
 
 def time_to_target(
     steps: pd.DataFrame, target: float, window: int | None = None
@@ -247,11 +257,12 @@ def loss_curves(steps: pd.DataFrame, by: str = "elapsed", smooth: int = 20) -> p
 
     Long format with columns ``<by>``, ``worker`` (:data:`ALL_WORKERS` = -1 for the overall
     curve), ``loss`` and ``smoothed`` (rolling mean over ``smooth`` records of that curve,
-    partial windows at the start). ``by`` is ``"elapsed"`` or ``"samples"`` (global minibatches so
-    far, so all curves share one axis); steps without those columns are prepared first.
+    partial windows at the start). ``by`` is ``"elapsed"``, ``"samples"`` (global minibatches so
+    far, so all curves share one axis) or ``"global_step"`` (updates applied so far: one per minibatch in
+    ssp and async, one per N - B minibatches in sync); steps without those columns are prepared first.
     """
-    if by not in ("elapsed", "samples"):
-        raise ValueError(f"by must be 'elapsed' or 'samples', not {by!r}")
+    if by not in ("elapsed", "samples", "global_step"):
+        raise ValueError(f"by must be 'elapsed', 'samples' or 'global_step', not {by!r}")
     columns = [by, "worker", "loss", "smoothed"]
     if steps is None or steps.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})

@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import COMPARE_COLUMNS, FIGURE_COLUMNS, SPREAD_SUFFIXES, compare_table
+from ssptk.analysis.compare import (
+    COMPARE_COLUMNS,
+    FIGURE_COLUMNS,
+    SPREAD_SUFFIXES,
+    compare_table,
+    first_to_target,
+)
 from ssptk.analysis.values import clean
 
 __all__ = ["aggregate_repeats", "ci95_halfwidth", "repeat_table", "t975"]
@@ -62,6 +68,7 @@ def repeat_table(
     table = compare_table(flat, target)
     table["label"] = [label for label, _ in keys]
     table.insert(1, "rep", pd.Series([k for _, k in keys], dtype="Int64", index=table.index))
+    table.attrs["first_to_target"] = first_to_target(table)
     return table
 
 
@@ -71,19 +78,20 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
     Columns: :data:`COMPARE_COLUMNS`, each of :data:`FIGURE_COLUMNS` the mean over the label's
     repetitions; ``repeats`` (how many); then for each figure ``<figure>_min``, ``<figure>_max`` and
     ``<figure>_ci95`` (half-width of the t-based 95% confidence interval of the mean,
-    :func:`ci95_halfwidth`; missing for fewer than two values). Figures come from the label's ``ok``
-    repetitions when it has any (a failed run's numbers describe a run cut short), else from all of
-    them; missing values are left out. ``status`` is the repetitions' status when they agree, else
-    ``"<ok>/<n> ok"``. ``attrs`` (the target) are kept.
+    :func:`ci95_halfwidth`; missing for fewer than two values). Figures come from the label's converged
+    repetitions (ok, not diverged) when it has any (a failed run's numbers describe a run cut short), else
+    from all of them; missing values are left out. ``diverged``: whether any repetition diverged.
+    ``status`` is the repetitions' status when they agree, else ``"<ok>/<n> ok"``. ``attrs`` (the target)
+    are kept; ``first_to_target`` is the label with the least mean time to target.
     """
     rows: list[dict[str, Any]] = []
     for label, group in runs_table.groupby("label", sort=False):
         statuses = group["status"].tolist()
-        ok = group[group["status"] == "ok"]
+        ok = group[[r["status"] == "ok" and not r["diverged"] for _, r in group.iterrows()]]
         used = ok if len(ok) else group
         first = group.iloc[0]
-        row: dict[str, Any] = {"label": label, "mode": first["mode"], "staleness": first["staleness"],
-                               "workers": first["workers"]}
+        row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],
+                               "staleness": first["staleness"], "workers": first["workers"]}
         spread: dict[str, Any] = {}
         for col in FIGURE_COLUMNS:
             values = pd.to_numeric(used[col], errors="coerce").astype("float64").dropna()
@@ -105,5 +113,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
         for suffix in SPREAD_SUFFIXES:
             kind = "Int64" if col in integral and suffix != "_ci95" else "float64"
             table[f"{col}{suffix}"] = pd.to_numeric(table[f"{col}{suffix}"], errors="coerce").astype(kind)
+    table["diverged"] = table["diverged"].astype(bool)
     table.attrs.update(runs_table.attrs)
+    table.attrs["first_to_target"] = first_to_target(table)
     return table

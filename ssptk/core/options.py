@@ -12,6 +12,7 @@ from ssptk.core.errors import UsageError
 
 MODES = ("sync", "ssp", "async", "allreduce")
 BUILTIN_MODELS = ("linear", "keras")
+LR_CONVENTIONS = ("minibatch", "mean")
 DEFAULT_STALENESS = 2
 
 
@@ -41,6 +42,10 @@ OPTIONS: tuple[Option, ...] = (
            "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared)", "K"),
     Option("batch", int, 16, "minibatch size", "B"),
     Option("lr", float, None, "learning rate (default: the model's own)", "LR"),
+    Option("lr_convention", str, "minibatch",
+           "minibatch: every minibatch's gradient moves the parameters by LR x gradient in every mode (sync and "
+           "allreduce apply LR x the sum of the gradients they aggregate); mean: TensorFlow's SyncReplicasOptimizer "
+           "convention, LR x their mean (N times less per minibatch)", "minibatch|mean"),
     Option("seed", int, 0, "seed for data, model initialisation and injected delays", "N"),
     Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
@@ -51,6 +56,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
     Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
            flag=True),
+    Option("stop_on_divergence", bool, False,
+           "end the run (failed) once it has diverged: the smoothed training loss above 10 x its minimum and above "
+           "its start (default: keep training, and mark the run diverged)", flag=True),
     Option("restart_failed", int, 0,
            "sync, ssp and async: start a worker that dies again, up to N times in all, and finish the run "
            "(sync: not worker 0, which runs the aggregator)", "N"),
@@ -73,6 +81,7 @@ class RunOptions:
     steps: int = _DEFAULT["steps"]
     batch: int = _DEFAULT["batch"]
     lr: float | None = _DEFAULT["lr"]
+    lr_convention: str = _DEFAULT["lr_convention"]
     seed: int = _DEFAULT["seed"]
     backup: int = _DEFAULT["backup"]
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
@@ -81,6 +90,7 @@ class RunOptions:
     out: str | None = _DEFAULT["out"]
     no_log: bool = _DEFAULT["no_log"]
     allow_nan: bool = _DEFAULT["allow_nan"]
+    stop_on_divergence: bool = _DEFAULT["stop_on_divergence"]
     stall_timeout: float = _DEFAULT["stall_timeout"]
     restart_failed: int = _DEFAULT["restart_failed"]
 
@@ -100,6 +110,17 @@ class RunOptions:
         j = self.jitter_spec
         jitter = 0.0 if j is None else (j.b if j.kind == "uniform" else 20.0 * j.a)
         return max(self.stragglers.values(), default=0.0) + jitter
+
+    @property
+    def aggregated(self) -> int:
+        """How many gradients one update averages: N - B in sync, N in allreduce, 1 in ssp and async."""
+        return self.workers - self.backup if self.mode == "sync" else self.workers if self.mode == "allreduce" else 1
+
+    def update_lr(self, lr: float) -> float:
+        """The learning rate an update applies to the *mean* of the gradients it aggregates, so that ``lr``
+        means the same step per minibatch in every mode (``--lr-convention minibatch``): ``lr`` times
+        :attr:`aggregated`; with ``--lr-convention mean``, ``lr`` itself."""
+        return lr * self.aggregated if self.lr_convention == "minibatch" else lr
 
     @property
     def label(self) -> str:
@@ -219,6 +240,8 @@ def _validate(o: RunOptions) -> None:
             raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
     if o.lr is not None and not o.lr > 0:
         raise UsageError(f"--lr must be > 0, got {o.lr}")
+    if o.lr_convention not in LR_CONVENTIONS:
+        raise UsageError(f"--lr-convention must be {' or '.join(LR_CONVENTIONS)}, got {o.lr_convention!r}")
     for i, _ in o.straggler:
         if i >= o.workers:
             raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")

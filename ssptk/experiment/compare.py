@@ -9,6 +9,7 @@ Layout of a comparison directory ``OUT``: ``OUT/<label>/`` per label (``ssp:2`` 
 from __future__ import annotations
 
 import inspect
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,9 +70,9 @@ class CompareResult:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
-        from ssptk.render.report import format_table
+        from ssptk.render.tables import format_table, target_lines
 
-        return format_table(self.table)
+        return "\n".join([format_table(self.table), "", *target_lines(self.table)])
 
 
 def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
@@ -90,6 +91,19 @@ def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[st
     if not out:
         raise UsageError("nothing to compare: give modes like sync ssp:2 async")
     return out
+
+
+def check_target(target: Any) -> float | None:
+    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
+    if target is None:
+        return None
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(target, bool) or not math.isfinite(value):
+        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
+    return value
 
 
 def check_repeat(repeat: Any) -> int:
@@ -112,7 +126,8 @@ Runner = Callable[..., RunResult]
 def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
             progress: Callable[[str, int, int], None] | None = None,
             observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
-            repeat: int = 1, runner: Runner | None = None, **common: Any) -> CompareResult:
+            repeat: int = 1, runner: Runner | None = None, target: float | None = None,
+            **common: Any) -> CompareResult:
     """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
 
     Writes ``out/metrics.csv`` and a self-contained ``out/report.html``. Every option is checked for
@@ -123,10 +138,13 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     ``repeat`` R > 1 runs each label R times, into ``out/<label>/rep-<k>/``, alternating the order
     (:func:`run_order`); the table then shows each figure's mean and spread, ``metrics.csv`` has one
     row per run, and ``progress`` and ``observer`` get ``"<label> #<k>"`` as the label.
-    ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`).
+    ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`). ``target``: the
+    training loss time and minibatches to target are measured to (default: see
+    :func:`ssptk.analysis.compare.compare_table`).
     """
     plan = parse_labels(labels)
     repeat = check_repeat(repeat)
+    target = check_target(target)
     for _label, kw in plan:  # validate all before running any, or creating the directory
         single.check_before_start(resolve(**{**common, **kw, "out": None}))
     base = RunDir.create(out, "compare").path
@@ -138,7 +156,8 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
         cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
         kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
         repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
-    return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()})
+    return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()},
+                           target)
 
 
 def call_runner(runner: Runner, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,
@@ -173,7 +192,8 @@ def run_tuple(r: RunResult) -> RunTuple:
     return r.df, r.events, r.config, r.summary
 
 
-def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunResult]]) -> CompareResult:
+def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunResult]],
+                    target: float | None = None) -> CompareResult:
     """Table, ``metrics.csv`` and ``report.html`` of finished runs: label -> run, or label -> its
     repetitions (a list)."""
     from ssptk.render.report import Repeats, build_report, comparison_title, write_metrics_csv
@@ -182,7 +202,7 @@ def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunRe
     repeats = {label: list(v) if isinstance(v, list) else [v] for label, v in runs.items()}
     frames = {label: Repeats(run_tuple(r) for r in reps) if repeated else run_tuple(reps[0])
               for label, reps in repeats.items()}
-    report = build_report(frames, title=comparison_title(runs))
+    report = build_report(frames, title=comparison_title(runs), target=target)
     table = report.table
     per_run = report.runs_table if repeated and report.runs_table is not None else table
     write_metrics_csv(per_run, os.path.join(base, "metrics.csv"))

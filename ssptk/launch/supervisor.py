@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from ssptk.core.divergence import DivergenceWatch, smoothing_window
 from ssptk.core.errors import RunInterrupted, TaskFailure
 from ssptk.core.options import RunOptions
 from ssptk.launch.observers import RunObserver
@@ -73,12 +74,18 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
     ps_cpu0: float | None = None
     stall = StallWatch(opts.stall_timeout if opts is not None else 0.0,
                        steps_logged=opts is None or not opts.no_log)
+    divergence = DivergenceWatch(smoothing_window(opts.workers)) if opts is not None and opts.stop_on_divergence \
+        else None
 
     def read() -> list[dict[str, Any]]:
         steps, events = reader.read_new()
         for o in observers:
             o.records(steps, events, reader.n_steps, total)
         stall.saw(steps, events)
+        if divergence is not None:
+            for r in steps:
+                loss = r.get("loss")
+                divergence.add(float(loss) if isinstance(loss, (int, float)) else None, r.get("global_step"))
         return events
 
     restarts_left = opts.restart_failed if opts is not None and not cluster.serving else 0
@@ -103,6 +110,10 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
                 return Outcome(_error_failure(cluster, e))
             if e.get("event") == "start" and ps_cpu0 is None:
                 ps_cpu0 = cluster.cpu_seconds("ps:0")
+        if divergence is not None and divergence.diverged:
+            return Outcome(TaskFailure.of("ssptk", f"diverged at global step {divergence.at} (the smoothed training "
+                                          "loss rose above 10 x its minimum and above its start): lower --lr or the "
+                                          "staleness, or drop --stop-on-divergence"))
         if cluster.workers_finished():
             ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
             read()

@@ -136,7 +136,7 @@ class LiveDashboard:
             parts = [head] + ([f"{m['steps_per_s']:.1f} steps/s"] if m.get("steps_per_s") else [])
             parts += [f"final loss {m['final_loss']:.4g}"] if m.get("final_loss") is not None else []
             parts += [f"max skew {m['max_skew']}"] if m.get("max_skew") is not None else []
-            return " · ".join(parts)
+            return " · ".join(parts + self._diverged())
         if self.status == "failed":
             return f"failed after {frac}: {self.summary.get('reason') or 'see the run directory'}"
         if self.status == "interrupted":
@@ -148,7 +148,11 @@ class LiveDashboard:
         parts = [frac] + ([f"{rate:.1f} steps/s"] if rate else []) + [f"elapsed {elapsed}"]
         if rate and total:
             parts.append(f"ETA {duration(max(0, total - done) / rate)}")
-        return " · ".join(parts)
+        return " · ".join(parts + self._diverged())
+
+    def _diverged(self) -> list[str]:
+        watch = self.state.divergence
+        return [f"DIVERGED at global step {watch.at}"] if watch.diverged else []
 
     def _progress_html(self, text: str | None = None) -> str:
         text = self.progress_text() if text is None else text
@@ -158,6 +162,8 @@ class LiveDashboard:
             bar = (f'<progress value="{value}" max="{self.total}" '
                    'style="width:16em;vertical-align:middle;margin-right:0.6em"></progress>')
         color = {"failed": "#b00", "interrupted": "#a60"}.get(self.status, "inherit")
+        if self.state.divergence.diverged:
+            color = "#b00"
         return (f'<div class="ssptk-live" style="font-family:monospace;font-size:12px;color:{color}">'
                 f"{bar}{html.escape(text)}</div>")
 

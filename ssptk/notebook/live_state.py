@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ssptk.core.divergence import DivergenceWatch, smoothing_window
+
 __all__ = ["GrowingArray", "LiveRun", "WorkerTotals", "rolling_mean", "thin", "thin_envelope", "nice_ceil",
            "nice_floor", "sticky_range"]
 
@@ -119,6 +121,8 @@ class LiveRun:
         self.final = False
         self._completed: dict[int, float] = {w: 0.0 for w in range(self.workers)}
         self._active: set[int] = set(range(self.workers))
+        #: The divergence rule (:mod:`ssptk.core.divergence`) on the losses in arrival order.
+        self.divergence = DivergenceWatch(smoothing_window(max(self.workers, 1)))
 
     @property
     def n_steps(self) -> int:
@@ -190,6 +194,8 @@ class LiveRun:
         cols["worker"].append(w)
         cols["step"].append(step)
         cols["loss"].append(loss)
+        gs = _int(rec.get("global_step"))
+        self.divergence.add(loss if math.isfinite(loss) else None, gs)
         cols["skew"].append(max(done) - min(done) if done else 0.0)
 
     def finalize(self) -> None:

@@ -133,18 +133,22 @@ def _as_run(value: pd.DataFrame | Sequence[Any]) -> tuple[pd.DataFrame, pd.DataF
 
 
 def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figure:
-    """Several runs overlaid in a 2x2 grid (four axes), one colour per run.
+    """Several runs overlaid in five axes, one colour per run (a run that diverged says so in the legend).
 
-    Panels: smoothed loss against wall time; smoothed loss against minibatches processed; step
-    skew against wall time; per-worker completed steps against wall time (thin lines in the
-    run's colour). Values are step DataFrames, or ``(steps, events, ...)`` tuples (then wall time
-    runs from the start barrier and finished workers leave the skew on their ``done`` event), or
+    Panels (in ``fig.axes`` order): smoothed loss against wall time; smoothed loss against minibatches
+    processed; step skew against wall time; per-worker completed steps against wall time (thin lines in
+    the run's colour); smoothed loss against updates applied (the global step: sync applies one per N - B
+    minibatches, ssp and async one per minibatch). Values are step DataFrames, or ``(steps, events, ...)``
+    tuples (then wall time runs from the start barrier and finished workers leave the skew on their ``done`` event), or
     :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
-    fig = Figure(figsize=(13, 8), layout="constrained")
-    axes = fig.subplots(2, 2)
-    (ax_t, ax_s), (ax_skew, ax_prog) = axes
+    fig = Figure(figsize=(15, 8), layout="constrained")
+    grid = fig.add_gridspec(2, 3)
+    ax_t, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    ax_skew, ax_prog = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1:])
+    ax_u = fig.add_subplot(grid[0, 2])
+    axes = [ax_t, ax_s, ax_skew, ax_prog, ax_u]
     fig.suptitle("comparison")
     n = len(runs)
     repeated = any(isinstance(v, Repeats) for v in runs.values())
@@ -156,13 +160,16 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
             continue
+        diverged = sum(an.divergence(s, an.smoothing_window(s["worker"].nunique()))["diverged"] for s, _ in drawn)
+        shown = f"{label} (DIVERGED)" if diverged == len(drawn) else (
+            f"{label} ({diverged} of {len(drawn)} DIVERGED)" if diverged else str(label))
         for r, (steps, events) in enumerate(drawn):
-            name = str(label) if r == 0 else None
+            name = shown if r == 0 else None
             start = an.start_time(events)
             df = (an.prepare_steps(steps, start)
                   if start is not None or "elapsed" not in steps.columns else steps)
             smooth = an.smoothing_window(df["worker"].nunique())
-            for ax, by in ((ax_t, "elapsed"), (ax_s, "samples")):
+            for ax, by in ((ax_t, "elapsed"), (ax_s, "samples"), (ax_u, "global_step")):
                 c = an.loss_curves(df, by=by, smooth=smooth)
                 c = c[c["worker"] == an.ALL_WORKERS]
                 ax.plot(c[by], c["smoothed"], color=run_color, lw=lw, label=name)
@@ -176,15 +183,16 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches processed (smoothed)", xlabel="minibatches processed",
              ylabel="training loss")
+    ax_u.set(title="loss vs updates (smoothed)", xlabel="updates applied (global step)", ylabel="training loss")
     frames = [_as_run(v)[0] for value in runs.values() for v in Repeats.of(value)]
     losses = [f["loss"] for f in frames if f is not None and "loss" in f.columns]
     all_losses = pd.concat(losses) if losses else pd.Series(dtype=float)
-    for ax in (ax_t, ax_s):
+    for ax in (ax_t, ax_s, ax_u):
         set_loss_scale(ax, all_losses)
     ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
     ax_prog.set(title="completed steps per worker", xlabel="wall time (s)",
                 ylabel="completed steps")
-    for ax in axes.flat:
+    for ax in axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
     return fig

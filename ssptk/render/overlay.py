@@ -67,9 +67,11 @@ def overlay_figure(
             ax_skew.plot([], [], gid=SKEW_GID + label, **kw)
             continue
         df = an.prepare_steps(steps, an.start_time(events))
-        curves = an.loss_curves(df, by="elapsed", smooth=an.smoothing_window(max(an.n_workers(config, df), 1)))
+        window = an.smoothing_window(max(an.n_workers(config, df), 1))
+        curves = an.loss_curves(df, by="elapsed", smooth=window)
         overall = curves[curves["worker"] == an.ALL_WORKERS]
-        ax_loss.plot(overall["elapsed"], overall["smoothed"], label=label, gid=LOSS_GID + label, **kw)
+        shown = f"{label} (DIVERGED)" if an.divergence(df, window)["diverged"] else label
+        ax_loss.plot(overall["elapsed"], overall["smoothed"], label=shown, gid=LOSS_GID + label, **kw)
         losses.append(overall["smoothed"])
         finished = an.finish_times(df, events) if events is not None else None
         skew = an.skew_timeline(df, finished)
@@ -90,6 +92,8 @@ def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
     s = summary or {}
     if s.get("status") not in (None, "ok"):
         return f"{label}: failed: {s.get('reason') or 'unknown reason'}"
+    if s.get("diverged"):
+        label = f"{label}: DIVERGED at global step {s.get('diverged_at_step')}"
 
     def num(key: str, fmt: str) -> str:
         value = s.get(key)

@@ -18,7 +18,7 @@ from ssptk.core.errors import UsageError
 from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.tables import KEY_FIGURES, format_table, shown_cells
+from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, target_lines
 from ssptk.rundir import RunDir, load_run
 
 __all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
@@ -119,13 +119,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         table = an.aggregate_repeats(runs_table)
     else:
         table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
-    notes = []
-    chosen = table.attrs.get("target")
-    if chosen is not None:
-        how = (f"chosen automatically: {an.TARGET_FACTOR:g} x the largest final smoothed training "
-               "loss among ok runs" if table.attrs.get("target_auto") else "given")
-        notes.append(f"Target training loss {chosen:.4g} ({how}); smoothed over 5 x workers "
-                     "step records; times run from the start barrier.")
+    notes = target_lines(table) + lr_lines(an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
+                                           if isinstance(r, tuple) and len(r) > 2)
     if repeated:
         counts = sorted({int(n) for n in table["repeats"].dropna()})
         times = " or ".join(str(n) for n in counts) or "0"

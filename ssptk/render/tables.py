@@ -3,15 +3,15 @@ in text and HTML (4 significant digits, ``-`` for missing values, ``mean [min–
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
+from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 
-__all__ = ["KEY_FIGURES", "format_table", "shown_cells"]
+__all__ = ["KEY_FIGURES", "format_table", "lr_lines", "shown_cells", "target_lines"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
@@ -51,10 +51,12 @@ def shown_cells(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
         if c in spread and c in KEY_FIGURES:
             cells[c] = [_with_range(m, lo, hi) for m, lo, hi in
                         zip(df[c].tolist(), df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist())]
+        elif c == "diverged":  # where the eye goes first, beside the label
+            cells[c] = ["DIVERGED" if v is True or v == 1 else "" for v in df[c].tolist()]
         else:
             cells[c] = [_fmt(v) for v in df[c].tolist()]
-    numeric = {c: c in spread or (pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]))
-               for c in columns}
+    numeric = {c: c in spread or (c != "diverged" and pd.api.types.is_numeric_dtype(df[c])
+                                  and not pd.api.types.is_bool_dtype(df[c])) for c in columns}
     return pd.DataFrame(cells, columns=columns), numeric
 
 
@@ -77,3 +79,44 @@ def format_table(df: pd.DataFrame) -> str:
     if not len(df):
         out.append("(no rows)")
     return "\n".join(out)
+
+
+def target_lines(table: pd.DataFrame) -> list[str]:
+    """One line on the loss target (which, how it was chosen, who reached it first) and, when some runs
+    diverged, one naming them: what the report and the CLI print under the table."""
+    lines = []
+    target = table.attrs.get("target")
+    if target is None:
+        lines.append("Target training loss: none (no run converged), so no time or minibatches to target.")
+    else:
+        how = (f"{TARGET_FACTOR:g} x the best final smoothed training loss among the runs that converged"
+               if table.attrs.get("target_auto") else "given with --target")
+        first = table.attrs.get("first_to_target")
+        if first is not None:
+            row = table[table["label"] == first].iloc[0]
+            reached = f"first to reach it: {first} ({_fmt(row['time_to_target_s'])} s, " \
+                      f"{_fmt(row['steps_to_target'])} minibatches)"
+        else:
+            reached = "no run reached it"
+        lines.append(f"Target training loss {target:.4g} ({how}; smoothed over 5 x workers step records, "
+                     f"times from the start barrier); {reached}.")
+    if "diverged" in table.columns and table["diverged"].astype(bool).any():
+        names = ", ".join(str(v) for v in table.loc[table["diverged"].astype(bool), "label"])
+        lines.append(f"Diverged: {names} (smoothed loss rose above 10 x its minimum and above its start): "
+                     "no time to target is shown for them.")
+    return lines
+
+
+def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line saying which learning-rate convention the runs (their ``options``) used."""
+    used = {o.get("lr_convention") or "mean" for o in options if o}  # runs made before the option: the mean
+    if used == {"minibatch"}:
+        return ["Learning rate per minibatch (--lr-convention minibatch): every gradient moves the parameters by "
+                "lr x gradient in every mode; sync and allreduce apply lr x the sum of the gradients they "
+                "aggregate, so differences between modes come from staleness and waiting, not from the step size."]
+    if used == {"mean"}:
+        return ["Learning rate as TensorFlow's SyncReplicasOptimizer (--lr-convention mean): sync and allreduce "
+                "apply lr x the mean of the N gradients they aggregate, N times less per minibatch than ssp and "
+                "async: compare loss against updates, not minibatches."]
+    return ["The runs used different learning-rate conventions (--lr-convention): their losses do not compare."] \
+        if len(used) > 1 else []

@@ -34,6 +34,9 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
+    if s.get("diverged"):
+        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: the smoothed training loss rose above "
+                     "10 x its minimum and above its start (lower --lr or the staleness)")
     if s.get("status") != "ok":
         lines.append(f"failed    {s.get('reason')}")
     return "\n".join(lines)

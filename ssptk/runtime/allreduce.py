@@ -36,7 +36,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     tf.random.set_seed(opts.seed)
     n = len(cluster["worker"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    lr = opts.lr or spec.lr
+    lr = opts.update_lr(opts.lr or spec.lr)  # applied to the mean of the N gradients
     with strategy.scope():
         module = spec.build()
         x0, _ = minibatch(spec, opts.seed, 0, 2)
@@ -55,7 +55,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         # argument fails with "destinations can not be empty".
         summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
         for var, g in zip(variables, summed):
-            var.assign_sub(lr * g / n)
+            var.assign_sub(lr * (g / n))
         return tf.constant(0)
 
     def barrier_fn() -> Any:

@@ -47,8 +47,9 @@ class Trainer:
         self.run_dir = RunDir(run_dir)
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
-        self.g = ps_graph.build(spec, opts.mode, cluster, index, opts.lr or spec.lr, opts.staleness, opts.backup,
-                                opts.seed, container, with_delay, updates=opts.steps)
+        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
+        self.g = ps_graph.build(spec, opts.mode, cluster, index, lr, opts.staleness, opts.backup, opts.seed,
+                                container, with_delay, updates=opts.steps)
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
