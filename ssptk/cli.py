@@ -95,8 +95,8 @@ def build_parser(notebook: bool = False) -> _Parser:
         r.add_argument("--background", action="store_true",
                        help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
-    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "lr_convention", "model", "allow_nan",
-                               "stall_timeout", "stop_on_divergence"))
+    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "lr_convention", "lr_staleness", "model",
+                               "allow_nan", "stall_timeout", "stop_on_divergence"))
     s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
                    help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
     if not notebook:

@@ -213,3 +213,32 @@ def test_a_diverging_async_run_is_marked_and_sync_is_first_to_the_target(tmp_pat
     summary = json.loads((tmp_path / "stop" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["diverged"] and summary["total_steps"] < 2000
     assert_gone(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_inverse_staleness_scales_each_update(tmp_path: Path) -> None:
+    """--lr-staleness inverse: each async update is lr / (staleness + 1) x its gradient. Two workers, one
+    minibatch each, from w = b = 0: the final parameters are replayed in NumPy from the logged minibatches,
+    the parameters each gradient was computed at, and the logged scales."""
+    from conftest import assert_gone
+
+    import ssptk
+    from ssptk.core.models import linear, minibatch
+
+    lr, batch, seed = 0.1, 8, 5
+    r = ssptk.run(mode="async", workers=2, steps=1, lr=lr, batch=batch, seed=seed, lr_staleness="inverse",
+                  straggler=["1:0.3"], out=str(tmp_path / "r"), gpus="none")
+    records = r.df.sort_values("global_step")
+    assert len(records) == 2 and list(records["global_step"]) == [1, 2]
+    assert list(records["lr_scale"]) == pytest.approx([1.0 / (s + 1) for s in records["staleness"]])
+    params = [np.zeros(2)]  # (w, b) after each update
+    for rec in records.itertuples():
+        x, y = (a.astype("float64") for a in minibatch(linear(), seed, int(rec.minibatch), batch))
+        w, b = params[rec.global_step - 1 - rec.staleness]  # what this step read
+        err = w * x + b - y
+        grad = np.array([np.mean(2 * err * x), np.mean(2 * err)])
+        params.append(params[-1] - lr * rec.lr_scale * grad)
+    assert [r.summary["params"]["w"], r.summary["params"]["b"]] == pytest.approx(list(params[-1]), rel=1e-4)
+    with pytest.raises(ssptk.UsageError, match="--lr-staleness applies to async and ssp, not sync"):
+        ssptk.run(mode="sync", lr_staleness="inverse", out=str(tmp_path / "no"))
+    assert_gone(str(tmp_path))

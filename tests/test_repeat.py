@@ -105,7 +105,8 @@ def test_single_run_table_and_csv_unchanged(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(report.table, an.compare_table(runs))
     assert list(report.table.columns) == list(an.COMPARE_COLUMNS)
     assert "[" not in rp.format_table(report.table)
-    assert [c for c, _ in report.figures] == ["All runs"] and len(report.notes) == 2  # the target, the learning-rate convention
+    assert [c.split(":")[0] for c, _ in report.figures] == ["All runs", "What staleness costs and buys"]
+    assert len(report.notes) == 2  # the target, the learning-rate convention
 
 
 def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:
@@ -118,7 +119,7 @@ def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:
     assert all(ln.get_linewidth() < 1.5 for ln in lines)
     assert len(fig.axes[3].get_lines()) == 2 * 3 * 3  # labels x repetitions x workers
     report = rp.build_report(runs)
-    assert [c for c, _ in report.figures][1:] == ["Run a, repetition 1 of 3", "Run b, repetition 1 of 3"]
+    assert [c for c, _ in report.figures][2:] == ["Run a, repetition 1 of 3", "Run b, repetition 1 of 3"]
 
 
 def _fake_run(calls: list):

@@ -99,9 +99,10 @@ def test_figure_to_png_base64() -> None:
 def test_report_html_is_self_contained(runs, tmp_path: Path) -> None:
     report = rp.build_report(runs, title="Modes <compared>")
     assert list(report.table["label"]) == ["a", "b", "c"]
-    assert [c for c, _ in report.figures] == ["All runs", "Run a", "Run b", "Run c"]
+    assert [c.split(":")[0] for c, _ in report.figures] == ["All runs", "What staleness costs and buys", "Run a",
+                                                              "Run b", "Run c"]
     fragment = report._repr_html_()
-    assert fragment.count("data:image/png;base64,") == 4
+    assert fragment.count("data:image/png;base64,") == 5
     assert "Modes &lt;compared&gt;" in fragment and "<compared>" not in fragment
     assert "<table" in fragment and "<style>" in fragment
     assert "Target training loss 1.25" in fragment and "first to reach it: b" in fragment
@@ -127,7 +128,7 @@ def test_report_str_is_plain_text(runs) -> None:
     assert lines[4].split()[:3] == ["a", "ssp", "1"]
     assert lines[6].split()[0] == "c" and lines[6].split()[-1] == "failed"
     assert "<" not in text
-    assert len(report.figures) == 1
+    assert len(report.figures) == 2  # all runs, and the cost and gain of staleness
 
 
 def test_format_table() -> None:

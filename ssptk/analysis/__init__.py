@@ -36,6 +36,7 @@ from ssptk.analysis.metrics import (
     wait_by_worker,
 )
 from ssptk.analysis.repeats import aggregate_repeats, ci95_halfwidth, repeat_table
+from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.values import clean
 
 __all__ = [
@@ -43,5 +44,5 @@ __all__ = [
     "aggregate_repeats", "auto_target", "ci95_halfwidth", "clean", "compare_table", "converged", "divergence",
     "finish_times", "first_to_target", "loss_curves", "max_skew", "n_workers", "prepare_steps", "repeat_table",
     "run_options", "skew_timeline", "smoothing_window", "staleness_bound", "staleness_counts", "start_time",
-    "summarize", "time_to_target", "wait_by_worker",
+    "summarize", "time_to_target", "tradeoff_table", "wait_by_worker",
 ]

@@ -23,9 +23,9 @@ RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any
 TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "diverged", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
-    "final_loss", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
-    "max_staleness", "status",
+    "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
+    "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
+    "diverged", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (

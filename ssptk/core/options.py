@@ -13,6 +13,7 @@ from ssptk.core.errors import UsageError
 MODES = ("sync", "ssp", "async", "allreduce")
 BUILTIN_MODELS = ("linear", "keras")
 LR_CONVENTIONS = ("minibatch", "mean")
+LR_STALENESS = ("none", "inverse")
 DEFAULT_STALENESS = 2
 
 
@@ -47,6 +48,9 @@ OPTIONS: tuple[Option, ...] = (
            "allreduce apply LR x the sum of the gradients they aggregate); mean: TensorFlow's SyncReplicasOptimizer "
            "convention, LR x their mean (N times less per minibatch)", "minibatch|mean"),
     Option("seed", int, 0, "seed for data, model initialisation and injected delays", "N"),
+    Option("lr_staleness", str, "none",
+           "async and ssp: inverse applies each gradient with LR / (staleness + 1), its staleness as known on the PS "
+           "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); none: plain LR", "none|inverse"),
     Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
            repeat=True),
@@ -83,6 +87,7 @@ class RunOptions:
     lr: float | None = _DEFAULT["lr"]
     lr_convention: str = _DEFAULT["lr_convention"]
     seed: int = _DEFAULT["seed"]
+    lr_staleness: str = _DEFAULT["lr_staleness"]
     backup: int = _DEFAULT["backup"]
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     jitter: str | None = _DEFAULT["jitter"]
@@ -240,6 +245,10 @@ def _validate(o: RunOptions) -> None:
             raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
     if o.lr is not None and not o.lr > 0:
         raise UsageError(f"--lr must be > 0, got {o.lr}")
+    if o.lr_staleness not in LR_STALENESS:
+        raise UsageError(f"--lr-staleness must be {' or '.join(LR_STALENESS)}, got {o.lr_staleness!r}")
+    if o.lr_staleness != "none" and o.mode not in ("async", "ssp"):
+        raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
     if o.lr_convention not in LR_CONVENTIONS:
         raise UsageError(f"--lr-convention must be {' or '.join(LR_CONVENTIONS)}, got {o.lr_convention!r}")
     for i, _ in o.straggler:

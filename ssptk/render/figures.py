@@ -175,8 +175,9 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
                 ax.plot(c[by], c["smoothed"], color=run_color, lw=lw, label=name)
             finished = an.finish_times(df, events) if events is not None else None
             skew = an.skew_timeline(df, finished)
+            skew_style: dict[str, Any] = {"lw": lw} if repeated else {}
             ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=run_color,
-                         label=name, **({"lw": lw} if repeated else {}))
+                         label=name, **skew_style)
             for j, (_, d) in enumerate(df.groupby("worker")):
                 ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
                              lw=lw_prog, alpha=0.8, label=name if j == 0 else None)

@@ -19,6 +19,7 @@ from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, target_lines
+from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.rundir import RunDir, load_run
 
 __all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
@@ -131,6 +132,10 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
         figures.append((caption, comparison_figure(runs)))
+    if len(table) > 1:
+        figures.append(("What staleness costs and buys: minibatches to the target (cost per update), steps/s "
+                        "(speed) and time to the target (both together), from sync to async; the best is starred",
+                        tradeoff_figure(table, table.attrs.get("target"))))
     if per_run:
         for label, value in runs.items():
             reps = Repeats.of(value)

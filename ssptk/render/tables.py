@@ -51,8 +51,11 @@ def shown_cells(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
         if c in spread and c in KEY_FIGURES:
             cells[c] = [_with_range(m, lo, hi) for m, lo, hi in
                         zip(df[c].tolist(), df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist())]
-        elif c == "diverged":  # where the eye goes first, beside the label
-            cells[c] = ["DIVERGED" if v is True or v == 1 else "" for v in df[c].tolist()]
+        elif c == "diverged":
+            cells[c] = ["yes" if v is True or v == 1 else "" for v in df[c].tolist()]
+        elif c == "label" and "diverged" in df.columns:  # where the eye goes first
+            cells[c] = [f"{_fmt(v)} (DIVERGED)" if d is True or d == 1 else _fmt(v)
+                        for v, d in zip(df[c].tolist(), df["diverged"].tolist())]
         else:
             cells[c] = [_fmt(v) for v in df[c].tolist()]
     numeric = {c: c in spread or (c != "diverged" and pd.api.types.is_numeric_dtype(df[c])

@@ -150,11 +150,12 @@ class _Shared:
     clock: Any
     want: Any
     opt: Any
+    inverse_staleness: bool = False  # --lr-staleness inverse
 
 
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
-          updates: int = 0) -> PSGraph:
+          updates: int = 0, inverse_staleness: bool = False) -> PSGraph:
     """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
@@ -198,7 +199,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
             shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
-                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr))
+                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness)
             extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
@@ -217,8 +218,14 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
     """async and ssp: the update applied as soon as it is computed, and what the PS sends back after it."""
     tf, v1 = s.tf, s.v1
     extra: dict[str, Any] = {}
+    grads, tail = s.grads, []
+    if s.inverse_staleness:  # lr / (staleness + 1): the updates that landed since this step read the parameters
+        with v1.device(PS), tf.control_dependencies(s.after_compute):
+            scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
+        grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
+        tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
     with tf.control_dependencies(s.after_compute):
-        apply = s.opt.apply_gradients(zip(s.grads, s.model_vars))
+        apply = s.opt.apply_gradients(zip(grads, s.model_vars))
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
     # tiny ops, are what a step costs here.
@@ -244,6 +251,7 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
             # Waking the peers this tick satisfied is part of the step's own run: no extra round trip for
             # the waker, and none on the woken worker's critical path.
             woke = [_wake_satisfied(tf, s.want, wake, s.index, clocks_now, want_now)]
+        parts += tail
         with tf.control_dependencies(woke):
             extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
         if ssp:

@@ -49,7 +49,8 @@ class Trainer:
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
         lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
         self.g = ps_graph.build(spec, opts.mode, cluster, index, lr, opts.staleness, opts.backup, opts.seed,
-                                container, with_delay, updates=opts.steps)
+                                container, with_delay, updates=opts.steps,
+                                inverse_staleness=opts.lr_staleness == "inverse")
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
@@ -162,7 +163,8 @@ class Trainer:
             step += 1
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
-            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t)
+            lr_scale = float(meta[-1:].view(np.float64)[0]) if self.opts.lr_staleness == "inverse" else None
+            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t, lr_scale=lr_scale)
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             wait_s, clear = 0.0, False
             # The step's own run woke the peers its tick satisfied; this worker blocks only when it is

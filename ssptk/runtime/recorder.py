@@ -23,14 +23,17 @@ class Recorder:
         os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
     def step(self, step: int, global_step: int, loss: float, wait_s: float, staleness: int, minibatch: int,
-             delay_s: float, applied: bool = True, t: float | None = None) -> None:
+             delay_s: float, applied: bool = True, t: float | None = None, lr_scale: float | None = None) -> None:
         if not self.enabled:
             return
         c0 = time.thread_time()  # per thread: TF's own threads keep running meanwhile
-        self._write({"t": time.time() if t is None else t, "worker": self.worker, "step": step,
-                     "global_step": int(global_step), "loss": _finite(float(loss)), "wait_s": round(wait_s, 6),
-                     "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
-                     "applied": applied})
+        record = {"t": time.time() if t is None else t, "worker": self.worker, "step": step,
+                  "global_step": int(global_step), "loss": _finite(float(loss)), "wait_s": round(wait_s, 6),
+                  "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
+                  "applied": applied}
+        if lr_scale is not None:  # --lr-staleness inverse: the factor this step's learning rate was multiplied by
+            record["lr_scale"] = lr_scale
+        self._write(record)
         self.cpu_s += time.thread_time() - c0
 
     def event(self, event: str, **fields: Any) -> None:
