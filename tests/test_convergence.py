@@ -242,3 +242,37 @@ def test_inverse_staleness_scales_each_update(tmp_path: Path) -> None:
     with pytest.raises(ssptk.UsageError, match="--lr-staleness applies to async and ssp, not sync"):
         ssptk.run(mode="sync", lr_staleness="inverse", out=str(tmp_path / "no"))
     assert_gone(str(tmp_path))
+
+
+# --- the digits model -----------------------------------------------------------------------------------
+
+def test_digits_has_a_fixed_held_out_split() -> None:
+    from ssptk.core.models import digits, eval_batch, load_model, minibatch
+
+    spec = load_model("digits")
+    x, y = minibatch(spec, 0, 0, 16)
+    assert x.shape == (16, 64) and x.dtype == np.float32 and 0.0 <= x.min() and x.max() <= 1.0
+    assert y.dtype == np.int64 and set(y) <= set(range(10))
+    xe, ye = eval_batch(spec, 0)
+    assert xe.shape == (359, 64) and sorted(set(ye)) == list(range(10))
+    assert np.array_equal(eval_batch(digits(), 7)[0], xe)  # the same held-out images for every run and seed
+    train = {row.tobytes() for row in minibatch(spec, 0, 1, 5000)[0]}
+    assert not any(row.tobytes() in train for row in xe)  # no training draw is a held-out image
+
+
+@pytest.mark.slow
+def test_digits_trains_in_every_mode_and_reports_accuracy(tmp_path: Path) -> None:
+    from conftest import assert_gone
+
+    import ssptk
+
+    cmp = ssptk.compare(["sync", "ssp:2", "async", "allreduce"], out=str(tmp_path / "cmp"), model="digits",
+                        workers=3, steps=200, gpus="none")
+    table = cmp.table.set_index("label")
+    assert (table["status"] == "ok").all() and not table["diverged"].any()
+    assert table.loc["sync", "final_accuracy"] >= 0.9, table["final_accuracy"]
+    assert (table["final_accuracy"] > 0.8).all(), table["final_accuracy"]
+    final = json.loads((tmp_path / "cmp" / "sync" / "model" / "final.json").read_text())
+    assert final["eval_accuracy"] == pytest.approx(cmp.runs["sync"].summary["final_accuracy"])
+    assert "accuracy (held out)" in str(cmp.runs["sync"])
+    assert_gone(str(tmp_path))

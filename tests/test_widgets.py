@@ -361,3 +361,18 @@ def test_explorer_with_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         left = [p for p in psutil.process_iter(["cmdline", "cwd"])
                 if "ssptk.worker" in " ".join(p.info["cmdline"] or []) and str(tmp_path) in (p.info["cwd"] or "")]
         assert not left, f"cluster processes left behind: {[p.pid for p in left]}"
+
+
+def test_the_explorer_shows_what_staleness_costs_and_buys(fake: FakeRunner) -> None:
+    """Part of the error-runtime view: after two runs the explorer adds the cost-and-gain figure under the
+    overlay, and redraws it as more slider values are run."""
+    ex = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    assert ex.tradeoff_image.layout.display == "none" and ex.tradeoff_png() == b""
+    ex.run(0)
+    assert ex.tradeoff_image.layout.display == "none"
+    ex.run(2)
+    two = bytes(ex.tradeoff_image.value)
+    assert ex.tradeoff_image.layout.display == "" and two.startswith(b"\x89PNG") and two == ex.tradeoff_png()
+    ex.run(4)
+    assert bytes(ex.tradeoff_image.value) != two  # three settings now
+    assert ex.tradeoff_image in ex.widget.children

@@ -24,12 +24,13 @@ TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
     "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
-    "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
-    "diverged", "status",
+    "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
+    "max_staleness", "diverged", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
-    "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "time_to_target_s", "steps_to_target",
+    "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
+    "steps_to_target",
     "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
@@ -95,6 +96,7 @@ def compare_table(
             # the simulator's view of the run (from summary.json only): see docs/run-directory.md
             "measured_over_ideal": clean(summary.get("measured_over_ideal")),
             "final_loss": clean(summary.get("final_loss")),
+            "final_accuracy": clean(summary.get("final_accuracy")),
             "time_to_target_s": None, "steps_to_target": None,
             "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
             "mean_staleness": pick("mean_staleness"), "max_staleness": pick("max_staleness"),
@@ -113,7 +115,7 @@ def compare_table(
                 df, window = prepared[row["label"]]
                 row["time_to_target_s"], row["steps_to_target"] = time_to_target(df, target, window)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "time_to_target_s",
+    for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                 "wait_fraction", "mean_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):

@@ -40,6 +40,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
     s["measured_over_ideal"] = measured / ideal if ideal and measured else None
     s["final_loss"] = final.get("eval_loss")
+    s["final_accuracy"] = final.get("eval_accuracy")
     s["params"] = final.get("params") if opts.model == "linear" else None
     s["run_dir"] = rd.path
     return s, (steps, events, config, s)

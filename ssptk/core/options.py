@@ -9,9 +9,10 @@ from typing import Any
 
 from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
 from ssptk.core.errors import UsageError
+from ssptk.core.models import BUILTIN, MODEL_HINT
 
 MODES = ("sync", "ssp", "async", "allreduce")
-BUILTIN_MODELS = ("linear", "keras")
+BUILTIN_MODELS = tuple(BUILTIN)
 LR_CONVENTIONS = ("minibatch", "mean")
 LR_STALENESS = ("none", "inverse")
 DEFAULT_STALENESS = 2
@@ -31,8 +32,8 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features), package.module:function "
-           "or file.py:function", "M"),
+    Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features), digits (an MLP on 8x8 "
+           "handwritten digits, held-out accuracy), package.module:function or file.py:function", "M"),
     Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
     Option("staleness", int, None,
            f"SSP bound S >= 0: no worker more than S steps ahead of the slowest (ssp only; "
@@ -262,7 +263,7 @@ def _validate(o: RunOptions) -> None:
         raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
                          "(its collectives cannot take a new member mid-run)")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
-        raise UsageError(f"unknown model {o.model!r}: use linear, keras, package.module:function or file.py:function")
+        raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
 
 
 def stall_timeout_floor(o: RunOptions) -> float:

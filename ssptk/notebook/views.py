@@ -10,6 +10,7 @@ from ssptk import analysis as an
 from ssptk.core.errors import UsageError
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
+from ssptk.render.tradeoff import tradeoff_figure
 
 __all__ = ["StaticView"]
 
@@ -41,6 +42,16 @@ class StaticView:
         key = self._view_key()  # type: ignore[attr-defined]
         if key not in self._png:
             self._png[key] = figure_png(self.figure(), dpi=80)  # type: ignore[attr-defined]
+        return self._png[key]
+
+    def tradeoff_png(self) -> bytes:
+        """The cost-and-gain figure of the runs so far (:func:`ssptk.render.tradeoff.tradeoff_figure`: minibatches,
+        steps/s and time to the target per staleness); empty with fewer than two runs."""
+        key = ("tradeoff", tuple(self._runs()))  # type: ignore[attr-defined]
+        if key not in self._png:
+            table = self.table()
+            self._png[key] = (figure_png(tradeoff_figure(table, table.attrs.get("target")), dpi=80)
+                              if len(table) > 1 else b"")
         return self._png[key]
 
     def table(self) -> pd.DataFrame:

@@ -105,10 +105,12 @@ class Explorer(StaticView):
         self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="180px", visibility="hidden"))
         self._status = w.Label(value="")
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
+        #: What staleness costs and buys over the runs so far: grows as the slider's values are run.
+        self.tradeoff_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
         self._controls = [c for c in (self.staleness_slider, self.workers_slider, self.straggler_slider)
                           if c is not None]
         self.widget = w.VBox([w.HBox([*self._controls, self.run_button]), w.HBox([self._status, self.progress]),
-                              self.image])
+                              self.image, self.tradeoff_image])
         for slider in self._controls:
             slider.observe(lambda _change: self._refresh(), names="value")
         self._controls.append(self.run_button)
@@ -194,6 +196,9 @@ class Explorer(StaticView):
             self._status.value = (summary_line(label, self.results[current].summary) if current in self.results
                                   else f"{label}: not run yet: press Run")
         self.image.value = self.png()
+        tradeoff = self.tradeoff_png()
+        self.tradeoff_image.value = tradeoff
+        self.tradeoff_image.layout.display = "" if tradeoff else "none"
 
     def run(self, staleness: int | None = None, *, force: bool = False) -> RunResult | None:
         """What the Run button does, after :meth:`select` of ``staleness`` when given.

@@ -23,7 +23,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",
         f"steps     {s.get('total_steps')} minibatches in {_fmt(s.get('wall_s'), '.2f')} s "
         f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",
-        f"loss      final (eval) {_fmt(s.get('final_loss'))}   last train {_fmt(s.get('train_loss_last'))}",
+        f"loss      final (eval) {_fmt(s.get('final_loss'))}   last train {_fmt(s.get('train_loss_last'))}"
+        + (f"   accuracy (held out) {_fmt(s.get('final_accuracy'))}" if s.get("final_accuracy") is not None else ""),
         f"skew      max {_fmt(s.get('max_skew'))} steps   waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% "
         f"of worker time",
         f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}",

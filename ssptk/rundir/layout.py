@@ -153,10 +153,12 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         _write_json(self.summary_path, summary)
 
-    def write_final(self, loss: float, names: list[str], values: list[Any]) -> None:
-        """``model/final.json``: eval loss, variable names and shapes, and scalar parameters by short name.
-        NaN and infinite numbers (a run with ``--allow-nan``) are written as ``null``: the file stays JSON."""
-        info: dict[str, Any] = {"eval_loss": _finite(loss), "variables": {}, "params": {}}
+    def write_final(self, loss: float, names: list[str], values: list[Any], accuracy: float | None = None) -> None:
+        """``model/final.json``: eval loss and accuracy (``null`` for a model without one), variable names and
+        shapes, and scalar parameters by short name. NaN and infinite numbers (a run with ``--allow-nan``)
+        are written as ``null``: the file stays JSON."""
+        info: dict[str, Any] = {"eval_loss": _finite(loss), "eval_accuracy": None if accuracy is None
+                                else _finite(accuracy), "variables": {}, "params": {}}
         for name, value in zip(names, values):
             arr = np.asarray(value)
             info["variables"][name] = list(arr.shape)

@@ -93,8 +93,10 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     if index == 0:
         os.makedirs(rd.model_dir, exist_ok=True)
         xe, ye = eval_batch(spec, opts.seed)
-        eval_loss = float(spec.loss(ye, module(xe)))
+        predictions = module(xe)
+        eval_loss = float(spec.loss(ye, predictions))
+        accuracy = None if spec.accuracy is None else float(spec.accuracy(ye, predictions))
         ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
         ckpt.write(rd.checkpoint_prefix)
-        rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables])
+        rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
     rec.close()

@@ -30,6 +30,7 @@ class PSGraph:
     y: Any
     delay: Any | None
     loss: Any
+    accuracy: Any | None          # the model's accuracy op, where it has one
     g_read: Any                   # global step read just before the parameters
     init: Any
     saver: Any
@@ -183,6 +184,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             with tf.control_dependencies([g_read]):
                 pred = module(x)
             loss = tf.identity(spec.loss(y, pred), name="loss")
+            accuracy = None if spec.accuracy is None else tf.identity(spec.accuracy(y, pred), name="accuracy")
             grads = tf.gradients(loss, model_vars)
             delay = None
             after_compute: list[Any] = [g for g in grads if g is not None]
@@ -206,7 +208,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             with tf.control_dependencies([go_q.dequeue()]):
                 go = fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64)
             return PSGraph(
-                graph=graph, x=x, y=y, delay=delay, loss=loss, g_read=g_read, init=init, saver=saver,
+                graph=graph, x=x, y=y, delay=delay, loss=loss, accuracy=accuracy, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
                 release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go,
                 rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),

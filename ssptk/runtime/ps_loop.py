@@ -140,11 +140,13 @@ class Trainer:
         """Chief, after every worker is done: evaluate the final model and save it."""
         os.makedirs(self.run_dir.model_dir, exist_ok=True)
         x, y = eval_batch(self.spec, self.opts.seed)
-        eval_loss = self.sess.run(self.g.loss, {self.g.x: x, self.g.y: y})
+        fetches = [self.g.loss] + ([self.g.accuracy] if self.g.accuracy is not None else [])
+        measured = self.sess.run(fetches, {self.g.x: x, self.g.y: y})
+        eval_loss, accuracy = measured[0], (float(measured[1]) if len(measured) > 1 else None)
         values = self.sess.run(self.g.model_vars)
         with self.g.graph.as_default():
             self.g.saver.save(self.sess, self.run_dir.checkpoint_prefix, write_meta_graph=False)
-        self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values)
+        self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values, accuracy)
 
     # -- async and ssp -------------------------------------------------------------------------
     def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None, rejoined: bool = False) -> int:
