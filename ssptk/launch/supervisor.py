@@ -129,8 +129,8 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
 def _error_failure(cluster: SupervisedCluster, event: dict[str, Any]) -> TaskFailure:
     """The failure a worker's ``error`` event reports, with its exit code (it exits right after)."""
     name = f"worker:{event.get('worker')}"
-    reason = f"error: {event.get('message', '')}"
-    return TaskFailure.of(name, reason, cluster.wait_exit(name, 2.0), cluster.log_path(name))
+    failure = TaskFailure.of(name, f"error: {event.get('message', '')}", None, cluster.log_path(name))
+    return replace(failure, exit_code=cluster.wait_exit(name, 2.0))  # the worker's words stay the reason
 
 
 class StallWatch:
