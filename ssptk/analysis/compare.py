@@ -30,8 +30,7 @@ COMPARE_COLUMNS: tuple[str, ...] = (
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
     "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-    "steps_to_target",
-    "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
+    "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
@@ -47,7 +46,7 @@ def auto_target(smoothed: Iterable[float | None]) -> float | None:
     return best + (TARGET_FACTOR - 1.0) * abs(best)
 
 
-def converged(row: Mapping[str, Any]) -> bool:
+def converged(row: Mapping[Any, Any]) -> bool:
     """A run that may be measured against a target: it finished (``ok``) and did not diverge."""
     return row.get("status") == "ok" and not row.get("diverged")
 

@@ -16,6 +16,7 @@ from ssptk.analysis.compare import (
     FIGURE_COLUMNS,
     SPREAD_SUFFIXES,
     compare_table,
+    converged,
     first_to_target,
 )
 from ssptk.analysis.values import clean
@@ -87,7 +88,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for label, group in runs_table.groupby("label", sort=False):
         statuses = group["status"].tolist()
-        ok = group[[r["status"] == "ok" and not r["diverged"] for _, r in group.iterrows()]]
+        ok = group[[converged(r) for r in group.to_dict("records")]]
         used = ok if len(ok) else group
         first = group.iloc[0]
         row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],

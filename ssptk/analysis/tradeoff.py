@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ssptk.analysis.compare import first_to_target
+
 __all__ = ["TRADEOFF_COLUMNS", "tradeoff_table"]
 
 #: Columns of :func:`tradeoff_table`.
@@ -32,9 +34,7 @@ def tradeoff_table(table: pd.DataFrame) -> pd.DataFrame:
     time or minibatches to target, so they can never be best."""
     rows = table.assign(order=[_order(m, s) for m, s in zip(table["mode"], table["staleness"])])
     rows = rows.sort_values(["order", "label"], kind="mergesort").reset_index(drop=True)
-    times = pd.to_numeric(rows["time_to_target_s"], errors="coerce")
-    best = times.idxmin() if times.notna().any() else None
-    rows["best"] = [i == best for i in rows.index]
+    rows["best"] = rows["label"] == first_to_target(table)
     if "diverged" not in rows.columns:
         rows["diverged"] = False
     return rows[list(TRADEOFF_COLUMNS)]

@@ -19,10 +19,12 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-__all__ = ["DIVERGE_FACTOR", "DivergenceWatch", "find_divergence", "smoothing_window"]
+__all__ = ["DIVERGENCE_RULE", "DIVERGE_FACTOR", "DivergenceWatch", "find_divergence", "smoothing_window"]
 
 #: How far above its running minimum the smoothed loss must rise (and above its start) to count as diverged.
 DIVERGE_FACTOR = 10.0
+#: The rule in words, for every message that names a diverged run.
+DIVERGENCE_RULE = f"the smoothed training loss rose above {DIVERGE_FACTOR:g} x its minimum and above its start"
 
 
 def smoothing_window(workers: int) -> int:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
+from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
 from ssptk.core.models import BUILTIN, MODEL_HINT
 
@@ -62,8 +63,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_nan", bool, False, "keep training when the loss is NaN or infinite (default: stop the run)",
            flag=True),
     Option("stop_on_divergence", bool, False,
-           "end the run (failed) once it has diverged: the smoothed training loss above 10 x its minimum and above "
-           "its start (default: keep training, and mark the run diverged)", flag=True),
+           f"end the run (failed) once it has diverged ({DIVERGENCE_RULE}; default: keep training, and mark "
+           "the run diverged)", flag=True),
     Option("restart_failed", int, 0,
            "sync, ssp and async: start a worker that dies again, up to N times in all, and finish the run "
            "(sync: not worker 0, which runs the aggregator)", "N"),

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
+from ssptk.core.divergence import DIVERGENCE_RULE
 
 __all__ = ["KEY_FIGURES", "format_table", "lr_lines", "shown_cells", "target_lines"]
 
@@ -105,7 +106,7 @@ def target_lines(table: pd.DataFrame) -> list[str]:
                      f"times from the start barrier); {reached}.")
     if "diverged" in table.columns and table["diverged"].astype(bool).any():
         names = ", ".join(str(v) for v in table.loc[table["diverged"].astype(bool), "label"])
-        lines.append(f"Diverged: {names} (smoothed loss rose above 10 x its minimum and above its start): "
+        lines.append(f"Diverged: {names} ({DIVERGENCE_RULE}): "
                      "no time to target is shown for them.")
     return lines
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from typing import IO, Any
 
+from ssptk.core.divergence import DIVERGENCE_RULE
+
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
     if v is None:
@@ -36,8 +38,8 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
     if s.get("diverged"):
-        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: the smoothed training loss rose above "
-                     "10 x its minimum and above its start (lower --lr or the staleness)")
+        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: {DIVERGENCE_RULE} "
+                     "(lower --lr or the staleness)")
     if s.get("status") != "ok":
         lines.append(f"failed    {s.get('reason')}")
     return "\n".join(lines)
