@@ -142,5 +142,8 @@ def test_restart_attempts_count_each_workers_restarts(run_dir: Path) -> None:
     _, event_list = records(run_dir)
     restarts = [(e["worker"], e["attempt"]) for e in sorted(event_list, key=lambda e: e["t"])
                 if e["event"] == "restart"]
-    assert restarts == [(1, 1), (2, 1), (1, 2)]
+    # Kills 1 and 2 can be seen in either order (worker 2 may already have 40 steps when 1 dies); what
+    # matters is that each worker counts its own attempts.
+    assert [a for w, a in restarts if w == 1] == [1, 2], restarts
+    assert [a for w, a in restarts if w == 2] == [1], restarts
     assert_gone(str(run_dir))
