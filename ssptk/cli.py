@@ -2,15 +2,18 @@
 
 Front-end layer: :func:`build_parser` is the one grammar of every command, which the ``%dtrain`` magic
 reuses; only this module turns results and errors into text and exit codes.
-Exit codes: 0 ok, 1 the run failed (with the reason and the failing task's log tail), 2 bad usage.
+Exit codes: 0 ok, 1 the run failed (with the reason and the failing task's log tail), 2 bad usage, 128 + the
+signal's number when SIGINT (130), SIGTERM (143) or SIGHUP (129) stopped it.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Any
 
-from ssptk.core.errors import RunFailed, UsageError
+from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
 from ssptk.core.options import OPTIONS, add_run_arguments, from_namespace
 
 NOTEBOOK_EXAMPLES = """examples:
@@ -85,8 +88,9 @@ def build_parser(notebook: bool = False) -> _Parser:
     rep.add_argument("dir", help="a comparison directory (or one run directory)")
     for sp in (c, sw, rep):
         sp.add_argument("--target", type=float, default=None, metavar="LOSS",
-                        help="the training loss that time and minibatches to target are measured to (default: "
-                             "1.25 x the best final smoothed loss among the runs that converged)")
+                        help="the loss that time and minibatches to target are measured to: held-out when every "
+                             "run logged it (--eval-every), else smoothed training loss (default: 1.25 x the best "
+                             "final one among the runs that converged)")
     if notebook:
         for sp in (r, c, sw):
             sp.add_argument("--cold", action="store_true",
@@ -120,16 +124,58 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return dispatch(args)
+        with StopSignals():
+            return dispatch(args)
     except UsageError as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
         return 2
     except RunFailed as e:
         _print_failure(e)
         return 1
-    except KeyboardInterrupt:
-        print("\nssptk: interrupted; every task was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        name = getattr(e, "signal", None) or "SIGINT"
+        why = "interrupted" if name == "SIGINT" else f"stopped by {name}"
+        print(f"\nssptk: {why}; every task was stopped, the logs and summary kept", file=sys.stderr)
+        return 128 + int(signal.Signals[name])
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP end a command the same way: the first raises
+    :class:`~ssptk.core.errors.RunInterrupted` naming the signal (the run stops its tasks and writes its
+    summary, ``interrupted``); later ones only say that this is under way, so a second Ctrl-C cannot cut
+    the summary short, nor the exit code after it (once a signal came, they stay ignored). Outside the
+    main thread it does nothing (Python delivers signals there only)."""
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.saved: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for name in self.SIGNALS:
+                num = signal.Signals[name]
+                self.saved[num] = signal.signal(num, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.first is not None:
+            # Ending because of a signal, with the summary written: later ones are ignored, at the C level,
+            # because Python's finalisation resets Python-level handlers and a late SIGINT would kill us.
+            for num in self.saved:
+                signal.signal(num, signal.SIG_IGN)
+            return
+        for num, old in self.saved.items():
+            signal.signal(num, old)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self.first is None:
+            self.first = name
+            raise RunInterrupted(f"stopped by {name}", signal=name)
+        print(f"\nssptk: {name}: already stopping (after {self.first}); the summary is being written",
+              file=sys.stderr)
 
 
 def _print_failure(e: RunFailed) -> None:
@@ -217,10 +263,11 @@ def _report(args: argparse.Namespace) -> int:
 
         old = rd.summary()
         failure = None
-        if old.get("status") == "failed":  # the reason as it was ("<task> (exit code N): <why>"), not nested
+        if old.get("status") in ("failed", "interrupted"):  # the reason as it was, not nested
             task, reason = old.get("failed_task") or "?", old.get("reason") or "failed"
             failure = TaskFailure.of(task, reason.partition(": ")[2] if reason.startswith(task + " ") or
                                      reason.startswith(task + ":") else reason)
+            failure.status, failure.signal = old["status"], old.get("signal")
         print(format_summary(finish_run(rd.path, RunOptions.from_dict(rd.config()["options"]), failure)))
         return 0
     if not os.path.isdir(args.dir):

@@ -68,7 +68,7 @@ ROWS = [
     Row("straggler-out-of-range", ("--workers", "2", "--straggler", "2:0.1"), {"workers": 2, "straggler": ["2:0.1"]},
         r"--straggler index 2 is out of range: workers are 0\.\.1"),
     Row("bad-jitter", ("--jitter", "normal:1"), {"jitter": "normal:1"},
-        r"bad --jitter 'normal:1': use exp:MEAN or uniform:LO:HI"),
+        r"bad --jitter 'normal:1': use exp:MEAN, uniform:LO:HI or pause:P:SECONDS"),
     Row("backup-with-ssp", ("--mode", "ssp", "--backup", "1"), {"mode": "ssp", "backup": 1},
         r"--backup applies to sync only, not ssp"),
     Row("unknown-option", ("--colour", "red"), {"colour": "red"}, r"unrecognized arguments: --colour red",

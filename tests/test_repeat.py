@@ -148,7 +148,7 @@ def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytes
     assert order == [("ssp", "ssp-1/rep-1"), ("async", "async/rep-1"), ("async", "async/rep-2"),
                      ("ssp", "ssp-1/rep-2"), ("ssp", "ssp-1/rep-3"), ("async", "async/rep-3")]
     assert list(dict.fromkeys(seen)) == ["ssp:1 #1", "async #1", "async #2", "ssp:1 #2", "ssp:1 #3", "async #3"]
-    assert sorted(os.listdir(out)) == ["async", "metrics.csv", "report.html", "ssp-1"]
+    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1"]
     assert [len(v) for v in res.repeats.values()] == [3, 3] and res.runs["async"] is res.repeats["async"][0]
     assert list(res.all_runs) == ["ssp:1 #1", "ssp:1 #2", "ssp:1 #3", "async #1", "async #2", "async #3"]
     csv = pd.read_csv(out / "metrics.csv")
@@ -170,7 +170,7 @@ def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.Mo
     out = tmp_path / "cmp"
     res = api.compare(["ssp:1", "async"], out=str(out), workers=3)  # still importable from ssptk.api
     assert [os.path.relpath(o, out) for _, o in calls] == ["ssp-1", "async"]
-    assert sorted(os.listdir(out)) == ["async", "metrics.csv", "report.html", "ssp-1"]
+    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1"]
     assert list(res.table.columns) == list(an.COMPARE_COLUMNS)
     assert pd.read_csv(out / "metrics.csv").columns.tolist() == list(an.COMPARE_COLUMNS)
     assert res.runs_table["rep"].tolist() == [1, 1] and list(res.all_runs) == ["ssp:1", "async"]
@@ -211,7 +211,7 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
     p = subprocess.run([*ssptk_cmd(), "compare", "async", "ssp:1", "--repeat", "2", "--workers", "2", "--steps", "30",
                         "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert sorted(os.listdir(out)) == ["async", "metrics.csv", "report.html", "ssp-1"]
+    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1"]
     for label in ("async", "ssp-1"):
         assert sorted(os.listdir(out / label)) == ["rep-1", "rep-2"]
         for k in (1, 2):

@@ -26,7 +26,7 @@ def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: 
     for label in ("sync", "ssp:1", "async"):
         assert label in p.stdout
     assert f"report: {out / 'report.html'}" in p.stdout
-    assert sorted(os.listdir(out)) == ["async", "metrics.csv", "report.html", "ssp-1", "sync"]
+    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1", "sync"]
     csv = (out / "metrics.csv").read_text().splitlines()
     assert csv[0].startswith("label,mode,staleness") and len(csv) == 4
     html = (out / "report.html").read_text()
@@ -96,7 +96,8 @@ def test_ctrl_c_stops_every_task_and_keeps_the_logs(run_dir: Path) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in err
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "failed" and "interrupted by the user" in summary["reason"]
+    assert summary["status"] == "interrupted" and "interrupted by the user" in summary["reason"]
+    assert summary["signal"] == "SIGINT"
     df, _ = records(run_dir)
     assert len(df) > 10
     assert_gone(str(run_dir), within=2.0)

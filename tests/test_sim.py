@@ -334,3 +334,23 @@ def test_calibration_recovers_the_overhead_of_a_simulated_run_in_every_mode() ->
         ideal = ideal_for(run.steps, mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002",
                           seed=5)
         assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.02)
+
+
+def test_pause_jitter_holds_a_share_of_steps_exactly_that_long() -> None:
+    """``pause:P:S``: about P of the steps get S extra seconds, the rest none; the same stream as real runs."""
+    j = parse_jitter("pause:0.1:0.5")
+    assert (j.mean, j.longest, str(j)) == (0.05, 0.5, "pause:0.1:0.5")
+    d = DelayModel(0, None, j, seed=3).take(20000)
+    assert set(np.unique(d)) == {0.0, 0.5}
+    assert abs((d > 0).mean() - 0.1) < 0.01
+    again = DelayModel(0, None, j, seed=3).take(20000)
+    assert np.array_equal(d, again)
+
+
+def test_pauses_cost_sync_every_pause_and_a_bound_absorbs_short_ones() -> None:
+    """8 workers, 10 ms steps, a 50 ms pause on 5% of steps: sync waits for nearly every step's slowest
+    worker, ssp:8 absorbs most pauses (about 5 steps long), async all."""
+    rates = {label: simulate(label, workers=8, steps=400, jitter="pause:0.05:0.05", overhead=0.01).steps_per_s
+             for label in ("sync", "ssp:1", "ssp:8", "async")}
+    assert rates["sync"] < rates["ssp:1"] < rates["ssp:8"] < rates["async"], rates
+    assert rates["sync"] < 0.6 * rates["async"] and rates["ssp:8"] > 0.8 * rates["async"], rates

@@ -17,6 +17,7 @@ from ssptk.analysis.compare import (
     converged,
     first_to_target,
 )
+from ssptk.analysis.held_out import held_out_curve, held_out_to_target
 from ssptk.analysis.metrics import (
     ALL_WORKERS,
     divergence,
@@ -42,7 +43,8 @@ from ssptk.analysis.values import clean
 __all__ = [
     "ALL_WORKERS", "COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple",
     "aggregate_repeats", "auto_target", "ci95_halfwidth", "clean", "compare_table", "converged", "divergence",
-    "finish_times", "first_to_target", "loss_curves", "max_skew", "n_workers", "prepare_steps", "repeat_table",
-    "run_options", "skew_timeline", "smoothing_window", "staleness_bound", "staleness_counts", "start_time",
-    "summarize", "time_to_target", "tradeoff_table", "wait_by_worker",
+    "finish_times", "first_to_target", "held_out_curve", "held_out_to_target", "loss_curves", "max_skew",
+    "n_workers", "prepare_steps", "repeat_table", "run_options", "skew_timeline", "smoothing_window",
+    "staleness_bound", "staleness_counts", "start_time", "summarize", "time_to_target", "tradeoff_table",
+    "wait_by_worker",
 ]

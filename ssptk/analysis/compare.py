@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ssptk.analysis.held_out import held_out_curve, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
 from ssptk.analysis.values import clean
 
@@ -66,13 +67,17 @@ def compare_table(
     reached* (missing), whatever its loss did on the way.
 
     With ``target=None`` the target is :func:`auto_target` of the converged runs' final smoothed training
-    losses (``loss_smoothed_last``): 1.25 x the best. ``attrs``: ``target`` (``None`` when no run
-    converged), ``target_auto`` (chosen automatically or given), ``first_to_target`` (the label that
-    reached it in the least time, or ``None``).
+    losses (``loss_smoothed_last``): 1.25 x the best. When every converged run logged its held-out loss
+    during training (``--eval-every``), the target is on the held-out loss instead (1.25 x the best
+    ``final_loss``), reached at the first ``eval`` record at or below it (:mod:`ssptk.analysis.held_out`).
+    ``attrs``: ``target`` (``None`` when no run converged), ``target_auto`` (chosen automatically or
+    given), ``target_on`` (``"held-out"`` or ``"training"``), ``first_to_target`` (the label that reached
+    it in the least time, or ``None``).
     """
     rows: list[dict[str, Any]] = []
     prepared: dict[str, tuple[pd.DataFrame, int]] = {}
     smoothed: dict[str, float | None] = {}
+    curves: dict[str, tuple[pd.DataFrame | None, float | None]] = {}
     for label, run in runs.items():
         steps, events, config, summary = run
         summary = dict(summary or {})
@@ -105,14 +110,22 @@ def compare_table(
             prepared[str(label)] = (prepare_steps(steps, start_time(events)),
                                     smoothing_window(workers or steps["worker"].nunique()))
         smoothed[str(label)] = logs["loss_smoothed_last"]
+        curves[str(label)] = (held_out_curve(events, steps, summary), start_time(events))
+    finished = [r for r in rows if converged(r)]
+    held_out = bool(finished) and all(curves[r["label"]][0] is not None for r in finished)
     auto = target is None
     if auto:
-        target = auto_target(smoothed[r["label"]] for r in rows if converged(r))
+        target = auto_target((r["final_loss"] for r in finished) if held_out
+                             else (smoothed[r["label"]] for r in finished))
     if target is not None:
-        for row in rows:
-            if row["label"] in prepared and converged(row):
-                df, window = prepared[row["label"]]
-                row["time_to_target_s"], row["steps_to_target"] = time_to_target(df, target, window)
+        for row in finished:
+            if row["label"] not in prepared:
+                continue
+            df, window = prepared[row["label"]]
+            curve, t0 = curves[row["label"]]
+            row["time_to_target_s"], row["steps_to_target"] = (
+                held_out_to_target(curve, df, target, t0) if held_out and curve is not None
+                else time_to_target(df, target, window))
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                 "wait_fraction", "mean_staleness"):
@@ -122,6 +135,7 @@ def compare_table(
     table["diverged"] = table["diverged"].astype(bool)
     table.attrs["target"] = None if target is None else float(target)
     table.attrs["target_auto"] = auto
+    table.attrs["target_on"] = "held-out" if held_out else "training"
     table.attrs["first_to_target"] = first_to_target(table)
     return table
 

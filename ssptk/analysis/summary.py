@@ -28,9 +28,10 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     final = rd.final()
     if failure is None and not final:
         failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
-    s: dict[str, Any] = {"status": "ok" if failure is None else "failed",
+    s: dict[str, Any] = {"status": "ok" if failure is None else failure.status,
                          "reason": None if failure is None else str(failure),
                          "failed_task": None if failure is None else failure.task,
+                         "signal": None if failure is None else failure.signal,
                          "mode": opts.mode, "model": opts.model, "workers": opts.workers,
                          "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
     s.update(summarize(steps, events, config))

@@ -12,12 +12,16 @@ import numpy as np
 
 from ssptk.core.errors import UsageError
 
-JITTER_KINDS = ("exp", "uniform")
+JITTER_KINDS = ("exp", "uniform", "pause")
+JITTER_HINT = ("use exp:MEAN, uniform:LO:HI or pause:P:SECONDS with seconds >= 0 (LO <= HI) and 0 <= P <= 1, "
+               "e.g. exp:0.02")
 
 
 @dataclass(frozen=True)
 class Jitter:
-    """A random per-step delay: ``exp`` with ``mean``, or ``uniform`` on ``[lo, hi]`` (seconds)."""
+    """A random per-step delay: ``exp`` with mean ``a``; ``uniform`` on ``[a, b]``; ``pause``: with
+    probability ``a`` a step is held ``b`` seconds longer, else not at all (a transient straggler: a GC
+    pause, a preempted core, a noisy neighbour)."""
 
     kind: str
     a: float
@@ -25,14 +29,19 @@ class Jitter:
 
     @property
     def mean(self) -> float:
-        return self.a if self.kind == "exp" else (self.a + self.b) / 2.0
+        return {"exp": self.a, "uniform": (self.a + self.b) / 2.0}.get(self.kind, self.a * self.b)
+
+    @property
+    def longest(self) -> float:
+        """The longest delay one step can plausibly get (exp: 20 x its mean, exceeded once in 5e8 steps)."""
+        return 20.0 * self.a if self.kind == "exp" else self.b
 
     def __str__(self) -> str:
-        return f"exp:{self.a:g}" if self.kind == "exp" else f"uniform:{self.a:g}:{self.b:g}"
+        return f"exp:{self.a:g}" if self.kind == "exp" else f"{self.kind}:{self.a:g}:{self.b:g}"
 
 
 def parse_jitter(spec: str | Jitter | None) -> Jitter | None:
-    """Parse ``exp:MEAN`` or ``uniform:LO:HI`` (seconds); ``None``/``""``/``none`` means no jitter."""
+    """Parse ``exp:MEAN``, ``uniform:LO:HI`` or ``pause:P:SECONDS``; ``None``/``""``/``none``: no jitter."""
     if spec is None or spec == "" or spec == "none":
         return None
     if isinstance(spec, Jitter):
@@ -47,11 +56,13 @@ def parse_jitter(spec: str | Jitter | None) -> Jitter | None:
             lo, hi = float(parts[1]), float(parts[2])
             if 0 <= lo <= hi:
                 return Jitter("uniform", lo, hi)
+        elif parts[0] == "pause" and len(parts) == 3:
+            p, seconds = float(parts[1]), float(parts[2])
+            if 0 <= p <= 1 and seconds >= 0:
+                return Jitter("pause", p, seconds)
     except ValueError:
         pass
-    raise UsageError(
-        f"bad --jitter {spec!r}: use exp:MEAN or uniform:LO:HI with seconds >= 0 (LO <= HI), e.g. exp:0.02"
-    )
+    raise UsageError(f"bad --jitter {spec!r}: {JITTER_HINT}")
 
 
 def parse_straggler(spec: str | tuple[int, float] | list) -> tuple[int, float]:
@@ -113,6 +124,8 @@ class DelayModel:
         if self.jitter is not None:
             if self.jitter.kind == "exp":
                 extra = float(self._rng.exponential(self.jitter.a)) if self.jitter.a > 0 else 0.0
+            elif self.jitter.kind == "pause":
+                extra = self.jitter.b if self._rng.random() < self.jitter.a else 0.0
             else:
                 extra = float(self._rng.uniform(self.jitter.a, self.jitter.b))
         return self.fixed + extra

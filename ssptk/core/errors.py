@@ -50,6 +50,10 @@ class TaskFailure:
     reason: str
     exit_code: int | None = None
     log_tail: list[str] = field(default_factory=list)
+    #: ``failed``, or ``interrupted`` when the user (Ctrl-C, the stop button) or a signal ended the run
+    status: str = "failed"
+    #: the signal that ended an interrupted run (``SIGINT``, ``SIGTERM``, ``SIGHUP``), where one did
+    signal: str | None = None
 
     @classmethod
     def of(cls, task: str, reason: str, exit_code: int | None = None, log_path: str | None = None, *,
@@ -103,7 +107,12 @@ def check_loss(loss: float, allow_nan: bool, step: int, worker: int, global_step
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """A run stopped by the user (the notebook's stop button): every task is stopped, the logs kept."""
+    """A run stopped by the user (the notebook's stop button) or a signal to the launcher (``signal``
+    names it: ``SIGINT``, ``SIGTERM``, ``SIGHUP``): every task is stopped, the logs kept."""
+
+    def __init__(self, message: str = "", signal: str | None = None) -> None:
+        super().__init__(message)
+        self.signal = signal
 
     def _render_traceback_(self) -> list[str]:
         return [f"RunInterrupted: {self}"]

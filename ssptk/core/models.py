@@ -54,6 +54,8 @@ class ModelSpec:
       fixed batch from ``data`` that no training step draws.
     - ``accuracy(y, predictions)`` (optional): a scalar TensorFlow tensor, the fraction classified right;
       reported as ``eval_accuracy`` (``null`` without it, e.g. for regression).
+    - ``train_set()`` (optional): the whole training set ``(x, y)`` as arrays, for ``--data-split label``
+      (worker i then draws its minibatches from the i-th of N slices of it sorted by ``y``).
     """
 
     build: Callable[[], Any]
@@ -63,11 +65,32 @@ class ModelSpec:
     name: str = "model"
     eval_data: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
     accuracy: Callable[[Any, Any], Any] | None = None
+    train_set: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def minibatch(spec: ModelSpec, seed: int, index: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
     """Minibatch number ``index`` of a run with ``seed``: the same wherever and whenever it is computed."""
     return spec.data(np.random.default_rng([int(seed), int(index), 1]), batch)
+
+
+def data_source(spec: ModelSpec, seed: int, batch: int, split: str = "iid", worker: int = 0,
+                workers: int = 1) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+    """``minibatch index -> (x, y)`` for ``worker`` of ``workers``. ``split="iid"``: :func:`minibatch`, the
+    same batch whichever worker draws it; ``"label"``: drawn (seeded the same way) from the worker's slice of
+    ``spec.train_set()`` sorted by label, so each worker sees only its own labels (non-IID data)."""
+    if split == "iid":
+        return lambda index: minibatch(spec, seed, index, batch)
+    if spec.train_set is None:
+        raise UsageError(f"--data-split {split} needs a model with train_set (its whole training set as arrays); "
+                         f"{spec.name} has none: use --model digits or add train_set= to its ModelSpec")
+    x, y = spec.train_set()
+    mine = np.array_split(np.argsort(np.asarray(y), kind="stable"), workers)[worker]
+
+    def draw(index: int) -> tuple[np.ndarray, np.ndarray]:
+        picked = mine[np.random.default_rng([int(seed), int(index), 1]).integers(0, len(mine), batch)]
+        return x[picked], y[picked]
+
+    return draw
 
 
 def eval_batch(spec: ModelSpec, seed: int, size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +169,7 @@ DIGITS_HELD_OUT = 0.2
 
 
 @functools.lru_cache(maxsize=1)
-def _digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def digits_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(x_train, y_train, x_test, y_test)``: pixels scaled to [0, 1]. Read from the CSV scikit-learn ships
     (``sklearn/datasets/data/digits.csv.gz``) without importing scikit-learn, which would cost each task ~2 s."""
     import importlib.util
@@ -173,13 +196,18 @@ def _digits_build() -> Any:
 
 
 def _digits_data(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
-    x, y, _, _ = _digits()
+    x, y, _, _ = digits_arrays()
     idx = rng.integers(0, len(x), batch)
     return x[idx], y[idx]
 
 
+def _digits_train() -> tuple[np.ndarray, np.ndarray]:
+    x, y, _, _ = digits_arrays()
+    return x, y
+
+
 def _digits_eval() -> tuple[np.ndarray, np.ndarray]:
-    _, _, x, y = _digits()
+    _, _, x, y = digits_arrays()
     return x, y
 
 
@@ -192,7 +220,7 @@ def _classified(y: Any, logits: Any) -> Any:
 def digits() -> ModelSpec:
     """An MLP (64 -> 32 tanh -> 10) on scikit-learn's 8x8 digits: 1438 training and 359 held-out images."""
     return ModelSpec(build=_digits_build, loss=_xent, data=_digits_data, lr=0.1, name="digits",
-                     eval_data=_digits_eval, accuracy=_classified)
+                     eval_data=_digits_eval, accuracy=_classified, train_set=_digits_train)
 
 
 BUILTIN = {"linear": linear, "keras": keras, "digits": digits}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ MODES = ("sync", "ssp", "async", "allreduce")
 BUILTIN_MODELS = tuple(BUILTIN)
 LR_CONVENTIONS = ("minibatch", "mean")
 LR_STALENESS = ("none", "inverse")
+DATA_SPLITS = ("iid", "label")
 DEFAULT_STALENESS = 2
 
 
@@ -50,13 +52,22 @@ OPTIONS: tuple[Option, ...] = (
            "allreduce apply LR x the sum of the gradients they aggregate); mean: TensorFlow's SyncReplicasOptimizer "
            "convention, LR x their mean (N times less per minibatch)", "minibatch|mean"),
     Option("seed", int, 0, "seed for data, model initialisation and injected delays", "N"),
+    Option("data_split", str, "iid",
+           "iid: every worker samples the whole training set; label: worker I trains only on the I-th of N slices "
+           "of it sorted by label (non-IID data, as when each site keeps its own; needs a model with train_set, "
+           "e.g. digits, and --eval-every)", "iid|label"),
+    Option("eval_every", int, 0,
+           "worker 0 logs the held-out loss (and accuracy) every K updates, so runs can be compared on held-out "
+           "loss (0: only at the end)", "K"),
     Option("lr_staleness", str, "none",
            "async and ssp: inverse applies each gradient with LR / (staleness + 1), its staleness as known on the PS "
            "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); none: plain LR", "none|inverse"),
     Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
            repeat=True),
-    Option("jitter", str, None, "random extra delay every step: exp:MEAN or uniform:LO:HI (seconds)", "SPEC"),
+    Option("jitter", str, None,
+           "random extra delay every step (seconds): exp:MEAN, uniform:LO:HI, or pause:P:SECONDS (with "
+           "probability P a step is held SECONDS longer: a transient straggler)", "SPEC"),
     Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
     Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
@@ -89,6 +100,8 @@ class RunOptions:
     lr: float | None = _DEFAULT["lr"]
     lr_convention: str = _DEFAULT["lr_convention"]
     seed: int = _DEFAULT["seed"]
+    data_split: str = _DEFAULT["data_split"]
+    eval_every: int = _DEFAULT["eval_every"]
     lr_staleness: str = _DEFAULT["lr_staleness"]
     backup: int = _DEFAULT["backup"]
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
@@ -115,8 +128,7 @@ class RunOptions:
         """The longest injected delay one step can plausibly take: the largest straggler time plus
         jitter (uniform: its upper end; exp: 20 times its mean, exceeded once in 5e8 steps)."""
         j = self.jitter_spec
-        jitter = 0.0 if j is None else (j.b if j.kind == "uniform" else 20.0 * j.a)
-        return max(self.stragglers.values(), default=0.0) + jitter
+        return max(self.stragglers.values(), default=0.0) + (0.0 if j is None else j.longest)
 
     @property
     def aggregated(self) -> int:
@@ -203,7 +215,7 @@ def resolve(**kwargs: Any) -> RunOptions:
             raise UsageError(f"bad mode {kwargs['mode']!r}: {str(e).partition(': ')[2]}") from None
     _check_mode(mode)
     kw["mode"] = mode
-    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed"):
+    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed", "eval_every"):
         if name in kw:
             kw[name] = _integer(name, kw[name])
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
@@ -245,18 +257,31 @@ def _validate(o: RunOptions) -> None:
             raise UsageError(f"--backup applies to sync only, not {o.mode}")
         if not 0 <= o.backup < o.workers:
             raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
-    if o.lr is not None and not o.lr > 0:
-        raise UsageError(f"--lr must be > 0, got {o.lr}")
+    if o.lr is not None and not 0 < o.lr < math.inf:
+        raise UsageError(f"--lr must be a finite number > 0, got {o.lr}")
+    if not 0 <= o.seed < 2**32:
+        raise UsageError(f"--seed must be an integer in [0, 2**32), got {o.seed}")
     if o.lr_staleness not in LR_STALENESS:
         raise UsageError(f"--lr-staleness must be {' or '.join(LR_STALENESS)}, got {o.lr_staleness!r}")
     if o.lr_staleness != "none" and o.mode not in ("async", "ssp"):
         raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
+    if o.data_split not in DATA_SPLITS:
+        raise UsageError(f"--data-split must be {' or '.join(DATA_SPLITS)}, got {o.data_split!r}")
+    if o.eval_every < 0:
+        raise UsageError(f"--eval-every must be >= 0 (0: evaluate only at the end), got {o.eval_every}")
+    if o.data_split != "iid" and not o.eval_every:
+        raise UsageError("--data-split label needs --eval-every K (e.g. 50): with non-IID data each worker's "
+                         "training loss is measured on its own labels, so only a held-out loss compares runs")
     if o.lr_convention not in LR_CONVENTIONS:
         raise UsageError(f"--lr-convention must be {' or '.join(LR_CONVENTIONS)}, got {o.lr_convention!r}")
-    for i, _ in o.straggler:
+    for i, sec in o.straggler:
         if i >= o.workers:
             raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
-    parse_jitter(o.jitter)
+        if not math.isfinite(sec):
+            raise UsageError(f"--straggler {i}:{sec}: the seconds must be a finite number >= 0")
+    jitter = parse_jitter(o.jitter)
+    if jitter is not None and not (math.isfinite(jitter.a) and math.isfinite(jitter.b)):
+        raise UsageError(f"bad --jitter {o.jitter!r}: the seconds must be finite numbers")
     _check_stall_timeout(o)
     if o.restart_failed < 0:
         raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")

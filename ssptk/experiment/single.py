@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
@@ -59,10 +59,15 @@ def check_before_start(opts: RunOptions) -> dict[str, str]:
     ``--gpus`` fits the machine. Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises
     :class:`UsageError`."""
     # builtins need no check, and importing TF here would cost seconds
-    if ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":"):
+    user = ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":")
+    if user or (opts.data_split != "iid" and ":" not in opts.model):  # a %%dtrain cell's model: in its task
         from ssptk.core.models import load_model
 
-        load_model(opts.model)
+        spec = load_model(opts.model)
+        if opts.data_split != "iid" and spec.train_set is None:
+            raise UsageError(f"--data-split {opts.data_split} needs a model with train_set (its whole training "
+                             f"set as arrays); {opts.model} has none: use --model digits or add train_set= to "
+                             "its ModelSpec")
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)
@@ -129,19 +134,24 @@ def execute(prepared: PreparedRun, *, progress: ProgressFn | None = None, observ
     run_tasks = _run_warm if warm and with_ps and not opts.restart_failed else _run_cold
     try:
         outcome = run_tasks(opts, run_dir, gpus, observers, total, launched, cancel)
-    except KeyboardInterrupt as e:  # Ctrl-C, or the cancel event: the logs and summary of what ran are kept
-        finish_run(run_dir, opts, TaskFailure.of("ssptk", "interrupted by the user"))
+    except KeyboardInterrupt as e:  # Ctrl-C, a signal, or the cancel event: the logs and summary are kept
+        sig = e.signal if isinstance(e, RunInterrupted) else "SIGINT"
+        why = "interrupted by the user" if sig in (None, "SIGINT") else f"stopped by {sig}"
+        finish_run(run_dir, opts, replace(TaskFailure.of("ssptk", why), status="interrupted", signal=sig))
         for o in observers:
             o.finished(None)
         if isinstance(e, RunInterrupted):
             raise
-        raise RunInterrupted("interrupted; every task was stopped and the logs kept") from None
-    summary = finish_run(run_dir, opts, outcome.failure, outcome.ps_train_cpu_s)
-    result = RunResult(run_dir, opts, summary, outcome.failure)
+        raise RunInterrupted("interrupted; every task was stopped and the logs kept", signal=sig) from None
+    failure = outcome.failure
+    if failure is None and not RunDir(run_dir).final():  # the summary and the exit code must agree
+        failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
+    summary = finish_run(run_dir, opts, failure, outcome.ps_train_cpu_s)
+    result = RunResult(run_dir, opts, summary, failure)
     for o in observers:
         o.finished(result)
-    if outcome.failure is not None and raise_on_failure:
-        raise RunFailed(outcome.failure, result)
+    if failure is not None and raise_on_failure:
+        raise RunFailed(failure, result)
     return result
 
 

@@ -236,6 +236,12 @@ class LocalCluster:
             return all(_log_has(t.log_path, marker, tail=4096) for t in workers)
         return all(t.exit_code == 0 for t in workers)
 
+    def exited_workers(self) -> list[str]:
+        """Workers whose process exited 0 (a run's own tasks; a serving worker never exits on its own)."""
+        if self.serving:
+            return []
+        return [t.name for t in self.tasks if t.name.startswith("worker") and t.exit_code == 0]
+
     def alive(self) -> bool:
         """Every task is still running (a warm cluster can take another run)."""
         return bool(self.tasks) and all(t.exit_code is None for t in self.tasks)

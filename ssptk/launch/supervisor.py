@@ -41,6 +41,8 @@ class SupervisedCluster(Protocol):
 
     def workers_finished(self) -> bool: ...
 
+    def exited_workers(self) -> list[str]: ...
+
     def restart(self, name: str) -> int: ...
 
     def cpu_seconds(self, name: str) -> float | None: ...
@@ -92,9 +94,13 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
     while True:
         if cancel is not None and cancel.is_set():
             raise RunInterrupted("stopped by the user; every task was stopped and the logs kept")
+        exited = cluster.exited_workers()  # before reading: a done event written before the exit is read now
         failure = cluster.poll()
+        events = read()
+        if failure is None:
+            failure = _exited_unfinished(cluster, exited, stall.ended)
         if failure is not None:
-            errors = [e for e in read() if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
+            errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
             if errors:  # the worker said why it failed: that beats a line guessed from its log
                 return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
@@ -105,7 +111,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
                 cluster.restart(failure.task)
                 continue
             return Outcome(failure)
-        for e in read():
+        for e in events:
             if e.get("event") == "error":
                 return Outcome(_error_failure(cluster, e))
             if e.get("event") == "start" and ps_cpu0 is None:
@@ -123,6 +129,15 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         if failure is not None:
             return Outcome(failure)
         time.sleep(POLL_S)
+
+
+def _exited_unfinished(cluster: SupervisedCluster, exited: list[str], ended: set[int]) -> TaskFailure | None:
+    """A worker whose process exited 0 without logging ``done`` (user code that called ``exit``, say)."""
+    for name in exited:
+        if int(name.rpartition(":")[2]) not in ended:
+            return cluster.failure(name, "exited without finishing: its process ended (exit code 0) before the "
+                                         "run's end; does the model's code call exit()?", 0)
+    return None
 
 
 def _error_failure(cluster: SupervisedCluster, event: dict[str, Any]) -> TaskFailure:

@@ -17,6 +17,7 @@ from ssptk.analysis.compare import RunTuple
 from ssptk.core.errors import UsageError
 from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
+from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
@@ -132,6 +133,10 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
         figures.append((caption, comparison_figure(runs)))
+    if runs and has_held_out(runs):
+        on = table.attrs.get("target_on") == "held-out"
+        figures.append(("Held-out loss during training" + (" (what the target is measured on)" if on else ""),
+                        held_out_figure(runs, table.attrs.get("target") if on else None)))
     if len(table) > 1:
         figures.append(("What staleness costs and buys: minibatches to the target (cost per update), steps/s "
                         "(speed) and time to the target (both together), from sync to async; the best is starred",

@@ -90,11 +90,16 @@ def target_lines(table: pd.DataFrame) -> list[str]:
     diverged, one naming them: what the report and the CLI print under the table."""
     lines = []
     target = table.attrs.get("target")
+    held_out = table.attrs.get("target_on") == "held-out"
+    what = "held-out loss" if held_out else "training loss"
     if target is None:
-        lines.append("Target training loss: none (no run converged), so no time or minibatches to target.")
+        lines.append(f"Target {what}: none (no run converged), so no time or minibatches to target.")
     else:
-        how = (f"{TARGET_FACTOR:g} x the best final smoothed training loss among the runs that converged"
+        best = "held-out loss at the end" if held_out else "smoothed training loss"
+        how = (f"{TARGET_FACTOR:g} x the best final {best} among the runs that converged"
                if table.attrs.get("target_auto") else "given with --target")
+        measured = ("worker 0's held-out evaluations every --eval-every updates" if held_out
+                    else "smoothed over 5 x workers step records")
         first = table.attrs.get("first_to_target")
         if first is not None:
             row = table[table["label"] == first].iloc[0]
@@ -102,8 +107,7 @@ def target_lines(table: pd.DataFrame) -> list[str]:
                       f"{_fmt(row['steps_to_target'])} minibatches)"
         else:
             reached = "no run reached it"
-        lines.append(f"Target training loss {target:.4g} ({how}; smoothed over 5 x workers step records, "
-                     f"times from the start barrier); {reached}.")
+        lines.append(f"Target {what} {target:.4g} ({how}; {measured}, times from the start barrier); {reached}.")
     if "diverged" in table.columns and table["diverged"].astype(bool).any():
         names = ", ".join(str(v) for v in table.loc[table["diverged"].astype(bool), "label"])
         lines.append(f"Diverged: {names} ({DIVERGENCE_RULE}): "

@@ -176,22 +176,32 @@ class RunDir:
     # --- creating one ---------------------------------------------------------------------------
     @classmethod
     def create(cls, out: str | os.PathLike[str] | None, mode: str) -> RunDir:
-        """Create the run directory (default ``runs/<timestamp>-<mode>``); an existing non-empty one is
-        refused with :class:`~ssptk.core.errors.UsageError`, never overwritten."""
+        """Create and claim the run directory (default ``runs/<timestamp>-<mode>``): one run per directory
+        (:mod:`ssptk.rundir.claim`). A non-empty one, or one another run holds, is refused with
+        :class:`~ssptk.core.errors.UsageError`, never overwritten."""
         from ssptk.core.errors import UsageError
+        from ssptk.rundir.claim import claim, make_directory, refusal
 
-        if out is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            out = os.path.join("runs", f"{stamp}-{mode}")
-            base, k = out, 1
-            while os.path.exists(out):
-                k += 1
-                out = f"{base}-{k}"
-        out = os.fspath(out)
-        if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-            raise UsageError(f"output directory {out} exists and is not empty: choose another --out")
-        os.makedirs(out, exist_ok=True)
-        return cls(out)
+        if out is not None:
+            path = os.fspath(out)
+            if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+                raise UsageError(refusal(path) if os.path.isdir(path) else
+                                 f"{path} exists and is a file: choose another --out")
+            make_directory(path)
+            claim(path, mode)
+            return cls(path)
+        base = os.path.join("runs", f"{time.strftime('%Y%m%d-%H%M%S')}-{mode}")
+        for k in range(1, 1000):  # two runs in one second: the second takes the next free name
+            path = base if k == 1 else f"{base}-{k}"
+            if os.path.exists(path):
+                continue
+            make_directory(path)
+            try:
+                claim(path, mode)
+            except UsageError:
+                continue
+            return cls(path)
+        raise UsageError(f"no free run directory name like {base}: pass --out")
 
     def subdir(self, *parts: str) -> RunDir:
         """A run directory inside this one (a comparison's ``<label>/`` or ``<label>/rep-<k>/``)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import check_loss
-from ssptk.core.models import ModelSpec, eval_batch, minibatch
+from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 from ssptk.runtime.ps_loop import variable_names
@@ -37,9 +37,10 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     n = len(cluster["worker"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     lr = opts.update_lr(opts.lr or spec.lr)  # applied to the mean of the N gradients
+    data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, n)
     with strategy.scope():
         module = spec.build()
-        x0, _ = minibatch(spec, opts.seed, 0, 2)
+        x0, _ = data(0)
         if not module.trainable_variables:
             module(x0)
         variables = list(module.trainable_variables)
@@ -68,11 +69,18 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     rd = RunDir(run_dir)
     rec = Recorder(rd.worker_log(index), index, not opts.no_log)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
+    xe, ye = eval_batch(spec, opts.seed)
+
+    def held_out() -> tuple[float, float | None]:
+        predictions = module(xe)
+        return float(spec.loss(ye, predictions)), (None if spec.accuracy is None else
+                                                    float(spec.accuracy(ye, predictions)))
+
     barrier()  # first collective: every worker is connected before step 1
     rec.event("start", cpu_s=time.process_time())
     for step in range(1, opts.steps + 1):
         mb = (step - 1) * n + index
-        x, y = minibatch(spec, opts.seed, mb, opts.batch)
+        x, y = data(mb)
         loss, grads = compute(x, y)
         loss = float(loss)
         delay = delays.next()
@@ -83,6 +91,11 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         wait = time.perf_counter() - t0
         rec.step(step, step, loss, wait, 0, mb, delay)
         check_loss(loss, opts.allow_nan, step, index, step)
+        if index == 0 and opts.eval_every and step % opts.eval_every == 0:
+            t0 = time.perf_counter()
+            eval_loss, accuracy = held_out()
+            rec.event("eval", global_step=step, eval_loss=eval_loss, eval_accuracy=accuracy,
+                      eval_s=round(time.perf_counter() - t0, 6))
     rec.event("done", steps=opts.steps, cpu_s=time.process_time())
     barrier()  # nobody leaves while a peer still needs it for a collective
     if index != 0:
@@ -92,10 +105,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         time.sleep(1.0)
     if index == 0:
         os.makedirs(rd.model_dir, exist_ok=True)
-        xe, ye = eval_batch(spec, opts.seed)
-        predictions = module(xe)
-        eval_loss = float(spec.loss(ye, predictions))
-        accuracy = None if spec.accuracy is None else float(spec.accuracy(ye, predictions))
+        eval_loss, accuracy = held_out()
         ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
         ckpt.write(rd.checkpoint_prefix)
         rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)

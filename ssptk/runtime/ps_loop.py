@@ -22,7 +22,7 @@ import numpy as np
 
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import check_loss
-from ssptk.core.models import ModelSpec, eval_batch, minibatch
+from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
@@ -55,6 +55,8 @@ class Trainer:
         config.gpu_options.allow_growth = True
         self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
         self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log)
+        self.data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, self.n)
+        self.evaluated = 0  # the global step of worker 0's last held-out evaluation (--eval-every)
         self.safety_timeouts = 0
         self.step_offset = 0  # steps this worker logged before it was restarted
         self._aggregator: threading.Thread | None = None
@@ -69,7 +71,7 @@ class Trainer:
 
     def _inputs(self, mb: int) -> tuple[list[Any], float]:
         """Minibatch ``mb`` and this step's injected delay, in the order of :meth:`_make_step`'s feeds."""
-        x, y = minibatch(self.spec, self.opts.seed, mb, self.opts.batch)
+        x, y = self.data(mb)
         delay = self.delays.next()
         return ([x, y, delay] if self.g.delay is not None else [x, y]), delay
 
@@ -136,13 +138,29 @@ class Trainer:
             self.tf.compat.v1.Session.reset(self.target, [self.container])
         self.rec.close()
 
-    def _finalize(self) -> None:
-        """Chief, after every worker is done: evaluate the final model and save it."""
-        os.makedirs(self.run_dir.model_dir, exist_ok=True)
+    def _held_out(self) -> tuple[float, float | None]:
+        """The held-out loss (and accuracy) of the parameters on the PS now."""
         x, y = eval_batch(self.spec, self.opts.seed)
         fetches = [self.g.loss] + ([self.g.accuracy] if self.g.accuracy is not None else [])
         measured = self.sess.run(fetches, {self.g.x: x, self.g.y: y})
-        eval_loss, accuracy = measured[0], (float(measured[1]) if len(measured) > 1 else None)
+        return float(measured[0]), (float(measured[1]) if len(measured) > 1 else None)
+
+    def _maybe_evaluate(self, global_step: int) -> None:
+        """Worker 0, with ``--eval-every K``: an ``eval`` event each time the global step passes a multiple of K
+        (its own extra run, between two of its steps; the time it takes is logged as ``eval_s``)."""
+        every = self.opts.eval_every
+        if not every or self.index != 0 or global_step // every <= self.evaluated // every:
+            return
+        t0 = time.perf_counter()
+        loss, accuracy = self._held_out()
+        self.evaluated = global_step
+        self.rec.event("eval", global_step=global_step, eval_loss=loss, eval_accuracy=accuracy,
+                       eval_s=round(time.perf_counter() - t0, 6))
+
+    def _finalize(self) -> None:
+        """Chief, after every worker is done: evaluate the final model and save it."""
+        os.makedirs(self.run_dir.model_dir, exist_ok=True)
+        eval_loss, accuracy = self._held_out()
         values = self.sess.run(self.g.model_vars)
         with self.g.graph.as_default():
             self.g.saver.save(self.sess, self.run_dir.checkpoint_prefix, write_meta_graph=False)
@@ -168,6 +186,7 @@ class Trainer:
             lr_scale = float(meta[-1:].view(np.float64)[0]) if self.opts.lr_staleness == "inverse" else None
             self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t, lr_scale=lr_scale)
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
+            self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
             # The step's own run woke the peers its tick satisfied; this worker blocks only when it is
             # more than `staleness` steps ahead of the slowest.
@@ -219,6 +238,7 @@ class Trainer:
                               t=float(pushed_at))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, token if applied else g_at_push)
             local = max(token, g_now)
+            self._maybe_evaluate(local)
         if self._aggregator is not None:
             self._aggregator.join()
         return step

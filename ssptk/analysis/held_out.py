@@ -1,0 +1,57 @@
+"""The held-out loss during a run: worker 0's ``eval`` events (``--eval-every K``) as a curve, and when it
+first reached a target.
+
+With non-IID data (``--data-split label``) each worker's training loss is measured on its own labels, and
+the fastest workers dominate the step records, so a smoothed training loss can look best exactly where a
+model is worst. The held-out loss is measured on the same data for every run and every mode.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ssptk.analysis.values import clean
+
+__all__ = ["HELD_OUT_COLUMNS", "held_out_curve", "held_out_to_target"]
+
+#: Columns of :func:`held_out_curve`.
+HELD_OUT_COLUMNS = ("t", "global_step", "eval_loss", "eval_accuracy")
+
+
+def held_out_curve(events: pd.DataFrame | None, steps: pd.DataFrame | None = None,
+                   summary: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
+    """The run's ``eval`` events in time order (:data:`HELD_OUT_COLUMNS`), ended by the final evaluation
+    (``summary["final_loss"]`` at the last step's time) when it is later; ``None`` if the run logged none."""
+    if events is None or events.empty or "event" not in events.columns or "eval_loss" not in events.columns:
+        return None
+    rows = events[events["event"] == "eval"].dropna(subset=["t", "eval_loss"])
+    if rows.empty:
+        return None
+    curve = pd.DataFrame({c: (rows[c] if c in rows.columns else np.nan) for c in HELD_OUT_COLUMNS})
+    curve = curve.sort_values("t", kind="mergesort").reset_index(drop=True)
+    final = clean((summary or {}).get("final_loss"))
+    if final is not None and steps is not None and not steps.empty:
+        end = float(steps["t"].max())
+        if end > float(curve["t"].iloc[-1]):
+            last = {"t": end, "global_step": steps["global_step"].max() if "global_step" in steps else np.nan,
+                    "eval_loss": float(final), "eval_accuracy": clean((summary or {}).get("final_accuracy"))}
+            curve = pd.concat([curve, pd.DataFrame([last])], ignore_index=True)
+    for c in ("t", "eval_loss", "eval_accuracy"):
+        curve[c] = pd.to_numeric(curve[c], errors="coerce").astype("float64")
+    return curve
+
+
+def held_out_to_target(curve: pd.DataFrame, prepared_steps: pd.DataFrame, target: float,
+                       t0: float | None) -> tuple[float | None, int | None]:
+    """``(seconds from t0, minibatches by then)`` at the first held-out loss ``<= target``, or ``(None, None)``.
+    ``prepared_steps``: the run's step records (any order); minibatches are those that landed by then."""
+    hits = np.flatnonzero(curve["eval_loss"].to_numpy(dtype="float64") <= target)
+    if not len(hits):
+        return None, None
+    t = float(curve["t"].iloc[int(hits[0])])
+    start = t0 if t0 is not None else (float(prepared_steps["t"].min()) if len(prepared_steps) else t)
+    landed = int((prepared_steps["t"].to_numpy(dtype="float64") <= t).sum()) if len(prepared_steps) else 0
+    return max(0.0, t - start), landed

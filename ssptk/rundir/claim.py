@@ -1,0 +1,104 @@
+"""One run per directory: a run claims its directory by creating ``.ssptk-run`` there, exclusively.
+
+Creating it with ``link()``, which fails when the name exists, is atomic on local file systems and NFS,
+so of two runs started at once with the same ``--out`` exactly one gets the directory; the other is
+refused with a message naming the run that holds it. The file stays when the run ends: it records which
+process made the directory (``docs/run-directory.md``). Errors creating the directory become one-line
+:class:`UsageError` messages.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+import time
+
+from ssptk.core.errors import UsageError
+
+__all__ = ["CLAIM_FILE", "claim", "make_directory", "refusal"]
+
+#: The claim file in every run directory (a JSON object: pid, host, started, mode).
+CLAIM_FILE = ".ssptk-run"
+
+
+def make_directory(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, with what went wrong said in one line a user can act on."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create output directory {path}: {os_reason(e)}: choose another --out") from None
+
+
+def os_reason(e: OSError) -> str:
+    """What an :class:`OSError` from creating or writing a file means, in a few words."""
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied (read-only or not yours)"
+    if e.errno == errno.ENOTDIR:
+        return "a part of the path is a file, not a directory"
+    if e.errno == errno.EEXIST:
+        return "a file of that name exists"
+    if e.errno == errno.ENAMETOOLONG:
+        return "the name is too long for the file system"
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    return e.strerror or type(e).__name__
+
+
+def claim(path: str, mode: str) -> None:
+    """Claim the (existing) directory ``path`` for a run of ``mode``; :class:`UsageError` if another run
+    has it or it holds anything else."""
+    target = os.path.join(path, CLAIM_FILE)
+    body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "mode": mode,
+                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    # Written under a private name, then hard-linked into place: link() fails if the name exists, so the
+    # claim is exclusive, and whoever sees it sees it whole.
+    draft = os.path.join(path, f".ssptk-run.{os.getpid()}.{threading.get_ident()}")
+    try:
+        with open(draft, "w", encoding="utf-8") as f:
+            f.write(body + "\n")
+        os.link(draft, target)
+    except FileExistsError:
+        raise UsageError(refusal(path)) from None
+    except OSError as e:
+        raise UsageError(f"cannot use output directory {path}: {os_reason(e)}: choose another --out") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(draft)
+    others = [n for n in os.listdir(path) if not n.startswith(CLAIM_FILE)]
+    if others:  # it filled between the caller's look and the claim: not ours after all
+        os.unlink(target)
+        raise UsageError(refusal(path))
+
+
+def refusal(path: str) -> str:
+    """Why ``path`` cannot take a new run: a live run holds it, or it is simply not empty."""
+    holder = _holder(path)
+    finished = any(os.path.exists(os.path.join(path, n)) for n in ("summary.json", "report.html"))
+    if holder is not None and not finished:
+        pid, mode, started = holder.get("pid"), holder.get("mode", "?"), holder.get("started", "?")
+        return f"{path} is in use by run {mode} (pid {pid}, started {started}): choose another --out"
+    return f"output directory {path} exists and is not empty: choose another --out"
+
+
+def _holder(path: str) -> dict[str, object] | None:
+    """The claim of a run still alive on this host, else ``None``."""
+    try:
+        with open(os.path.join(path, CLAIM_FILE), encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+        return None
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, someone else's
+        return info
+    return info

@@ -1,0 +1,176 @@
+"""Reliability, second round: one run per directory, honest exit codes, signals to the launcher.
+
+Real clusters on localhost; every test that starts one proves its tasks are gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, assert_gone, ssptk_cmd
+
+from ssptk.core.errors import UsageError
+from ssptk.rundir import RunDir
+from ssptk.rundir.claim import CLAIM_FILE
+
+QUICK = ["--workers", "2", "--gpus", "none", "--stall-timeout", "60"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(FIXTURES), os.environ.get("PYTHONPATH", ""))
+                                                       if p))
+
+
+def _summary(path: Path) -> dict:
+    return json.loads((path / "summary.json").read_text())
+
+
+# --- one run per directory ----------------------------------------------------------------------
+
+def test_racing_creators_get_the_directory_once(tmp_path: Path) -> None:
+    """16 threads create the same run directory at once: exactly one wins; the others are told who has it."""
+    out = tmp_path / "same"
+    won: list[str] = []
+    refused: list[str] = []
+    go = threading.Barrier(16)
+
+    def create() -> None:
+        go.wait()
+        try:
+            won.append(RunDir.create(str(out), "async").path)
+        except UsageError as e:
+            refused.append(str(e))
+
+    threads = [threading.Thread(target=create) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 15, (won, refused)
+    assert all("is in use by run async (pid" in m and "choose another --out" in m for m in refused), refused
+    claim = json.loads((out / CLAIM_FILE).read_text())
+    assert claim["pid"] == os.getpid() and claim["mode"] == "async"
+
+
+def test_default_directories_of_runs_started_in_one_second_differ(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    paths = {RunDir.create(None, "sync").path for _ in range(5)}
+    assert len(paths) == 5
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_text("x"), r"exists and is a file: choose another --out"),
+    (lambda p: None, r"cannot create output directory \S+: a part of the path is a file, not a directory"),
+    (lambda p: None, r"cannot create output directory \S+: the name is too long for the file system"),
+])
+def test_directories_that_cannot_be_made_are_refused_in_one_line(tmp_path: Path, make, message: str) -> None:
+    target = tmp_path / "out"
+    make(target)
+    if "part of the path" in message:
+        (tmp_path / "plain").write_text("x")
+        target = tmp_path / "plain" / "run"
+    elif "too long" in message:
+        target = tmp_path / ("x" * 300)
+    with pytest.raises(UsageError, match=message):
+        RunDir.create(str(target), "sync")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_parent_is_refused_in_one_line(tmp_path: Path) -> None:
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o555)
+    try:
+        with pytest.raises(UsageError, match=r"cannot create output directory \S+: permission denied"):
+            RunDir.create(str(parent / "run"), "sync")
+    finally:
+        parent.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_two_runs_started_together_on_one_out_one_runs_one_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "shared"
+    argv = [*ssptk_cmd(), "run", "--mode", "async", "--steps", "60", *QUICK, "--out", str(out)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=240) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], (codes, results)
+    refused = next(err for p, (_, err) in zip(procs, results, strict=True) if p.returncode == 2)
+    assert refused.strip().count("\n") == 0 and "Traceback" not in refused, refused
+    assert f"{out} is in use by run async" in refused or "exists and is not empty" in refused, refused
+    starts = [line for line in (out / "workers" / "worker-0.jsonl").read_text().splitlines() if '"start"' in line]
+    assert len(starts) == 1, "two runs wrote into one directory"
+    assert _summary(out)["status"] == "ok"
+    assert_gone(str(out))
+
+
+# --- a failed run never exits 0 -----------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, task", [("exits_everywhere", "worker:"), ("worker1_exits", "worker:1")])
+def test_a_worker_that_exits_0_without_finishing_fails_the_run_at_once(tmp_path: Path, model: str,
+                                                                       task: str) -> None:
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = subprocess.run([*ssptk_cmd(), "run", "--mode", "async", "--steps", "2000", *QUICK,
+                           "--model", f"usermodels:{model}", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240, env=_env())
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
+    assert "exited without finishing" in proc.stderr and task in proc.stderr, proc.stderr
+    summary = _summary(out)
+    assert summary["status"] == "failed" and summary["failed_task"].startswith(task)
+    assert "exited without finishing" in summary["reason"]
+    assert took < 55, f"named after {took:.0f} s: blamed by the stall watchdog (60 s), not at once"
+    assert_gone(str(out))
+
+
+# --- signals to the launcher behave like Ctrl-C --------------------------------------------------
+
+def _start_long_run(out: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--steps", "1000000", *QUICK,
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "workers" / "worker-0.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().count('"step"') > 10):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    out = tmp_path / "run"
+    proc = _start_long_run(out)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, (proc.returncode, err[-2000:])
+    assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
+    summary = _summary(out)
+    assert summary["status"] == "interrupted" and summary["signal"] == sig.name
+    assert summary["reason"] == f"ssptk: stopped by {sig.name}" and summary["total_steps"] > 10
+    assert_gone(str(out))
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_shutdown_keeps_the_summary(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _start_long_run(out)
+    proc.send_signal(signal.SIGTERM)
+    for _ in range(5):  # while the tasks are being stopped and the summary written
+        time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err, err
+    summary = _summary(out)
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    assert_gone(str(out))
