@@ -282,6 +282,7 @@ sys.modules.setdefault("run", sys.modules[__name__])
 from bench_notebook import bench_dashboard_overhead  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
+from bench_tradeoff import bench_tradeoff  # noqa: E402
 
 #: Every benchmark, in the order they run.
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
@@ -292,6 +293,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_logging_on_off,
     bench_cold_start,
     bench_scale_workers,
+    bench_tradeoff,
 ]
 
 

@@ -251,24 +251,13 @@ def _compare(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import os
 
-    from ssptk.render import format_summary, format_table, load_comparison
+    from ssptk.render import format_table, load_comparison
     from ssptk.render.tables import target_lines
     from ssptk.rundir import RunDir
 
     rd = RunDir(args.dir)
-    if os.path.exists(rd.config_path):  # one run: its summary from the logs
-        from ssptk.core.errors import TaskFailure
-        from ssptk.core.options import RunOptions
-        from ssptk.experiment.finish import finish_run
-
-        old = rd.summary()
-        failure = None
-        if old.get("status") in ("failed", "interrupted"):  # the reason as it was, not nested
-            task, reason = old.get("failed_task") or "?", old.get("reason") or "failed"
-            failure = TaskFailure.of(task, reason.partition(": ")[2] if reason.startswith(task + " ") or
-                                     reason.startswith(task + ":") else reason)
-            failure.status, failure.signal = old["status"], old.get("signal")
-        print(format_summary(finish_run(rd.path, RunOptions.from_dict(rd.config()["options"]), failure)))
+    if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written
+        print(_one_run_summary(rd))
         return 0
     if not os.path.isdir(args.dir):
         raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")
@@ -278,6 +267,27 @@ def _report(args: argparse.Namespace) -> int:
     print("\n".join(["", *target_lines(report.table)]))
     print(f"\nreport: {path}")
     return 0
+
+
+def _one_run_summary(rd: Any) -> str:
+    """The text of one run's summary: ``summary.json`` as the run wrote it, or, for a run without one (its
+    tasks started by hand, its launcher killed), computed from the logs in memory."""
+    from ssptk.analysis.summary import run_summary
+    from ssptk.core.options import RunOptions
+    from ssptk.render import format_summary
+
+    stored = rd.summary()
+    if stored:
+        return format_summary(stored)
+    options = rd.config().get("options")
+    if not isinstance(options, dict):
+        raise UsageError(f"{rd.config_path} has no run options (truncated or not ssptk's): cannot summarise the run")
+    try:
+        opts = RunOptions.from_dict(options)
+        summary, _ = run_summary(rd.path, opts, None)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{rd.config_path}: its options cannot be read ({e})") from None
+    return format_summary(summary) + "\n(computed from the logs: the run has no summary.json; nothing was written)"
 
 
 def _sim(args: argparse.Namespace) -> int:

@@ -106,9 +106,14 @@ def test_namespace_has_its_own_working_loopback(fresh_state: None) -> None:
 
 
 def test_opt_out_and_non_loopback_hosts_start_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                      fresh_state: None) -> None:
+                                                      fresh_state: None, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv(netns.ENV_OFF, "1")
-    assert netns.isolate() == (None, "none (SSPTK_NO_NETNS=1)")
+    with caplog.at_level(logging.WARNING, logger="ssptk"):
+        assert netns.isolate() == (None, "none (SSPTK_NO_NETNS=1)")
+        assert netns.isolate() == (None, "none (SSPTK_NO_NETNS=1)")
+    said = [r.getMessage() for r in caplog.records if r.name == "ssptk"]
+    assert len(said) == 1, "the opt-out is said once per process"
+    assert said[0].startswith("ssptk: SSPTK_NO_NETNS=1: local clusters run without network isolation, as asked")
     c = LocalCluster(1, str(tmp_path), {}, with_ps=False)
     assert c.namespace is None and c.isolation == "none (SSPTK_NO_NETNS=1)"
     monkeypatch.delenv(netns.ENV_OFF)

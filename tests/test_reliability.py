@@ -174,3 +174,46 @@ def test_a_second_ctrl_c_during_the_shutdown_keeps_the_summary(tmp_path: Path) -
     summary = _summary(out)
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
     assert_gone(str(out))
+
+
+# --- ssptk report only reads ----------------------------------------------------------------------
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _synthetic_run(path: Path, summary: dict | None) -> Path:
+    try:
+        from test_analysis import write_run
+    except ImportError:
+        from tests.test_analysis import write_run
+    records = [(10.0 + 0.1 * (k + 1), k % 2, k // 2 + 1, 1.0 / (k + 1), 0.0, 1) for k in range(40)]
+    return write_run(path, records, workers=2, mode="async", staleness=0, start=10.0,
+                     done={0: 14.0, 1: 14.0}, summary=summary, partial=False)
+
+
+def test_report_on_one_run_prints_its_summary_and_writes_nothing(tmp_path: Path) -> None:
+    reason = "worker:1 (exit code 1): error: loss became nan at step 12"
+    run = _synthetic_run(tmp_path / "failed", {"status": "failed", "reason": reason, "failed_task": "worker:1",
+                                               "mode": "async", "workers": 2, "total_steps": 40,
+                                               "train_cpu_s": 3.5, "cpu_ms_per_step": 87.5})
+    before = _snapshot(run)
+    for _ in range(2):
+        p = subprocess.run([*ssptk_cmd(), "report", str(run)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.count("loss became nan") == 1 and "worker:1 (exit code 1): worker:1" not in p.stdout
+    assert _snapshot(run) == before, "ssptk report changed the run directory"
+
+
+def test_report_on_a_run_without_summary_computes_one_in_memory(tmp_path: Path) -> None:
+    run = _synthetic_run(tmp_path / "by-hand", None)
+    before = _snapshot(run)
+    p = subprocess.run([*ssptk_cmd(), "report", str(run)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "40 minibatches" in p.stdout and "nothing was written" in p.stdout
+    assert _snapshot(run) == before
+    (run / "config.json").write_text('{"options": {"mod')  # truncated
+    p = subprocess.run([*ssptk_cmd(), "report", str(run)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip() == f"ssptk: error: {run / 'config.json'} has no run options (truncated or not " \
+                               "ssptk's): cannot summarise the run"

@@ -94,6 +94,7 @@ class Namespace:
 class _State:
     refused: str | None = None  # why namespaces cannot be used in this process, once that is known
     checked: bool = False       # a task-like process has entered a namespace successfully
+    opted_out_said: bool = False  # the SSPTK_NO_NETNS warning was given in this process
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -111,7 +112,14 @@ def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None
     clusters fall back at once. ``preexec`` runs in the helper before exec (``PR_SET_PDEATHSIG``).
     """
     if not enabled_by_env():
-        return None, f"none ({ENV_OFF}={os.environ[ENV_OFF].strip()})"
+        setting = f"{ENV_OFF}={os.environ[ENV_OFF].strip()}"
+        with _state.lock:
+            said, _state.opted_out_said = _state.opted_out_said, True
+        if not said:
+            log.warning("ssptk: %s: local clusters run without network isolation, as asked: every local user, "
+                        "and anyone who can reach this machine, can reach their unauthenticated TensorFlow ports",
+                        setting)
+        return None, f"none ({setting})"
     with _state.lock:
         if _state.refused is not None:
             return None, f"none ({_state.refused})"
@@ -131,7 +139,7 @@ def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None
             return ns, ISOLATED
         _state.refused = why
     log.warning("ssptk: local clusters run without network isolation (%s): anyone who can reach this machine "
-                "can reach their unauthenticated TensorFlow ports; %s=1 accepts this and silences the warning",
+                "can reach their unauthenticated TensorFlow ports; %s=1 turns isolation off on purpose",
                 why, ENV_OFF)
     return None, f"none ({why})"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -26,8 +27,7 @@ def _curves(value: Any) -> list[tuple[pd.DataFrame, pd.Series]]:
         if curve is None or steps is None or steps.empty:
             continue
         start = an.start_time(events)
-        t = steps["t"].to_numpy(dtype="float64")
-        t.sort()
+        t = np.sort(steps["t"].to_numpy(dtype="float64"))
         curve = curve.assign(elapsed=curve["t"] - (start if start is not None else t[0]))
         out.append((curve, pd.Series(t.searchsorted(curve["t"].to_numpy(), side="right"))))
     return out
