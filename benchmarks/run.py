@@ -396,7 +396,8 @@ def section_markdown(s: Section, machine: str, argv: str, repeat: int) -> str:
         verdict = f"**{r.verdict}**" if r.verdict in ("MISSED", "FAILED") else r.verdict
         lines.append(f"| {r.name} | {r.value_text()} | {r.target.text if r.target else '-'} | {verdict} |")
     if s.detail:
-        lines += [""] + [f"- {d}" for d in s.detail]
+        # a detail line is a bullet, unless it is part of a markdown table (or a blank line around one)
+        lines += [""] + [d if d.startswith("|") or not d else f"- {d}" for d in s.detail]
     lines += ["", f"<!-- /bench:{s.name} -->"]
     return "\n".join(lines)
 

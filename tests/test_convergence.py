@@ -266,8 +266,11 @@ def test_digits_trains_in_every_mode_and_reports_accuracy(tmp_path: Path) -> Non
 
     import ssptk
 
-    cmp = ssptk.compare(["sync", "ssp:2", "async", "allreduce"], out=str(tmp_path / "cmp"), model="digits",
-                        workers=3, steps=200, gpus="none")
+    try:  # warm: the three PS modes share one cluster (allreduce starts its own)
+        cmp = ssptk.compare(["sync", "ssp:2", "async", "allreduce"], out=str(tmp_path / "cmp"), model="digits",
+                            workers=3, steps=200, gpus="none", warm=True)
+    finally:
+        ssptk.shutdown()
     table = cmp.table.set_index("label")
     assert (table["status"] == "ok").all() and not table["diverged"].any()
     assert table.loc["sync", "final_accuracy"] >= 0.9, table["final_accuracy"]

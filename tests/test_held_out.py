@@ -122,3 +122,19 @@ def test_a_label_split_run_logs_held_out_evaluations(tmp_path: Path, mode: str) 
     assert evals["eval_loss"].notna().all() and evals["eval_accuracy"].between(0, 1).all()
     assert evals["eval_loss"].iloc[-1] < evals["eval_loss"].iloc[0]
     assert_gone(str(out))
+
+
+def test_the_report_draws_the_held_out_loss_it_measured_the_target_on(tmp_path: Path) -> None:
+    from ssptk.render.held_out import held_out_figure
+    from ssptk.render.report import build_report
+
+    runs = {"good": _eval_run(tmp_path, "good", [2.0, 1.0, 0.3, 0.2], final=0.2),
+            "fast": _eval_run(tmp_path, "fast", [2.0, 1.5, 1.2, 1.1], final=1.0)}
+    report = build_report(runs, title="t")
+    captions = [c for c, _ in report.figures]
+    assert "Held-out loss during training (what the target is measured on)" in captions
+    fig = held_out_figure(runs, 0.25)
+    ax_t, ax_m = fig.axes
+    assert [line.get_label() for line in ax_t.get_lines()][:2] == ["good", "fast"]
+    assert list(ax_m.get_lines()[0].get_xdata()) == [10, 20, 30, 40, 50]  # minibatches landed by each evaluation
+    assert ax_t.get_lines()[-1].get_ydata()[0] == pytest.approx(0.25)  # the target line

@@ -107,7 +107,9 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     """Build a :class:`Report` from ``label -> (steps, events, config, summary)``.
 
     The table is :func:`ssptk.analysis.compare_table` (``target`` as there); figures are a
-    :func:`comparison_figure` of all runs and, with ``per_run``, a :func:`run_figure` per run.
+    :func:`comparison_figure` of all runs, a :func:`held_out_figure` when runs logged held-out evaluations,
+    the cost-and-gain :func:`tradeoff_figure` for several runs and, with ``per_run``, a :func:`run_figure`
+    per run.
 
     A value may be :class:`Repeats` of such tuples (a label run several times). Then the table is
     :func:`ssptk.analysis.aggregate_repeats` of :func:`ssptk.analysis.repeat_table` (one target for
