@@ -74,7 +74,8 @@ def build_parser(notebook: bool = False) -> _Parser:
                        description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
                                    "OUT/report.html. With --repeat R: R rounds, alternating the order, into "
                                    "OUT/<label>/rep-<k>/; the table shows mean [min-max].")
-    c.add_argument("labels", nargs="+", metavar="MODE", help="sync, ssp:S, async, allreduce")
+    c.add_argument("labels", nargs="+", metavar="MODE",
+                   help="sync, ssp:S, async, allreduce; ssp:S+inverse or async+inverse: with --lr-staleness inverse")
     add_run_arguments(c, skip=("mode", "staleness"))
     sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
                         description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, then write "
@@ -272,22 +273,14 @@ def _report(args: argparse.Namespace) -> int:
 def _one_run_summary(rd: Any) -> str:
     """The text of one run's summary: ``summary.json`` as the run wrote it, or, for a run without one (its
     tasks started by hand, its launcher killed), computed from the logs in memory."""
-    from ssptk.analysis.summary import run_summary
-    from ssptk.core.options import RunOptions
+    from ssptk.experiment.finish import summary_from_logs
     from ssptk.render import format_summary
 
     stored = rd.summary()
     if stored:
         return format_summary(stored)
-    options = rd.config().get("options")
-    if not isinstance(options, dict):
-        raise UsageError(f"{rd.config_path} has no run options (truncated or not ssptk's): cannot summarise the run")
-    try:
-        opts = RunOptions.from_dict(options)
-        summary, _ = run_summary(rd.path, opts, None)
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"{rd.config_path}: its options cannot be read ({e})") from None
-    return format_summary(summary) + "\n(computed from the logs: the run has no summary.json; nothing was written)"
+    return format_summary(summary_from_logs(rd.path)) + \
+        "\n(computed from the logs: the run has no summary.json; nothing was written)"
 
 
 def _sim(args: argparse.Namespace) -> int:

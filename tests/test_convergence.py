@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -198,7 +199,21 @@ def test_a_diverging_async_run_is_marked_and_sync_is_first_to_the_target(tmp_pat
 
     common = {"model": "linear", "lr": 0.45, "lr_convention": "mean", "workers": 4, "jitter": "exp:0.01",
               "gpus": "none"}
-    cmp = ssptk.compare(["sync", "async"], out=str(tmp_path / "cmp"), steps=150, **common)
+    try:  # one warm cluster for the three runs (the failed one discards it)
+        cmp = ssptk.compare(["sync", "async"], out=str(tmp_path / "cmp"), steps=150, warm=True, **common)
+        _check_divergence_table(cmp, tmp_path)
+        with pytest.raises(ssptk.RunFailed,
+                           match=r"^ssptk: diverged at global step \d+ \(the smoothed training loss"):
+            ssptk.run(mode="async", steps=5000, stop_on_divergence=True, out=str(tmp_path / "stop"), warm=True,
+                      **common)
+    finally:
+        ssptk.shutdown()
+    summary = json.loads((tmp_path / "stop" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["diverged"] and summary["total_steps"] < 2000
+    assert_gone(str(tmp_path))
+
+
+def _check_divergence_table(cmp: Any, tmp_path: Path) -> None:
     table = cmp.table.set_index("label")
     assert cmp.runs["async"].summary["diverged"] is True and cmp.runs["async"].summary["diverged_at_step"] > 0
     assert cmp.runs["sync"].summary["diverged"] is False and cmp.runs["sync"].ok and cmp.runs["async"].ok
@@ -207,12 +222,6 @@ def test_a_diverging_async_run_is_marked_and_sync_is_first_to_the_target(tmp_pat
     csv = pd.read_csv(tmp_path / "cmp" / "metrics.csv").set_index("label")
     assert pd.isna(csv.loc["async", "time_to_target_s"]) and pd.isna(csv.loc["async", "steps_to_target"])
     assert "first to reach it: sync" in str(cmp) and "Diverged: async" in str(cmp)
-    # --stop-on-divergence ends such a run at once, as a failure that says why
-    with pytest.raises(ssptk.RunFailed, match=r"^ssptk: diverged at global step \d+ \(the smoothed training loss"):
-        ssptk.run(mode="async", steps=5000, stop_on_divergence=True, out=str(tmp_path / "stop"), **common)
-    summary = json.loads((tmp_path / "stop" / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["diverged"] and summary["total_steps"] < 2000
-    assert_gone(str(tmp_path))
 
 
 @pytest.mark.slow
@@ -279,3 +288,17 @@ def test_digits_trains_in_every_mode_and_reports_accuracy(tmp_path: Path) -> Non
     assert final["eval_accuracy"] == pytest.approx(cmp.runs["sync"].summary["final_accuracy"])
     assert "accuracy (held out)" in str(cmp.runs["sync"])
     assert_gone(str(tmp_path))
+
+
+def test_comparison_labels_can_carry_the_inverse_mitigation() -> None:
+    from ssptk.experiment.compare import parse_labels
+    from ssptk.render.tables import lr_lines
+
+    assert parse_labels(["async", "async+inverse", "ssp:4+inverse"]) == [
+        ("async", {"mode": "async"}), ("async+inverse", {"mode": "async", "lr_staleness": "inverse"}),
+        ("ssp:4+inverse", {"mode": "ssp", "staleness": 4, "lr_staleness": "inverse"})]
+    with pytest.raises(UsageError, match=r"bad comparison label 'sync\+inverse': \+inverse \(--lr-staleness "
+                                         r"inverse\) applies to ssp and async only"):
+        parse_labels(["sync+inverse"])
+    lines = lr_lines([{"lr_convention": "minibatch"}, {"lr_convention": "minibatch", "lr_staleness": "inverse"}])
+    assert len(lines) == 2 and lines[1].startswith("Runs with --lr-staleness inverse (labels ending in +inverse)")

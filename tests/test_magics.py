@@ -216,7 +216,7 @@ def test_the_stop_button_ends_the_run_and_keeps_what_ran(kernel, tmp_path: Path)
     assert time.monotonic() - seen["interrupted_at"] < 15
     assert "interrupted" in _usage_error(reply, outs, "RunInterrupted")
     summary = json.loads((tmp_path / "long" / "summary.json").read_text())
-    assert summary["status"] == "failed" and 0 < summary["total_steps"] < 10000
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT" and 0 < summary["total_steps"] < 10000
     for path in (tmp_path / "long" / "workers").glob("*.jsonl"):
         for line in path.read_text().splitlines():
             json.loads(line)

@@ -26,7 +26,7 @@ def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
     assert sorted(df["global_step"]) == list(range(1, 451))  # every update applied, counted once
     for _w, g in df.groupby("worker"):
         assert list(g.sort_values("step")["step"]) == list(range(1, len(g) + 1))
-    assert {e["event"] for e in events} == {"start", "done"} and len(events) == 6
+    assert {e["event"] for e in events} == {"barrier", "start", "done"} and len(events) == 9
     assert (df["wait_s"] == 0).all() and df["staleness"].max() >= 1  # 3 workers: updates interleave
     assert _falls(df)
     assert r.summary["params"]["w"] == pytest.approx(2.0, abs=0.1)

@@ -217,3 +217,79 @@ def test_report_on_a_run_without_summary_computes_one_in_memory(tmp_path: Path) 
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip() == f"ssptk: error: {run / 'config.json'} has no run options (truncated or not " \
                                "ssptk's): cannot summarise the run"
+
+
+# --- nothing left in the temp directory -----------------------------------------------------------
+
+def test_stale_launcher_directories_are_swept(tmp_path: Path) -> None:
+    from ssptk.launch.tempdirs import sweep_stale
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = [tmp_path / f"ssptk-tasks-{dead.pid}-abc", tmp_path / f"ssptk-warm-{dead.pid}-xyz"]
+    kept = [tmp_path / f"ssptk-warm-{os.getpid()}-live", tmp_path / "ssptk-warm-oldstyle", tmp_path / "other-1-2"]
+    for d in stale + kept:
+        (d / "logs").mkdir(parents=True)
+    assert sorted(sweep_stale(str(tmp_path))) == sorted(str(d) for d in stale)
+    assert all(d.exists() for d in kept) and not any(d.exists() for d in stale)
+
+
+@pytest.mark.slow
+def test_an_allreduce_run_leaves_nothing_in_the_temp_directory(tmp_path: Path, monkeypatch) -> None:
+    """Each allreduce worker used to leave ~8 ``__autograph_generated_file*.py`` in the system temp directory.
+    Here the launcher's temp directory is a private one, so other processes' files cannot blur the check."""
+    import tempfile
+
+    import ssptk
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    r = ssptk.run(mode="allreduce", workers=2, steps=20, gpus="none", out=str(tmp_path / "run"))
+    assert r.ok
+    assert sorted(p.name for p in private.iterdir()) == [], "left in the temp directory"
+    assert_gone(str(tmp_path))
+
+
+# --- start-up -------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_worker_killed_during_start_up_is_named_at_once_not_restarted(tmp_path: Path) -> None:
+    """--restart-failed with a worker killed before the start barrier hung 120 s, then blamed worker:0."""
+    import psutil
+    from conftest import cluster_processes
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--steps", "50", *QUICK, "--restart-failed",
+                             "1", "--model", "usermodels:slow_build_on_worker1", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    log = out / "logs" / "worker-1.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and "SSPTK_READY" in log.read_text()):
+        time.sleep(0.1)
+    time.sleep(1.0)  # now inside its build()
+    victims = [p for p in cluster_processes(str(out)) if "worker:1" in " ".join(p.cmdline())]
+    assert victims, "worker:1 not found"
+    t0 = time.monotonic()
+    victims[0].send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 1, err[-2000:]
+    assert "worker:1" in err and "during start-up: not restarted" in err, err
+    assert took < 15, f"named after {took:.0f} s"
+    assert not psutil.pid_exists(victims[0].pid) or victims[0].status() == psutil.STATUS_ZOMBIE
+    assert_gone(str(out))
+
+
+def test_a_model_that_hangs_at_import_is_refused_in_one_line(monkeypatch) -> None:
+    from ssptk.core.options import resolve
+    from ssptk.experiment import single
+
+    monkeypatch.setattr(single, "MODEL_IMPORT_TIMEOUT_S", 1.0)
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match=r"model 'usermodel_hangs:model': importing it and calling it did not "
+                                         r"finish within 1 s; does its module run something long"):
+        single.check_before_start(resolve(model="usermodel_hangs:model", gpus="none"))
+    assert time.monotonic() - t0 < 10

@@ -127,7 +127,7 @@ def test_tasks_started_by_hand_like_on_several_hosts(tmp_path: Path) -> None:
         ps.kill()
         ps.wait()
     df, events = records(out)
-    assert len(df) == 60 and {e["event"] for e in events} == {"start", "done"}
+    assert len(df) == 60 and {e["event"] for e in events} == {"barrier", "start", "done"}
     assert (out / "model" / "final.json").exists() and (out / "config.json").exists()
     p = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and "60 minibatches" in p.stdout

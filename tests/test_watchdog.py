@@ -195,6 +195,20 @@ def test_stall_watch_gives_the_start_more_time_and_can_be_off(monkeypatch: pytes
     assert off.check(FakeCluster()) is None and quiet.check(FakeCluster()) is None
 
 
+def test_stall_watch_names_the_worker_that_never_reached_the_start_barrier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build() hanging on worker:1 only was blamed on ps:0: the others' ``barrier`` events now name it."""
+    clock = Clock(monkeypatch)
+    monkeypatch.setattr(watch_module, "START_TIMEOUT_S", 30.0)
+    watch = StallWatch(5.0)
+    watch.saw([], [{"event": "barrier", "t": 1.7e9, "worker": w} for w in (0, 2)])
+    clock.now += 31.0
+    f = watch.check(FakeCluster())
+    assert f.task == "worker:1"
+    assert f.reason.startswith("stalled: did not reach the start barrier within 30 s, while the other workers did")
+    watch.saw([], [{"event": "barrier", "t": 1.7e9, "worker": 1}])  # all there, none released: the usual
+    assert watch.check(FakeCluster()).task == "worker:0"  # suspect: the first to go silent, here the chief
+
+
 # --- real runs ----------------------------------------------------------------------------------
 
 def _error_time(run_dir: Path) -> float:

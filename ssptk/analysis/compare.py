@@ -111,21 +111,8 @@ def compare_table(
                                     smoothing_window(workers or steps["worker"].nunique()))
         smoothed[str(label)] = logs["loss_smoothed_last"]
         curves[str(label)] = (held_out_curve(events, steps, summary), start_time(events))
-    finished = [r for r in rows if converged(r)]
-    held_out = bool(finished) and all(curves[r["label"]][0] is not None for r in finished)
     auto = target is None
-    if auto:
-        target = auto_target((r["final_loss"] for r in finished) if held_out
-                             else (smoothed[r["label"]] for r in finished))
-    if target is not None:
-        for row in finished:
-            if row["label"] not in prepared:
-                continue
-            df, window = prepared[row["label"]]
-            curve, t0 = curves[row["label"]]
-            row["time_to_target_s"], row["steps_to_target"] = (
-                held_out_to_target(curve, df, target, t0) if held_out and curve is not None
-                else time_to_target(df, target, window))
+    target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                 "wait_fraction", "mean_staleness"):
@@ -138,6 +125,29 @@ def compare_table(
     table.attrs["target_on"] = "held-out" if held_out else "training"
     table.attrs["first_to_target"] = first_to_target(table)
     return table
+
+
+def _to_target(rows: list[dict[str, Any]], prepared: Mapping[str, tuple[pd.DataFrame, int]],
+               smoothed: Mapping[str, float | None],
+               curves: Mapping[str, tuple[pd.DataFrame | None, float | None]],
+               target: float | None) -> tuple[float | None, bool]:
+    """Fill the converged rows' time and minibatches to ``target`` (chosen automatically when ``None``);
+    ``(target, whether it is on the held-out loss)``. See :func:`compare_table`."""
+    finished = [r for r in rows if converged(r)]
+    held_out = bool(finished) and all(curves[r["label"]][0] is not None for r in finished)
+    if target is None:
+        target = auto_target((r["final_loss"] for r in finished) if held_out
+                             else (smoothed[r["label"]] for r in finished))
+    if target is not None:
+        for row in finished:
+            if row["label"] not in prepared:
+                continue
+            df, window = prepared[row["label"]]
+            curve, t0 = curves[row["label"]]
+            row["time_to_target_s"], row["steps_to_target"] = (
+                held_out_to_target(curve, df, target, t0) if held_out and curve is not None
+                else time_to_target(df, target, window))
+    return target, held_out
 
 
 def first_to_target(table: pd.DataFrame) -> str | None:

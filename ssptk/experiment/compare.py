@@ -75,17 +75,27 @@ class CompareResult:
         return "\n".join([format_table(self.table), "", *target_lines(self.table)])
 
 
+#: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
+INVERSE_SUFFIX = "+inverse"
+
+
 def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    """``["sync", "ssp:2", "async"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``."""
+    """``["sync", "ssp:2", "async", "async+inverse"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``;
+    a label ending in ``+inverse`` also sets ``lr_staleness="inverse"`` (the mitigation beside the plain mode)."""
     out = []
     for label in labels:
+        base, inverse = (label[:-len(INVERSE_SUFFIX)], True) if label.endswith(INVERSE_SUFFIX) else (label, False)
         try:
-            mode, staleness = parse_label(label)
+            mode, staleness = parse_label(base)
         except UsageError as e:
-            if ":" not in label:
+            if ":" not in label and not inverse:
                 raise
             raise UsageError(f"bad comparison label {label!r}: {str(e).partition(': ')[2]}") from None
-        out.append((label, {"mode": mode, **({} if staleness is None else {"staleness": staleness})}))
+        if inverse and mode not in ("ssp", "async"):
+            raise UsageError(f"bad comparison label {label!r}: {INVERSE_SUFFIX} (--lr-staleness inverse) applies to "
+                             "ssp and async only")
+        out.append((label, {"mode": mode, **({} if staleness is None else {"staleness": staleness}),
+                            **({"lr_staleness": "inverse"} if inverse else {})}))
     if len({label_dir(lab) for lab, _ in out}) != len(out):
         raise UsageError("comparison labels repeat: give each mode once")
     if not out:

@@ -5,11 +5,11 @@ from typing import Any
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.summary import run_summary
-from ssptk.core.errors import TaskFailure
+from ssptk.core.errors import TaskFailure, UsageError
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 
-__all__ = ["finish_run", "write_tensorboard"]
+__all__ = ["finish_run", "summary_from_logs", "write_tensorboard"]
 
 
 def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
@@ -30,3 +30,17 @@ def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:
         tensorboard.write_events(run_dir, loaded)
     except Exception:  # noqa: BLE001 - a broken event file must not fail a run (nothing recorded)
         pass
+
+
+def summary_from_logs(run_dir: str) -> dict[str, Any]:
+    """What ``summary.json`` would hold for a run that has none (its tasks started by hand, its launcher
+    killed), computed from the logs in memory; writes nothing. :class:`UsageError` if the config is unreadable."""
+    rd = RunDir(run_dir)
+    options = rd.config().get("options")
+    if not isinstance(options, dict):
+        raise UsageError(f"{rd.config_path} has no run options (truncated or not ssptk's): cannot summarise the run")
+    try:
+        summary, _ = run_summary(rd.path, RunOptions.from_dict(options), None)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{rd.config_path}: its options cannot be read ({e})") from None
+    return summary

@@ -54,6 +54,34 @@ def _save_source(run_dir: str, source: str, model: str) -> str:
     return f"{RunDir(run_dir).save_user_model(source)}:{model.rpartition(':')[2]}"
 
 
+#: Seconds a user model may take to import and build its ModelSpec in the launcher before the run is refused.
+MODEL_IMPORT_TIMEOUT_S = 60.0
+
+
+def load_model_within(path: str, timeout: float) -> Any:
+    """:func:`ssptk.core.models.load_model` in a daemon thread, so that a module that hangs while it is
+    imported fails the run in one line instead of blocking the launcher for good (the thread is left)."""
+    from ssptk.core.models import load_model
+
+    box: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            box["spec"] = load_model(path)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=load, name="ssptk-model-import", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise UsageError(f"model {path!r}: importing it and calling it did not finish within {timeout:g} s; does "
+                         "its module run something long (or wait for input) when imported?")
+    if "error" in box:
+        raise box["error"]
+    return box["spec"]
+
+
 def check_before_start(opts: RunOptions) -> dict[str, str]:
     """What resolving cannot check alone: the user model imports and returns a ModelSpec, and
     ``--gpus`` fits the machine. Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises
@@ -61,9 +89,7 @@ def check_before_start(opts: RunOptions) -> dict[str, str]:
     # builtins need no check, and importing TF here would cost seconds
     user = ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":")
     if user or (opts.data_split != "iid" and ":" not in opts.model):  # a %%dtrain cell's model: in its task
-        from ssptk.core.models import load_model
-
-        spec = load_model(opts.model)
+        spec = load_model_within(opts.model, MODEL_IMPORT_TIMEOUT_S)
         if opts.data_split != "iid" and spec.train_set is None:
             raise UsageError(f"--data-split {opts.data_split} needs a model with train_set (its whole training "
                              f"set as arrays); {opts.model} has none: use --model digits or add train_set= to "

@@ -12,6 +12,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from typing import IO, Any
 
 from ssptk.core.errors import RunInterrupted, TaskFailure
 from ssptk.launch import netns
+from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
 from ssptk.runtime.protocol import READY, RUN_DONE
 
@@ -107,6 +109,7 @@ class LocalCluster:
         self.run_id: str | None = None
         self.runs_served = 0
         self.namespace: netns.Namespace | None = None
+        self.task_tmp: str | None = None  # the tasks' TMPDIR while they run
         if _is_loopback(host):
             self.namespace, self.isolation = netns.isolate(_preexec())
         else:
@@ -125,6 +128,9 @@ class LocalCluster:
         rd = RunDir(self.run_dir)
         os.makedirs(rd.logs_dir, exist_ok=True)
         base_env = dict(os.environ)
+        # the tasks' temporary files (TensorFlow's autograph sources, a model's own) go with the cluster
+        self.task_tmp = make_temp_dir("tasks")
+        base_env["TMPDIR"] = self.task_tmp
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["SSPTK_WATCH_PARENT"] = "1"
         base_env["PYTHONUNBUFFERED"] = "1"
@@ -304,6 +310,9 @@ class LocalCluster:
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()
             self.namespace = None
+        if self.task_tmp is not None:
+            shutil.rmtree(self.task_tmp, ignore_errors=True)
+            self.task_tmp = None
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -103,6 +103,9 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
             if errors:  # the worker said why it failed: that beats a line guessed from its log
                 return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
+            if restarts_left > 0 and failure.task.startswith("worker:") and stall.started is None:
+                return Outcome(replace(failure, reason=f"{failure.reason} (during start-up: not restarted, since a "
+                                                       "restarted worker skips the start barrier its peers wait at)"))
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
                 if opts is not None and opts.mode == "sync" and failure.task == "worker:0":
                     return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in sync mode worker:0 "
@@ -164,6 +167,7 @@ class StallWatch:
         self.last_step: dict[str, Any] | None = None
         self.heard: dict[int, float] = {}  # worker -> when (monotonic) its newest record arrived
         self.ended: set[int] = set()  # workers that logged done (or error)
+        self.arrived: set[int] = set()  # workers that built their graph and reached the start barrier
 
     def saw(self, steps: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
         if not steps and not events:
@@ -178,6 +182,8 @@ class StallWatch:
                 self.started = float(r.get("t") or time.time())
             elif kind in ("done", "error") and isinstance(w, int):
                 self.ended.add(w)
+            elif kind == "barrier" and isinstance(w, int):
+                self.arrived.add(w)
         if steps:
             self.last_step = max(steps, key=lambda r: (r.get("t") or 0.0, r.get("global_step") or 0))
 
@@ -190,6 +196,15 @@ class StallWatch:
             limit = max(START_TIMEOUT_S, self.timeout)
             if now - self.begun <= limit:
                 return None
+            n = len(cluster.spec.get("worker", []))
+            missing = [w for w in range(n) if w not in self.arrived]
+            if self.arrived and missing and not cluster.stopped_tasks():  # some are there, these are not
+                names = ", ".join(f"worker:{w}" for w in missing)
+                reason = (f"stalled: did not reach the start barrier within {limit:g} s, while the other workers "
+                          f"did (still building its graph or model? see its log); a --stall-timeout above "
+                          f"{limit:g} waits longer" if len(missing) == 1 else
+                          f"stalled: {names} did not reach the start barrier within {limit:g} s")
+                return self._failure(cluster, f"worker:{missing[0]}", reason)
             reason = (f"stalled: the workers did not pass the start barrier within {limit:g} s of starting; "
                       f"a --stall-timeout above {limit:g} waits longer")
             return self._failure(cluster, self._suspect(cluster), reason)

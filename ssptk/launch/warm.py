@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import tempfile
 import threading
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch.cluster import LocalCluster
+from ssptk.launch.tempdirs import make_temp_dir
 
 PoolKey = tuple[int, tuple[tuple[str, str], ...]]
 
@@ -47,7 +47,7 @@ def acquire(workers: int, gpus: dict[str, str],
             return cluster, True, None
     if cluster is not None:
         _discard(cluster)
-    home = tempfile.mkdtemp(prefix="ssptk-warm-")
+    home = make_temp_dir("warm")
     cluster = LocalCluster(workers, home, gpus, with_ps=True)
     try:
         cluster.start([], run_id="warm", serve=True)

@@ -116,8 +116,17 @@ def target_lines(table: pd.DataFrame) -> list[str]:
 
 
 def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:
-    """One line saying which learning-rate convention the runs (their ``options``) used."""
-    used = {o.get("lr_convention") or "mean" for o in options if o}  # runs made before the option: the mean
+    """One line saying which learning-rate convention the runs (their ``options``) used, and one more where
+    some of them scaled it by staleness (``--lr-staleness inverse``)."""
+    options = [o for o in options if o]
+    inverse = ["Runs with --lr-staleness inverse (labels ending in +inverse) apply each gradient with lr / (its "
+               "staleness + 1) (Zhang et al. 2016): compare them with the plain mode to see whether it helps."] \
+        if any(o.get("lr_staleness") == "inverse" for o in options) else []
+    return _convention_lines(options) + inverse
+
+
+def _convention_lines(options: list[Mapping[str, Any]]) -> list[str]:
+    used = {o.get("lr_convention") or "mean" for o in options}  # runs made before the option: the mean
     if used == {"minibatch"}:
         return ["Learning rate per minibatch (--lr-convention minibatch): every gradient moves the parameters by "
                 "lr x gradient in every mode; sync and allreduce apply lr x the sum of the gradients they "

@@ -180,13 +180,15 @@ class RunDir:
         (:mod:`ssptk.rundir.claim`). A non-empty one, or one another run holds, is refused with
         :class:`~ssptk.core.errors.UsageError`, never overwritten."""
         from ssptk.core.errors import UsageError
-        from ssptk.rundir.claim import claim, make_directory, refusal
+        from ssptk.rundir.claim import CLAIM_FILE, claim, make_directory, refusal
 
         if out is not None:
             path = os.fspath(out)
-            if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
-                raise UsageError(refusal(path) if os.path.isdir(path) else
-                                 f"{path} exists and is a file: choose another --out")
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise UsageError(f"{path} exists and is a file: choose another --out")
+            # a claim (or one being written) is for claim() to judge: it knows who holds the directory
+            if os.path.isdir(path) and [n for n in os.listdir(path) if not n.startswith(CLAIM_FILE)]:
+                raise UsageError(refusal(path))
             make_directory(path)
             claim(path, mode)
             return cls(path)

@@ -83,6 +83,7 @@ class Trainer:
         accumulated, so a late start would let more than N-B gradients into the first update).
         """
         g, s = self.g, self.sess
+        self.rec.event("barrier")  # the graph is built: the launcher can tell who holds the start up
         if self.index == 0:
             s.run(g.init)
             if aggregate is not None:
