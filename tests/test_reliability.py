@@ -293,3 +293,39 @@ def test_a_model_that_hangs_at_import_is_refused_in_one_line(monkeypatch) -> Non
                                          r"finish within 1 s; does its module run something long"):
         single.check_before_start(resolve(model="usermodel_hangs:model", gpus="none"))
     assert time.monotonic() - t0 < 10
+
+
+_CORRUPT = {
+    "config.json truncated": lambda d: (d / "config.json").write_text('{"options": {"mo'),
+    "config.json a list": lambda d: (d / "config.json").write_text("[1, 2]"),
+    "config.json without options": lambda d: (d / "config.json").write_text('{"cluster": {}}'),
+    "workers three": lambda d: (d / "config.json").write_text('{"options": {"mode": "async", "workers": "three"}}'),
+    "a step with t abc": lambda d: open(d / "workers" / "worker-0.jsonl", "a").write(
+        '{"t": "abc", "worker": 0, "step": 99, "global_step": 3, "loss": 1.0}\n'),
+    "an event with worker zz": lambda d: open(d / "workers" / "worker-0.jsonl", "a").write(
+        '{"event": "done", "t": 15.0, "worker": "zz"}\n'),
+    "final.json params 5": lambda d: ((d / "model").mkdir(exist_ok=True),
+                                      (d / "model" / "final.json").write_text('{"params": 5}')),
+    "summary.json a list": lambda d: (d / "summary.json").write_text("[]"),
+    "binary garbage in a log": lambda d: open(d / "workers" / "worker-1.jsonl", "ab").write(b"\xff\xfe\x00x\n"),
+}
+
+
+@pytest.mark.parametrize("what", list(_CORRUPT))
+def test_report_reads_around_malformed_files(tmp_path: Path, what: str, capsys) -> None:
+    """Each of these crashed ``ssptk report`` with a 14-35 line traceback; now the report is built from what
+    can be read, and it writes nothing but report.html."""
+    from ssptk.cli import main
+
+    summary = {"status": "ok", "mode": "async", "workers": 2, "final_loss": 0.1, "total_steps": 40}
+    for label in ("sync", "async"):
+        _synthetic_run(tmp_path / "cmp" / label, dict(summary, mode=label))
+    _CORRUPT[what](tmp_path / "cmp" / "async")
+    before = _snapshot(tmp_path / "cmp")
+    assert main(["report", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err and "report: " in out.out
+    after = _snapshot(tmp_path / "cmp")
+    assert {k: v for k, v in after.items() if k != "report.html"} == before
+    assert main(["report", str(tmp_path / "cmp" / "async")]) in (0, 2)  # one run: read, or one line
+    assert "Traceback" not in capsys.readouterr().err

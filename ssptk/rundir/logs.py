@@ -97,6 +97,15 @@ class JsonlTail:
         return f"JsonlTail({str(self.path)!r}, offset={self.offset}, bad_lines={self.bad_lines})"
 
 
+def _valid(obj: Any) -> bool:
+    """A record as the contract has it: a JSON object whose ``t`` is a number and ``worker`` an integer."""
+    if not isinstance(obj, dict):
+        return False
+    t, worker = obj.get("t"), obj.get("worker")
+    return (isinstance(t, (int, float)) and not isinstance(t, bool)
+            and isinstance(worker, int) and not isinstance(worker, bool))
+
+
 def _time_key(record: dict[str, Any]) -> float:
     t = record.get("t")
     if isinstance(t, (int, float)) and not isinstance(t, bool) and not math.isnan(t):
@@ -162,6 +171,7 @@ class RunLogReader:
         self._events: list[dict[str, Any]] = []
         self._steps_cache: tuple[int, pd.DataFrame] | None = None
         self._events_cache: tuple[int, pd.DataFrame] | None = None
+        self._invalid = 0
 
     @property
     def workers_dir(self) -> Path:
@@ -175,8 +185,9 @@ class RunLogReader:
 
     @property
     def bad_lines(self) -> int:
-        """Complete lines skipped as invalid JSON, over all worker files."""
-        return sum(tail.bad_lines for tail in self._tails.values())
+        """Complete lines skipped, over all worker files: invalid JSON, or a JSON object without a numeric
+        ``t`` and an integer ``worker``."""
+        return sum(tail.bad_lines for tail in self._tails.values()) + self._invalid
 
     def _discover(self) -> None:
         try:
@@ -195,6 +206,9 @@ class RunLogReader:
         events: list[dict[str, Any]] = []
         for index in sorted(self._tails):
             for record in self._tails[index].read_new():
+                if not _valid(record):  # not a record as the contract has it: skipped, counted
+                    self._invalid += 1
+                    continue
                 (events if "event" in record else steps).append(record)
         steps.sort(key=_time_key)
         events.sort(key=_time_key)
