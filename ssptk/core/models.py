@@ -73,6 +73,13 @@ def minibatch(spec: ModelSpec, seed: int, index: int, batch: int) -> tuple[np.nd
     return spec.data(np.random.default_rng([int(seed), int(index), 1]), batch)
 
 
+def check_split(spec: ModelSpec, split: str, name: str) -> None:
+    """:class:`UsageError` if ``--data-split split`` cannot be used with ``spec`` (called ``name``)."""
+    if split != "iid" and spec.train_set is None:
+        raise UsageError(f"--data-split {split} needs a model with train_set (its whole training set as arrays); "
+                         f"{name} has none: use --model digits or add train_set= to its ModelSpec")
+
+
 def data_source(spec: ModelSpec, seed: int, batch: int, split: str = "iid", worker: int = 0,
                 workers: int = 1) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
     """``minibatch index -> (x, y)`` for ``worker`` of ``workers``. ``split="iid"``: :func:`minibatch`, the
@@ -80,9 +87,8 @@ def data_source(spec: ModelSpec, seed: int, batch: int, split: str = "iid", work
     ``spec.train_set()`` sorted by label, so each worker sees only its own labels (non-IID data)."""
     if split == "iid":
         return lambda index: minibatch(spec, seed, index, batch)
-    if spec.train_set is None:
-        raise UsageError(f"--data-split {split} needs a model with train_set (its whole training set as arrays); "
-                         f"{spec.name} has none: use --model digits or add train_set= to its ModelSpec")
+    check_split(spec, split, spec.name)
+    assert spec.train_set is not None
     x, y = spec.train_set()
     mine = np.array_split(np.argsort(np.asarray(y), kind="stable"), workers)[worker]
 

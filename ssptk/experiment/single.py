@@ -89,11 +89,9 @@ def check_before_start(opts: RunOptions) -> dict[str, str]:
     # builtins need no check, and importing TF here would cost seconds
     user = ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":")
     if user or (opts.data_split != "iid" and ":" not in opts.model):  # a %%dtrain cell's model: in its task
-        spec = load_model_within(opts.model, MODEL_IMPORT_TIMEOUT_S)
-        if opts.data_split != "iid" and spec.train_set is None:
-            raise UsageError(f"--data-split {opts.data_split} needs a model with train_set (its whole training "
-                             f"set as arrays); {opts.model} has none: use --model digits or add train_set= to "
-                             "its ModelSpec")
+        from ssptk.core.models import check_split
+
+        check_split(load_model_within(opts.model, MODEL_IMPORT_TIMEOUT_S), opts.data_split, opts.model)
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)
