@@ -281,6 +281,7 @@ if HERE not in sys.path:
 sys.modules.setdefault("run", sys.modules[__name__])
 from bench_notebook import bench_dashboard_overhead  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
+from bench_soak import bench_soak  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
 from bench_tradeoff import bench_tradeoff  # noqa: E402
 
@@ -294,6 +295,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_cold_start,
     bench_scale_workers,
     bench_tradeoff,
+    bench_soak,
 ]
 
 

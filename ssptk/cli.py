@@ -11,9 +11,10 @@ import argparse
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
-from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
+from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError
 from ssptk.core.options import OPTIONS, add_run_arguments, from_namespace
 
 NOTEBOOK_EXAMPLES = """examples:
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RunFailed as e:
         _print_failure(e)
+        return 1
+    except DiskFull as e:
+        print(f"ssptk: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         name = getattr(e, "signal", None) or "SIGINT"
@@ -258,16 +262,28 @@ def _report(args: argparse.Namespace) -> int:
 
     rd = RunDir(args.dir)
     if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written
-        print(_one_run_summary(rd))
+        text = _one_run_summary(rd)  # a run that cannot be summarised at all is one error line, no warnings
+        _warn_unreadable([rd.path])
+        print(text)
         return 0
     if not os.path.isdir(args.dir):
         raise UsageError(f"{args.dir} is not a directory: give a comparison or run directory")
+    _warn_unreadable(sorted({str(p.parent) for p in Path(args.dir).rglob("*") if p.name in ("config.json", "workers")}))
     report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
     print(format_table(report.table))
     print("\n".join(["", *target_lines(report.table)]))
     print(f"\nreport: {path}")
     return 0
+
+
+def _warn_unreadable(run_dirs: list[str]) -> None:
+    """One line on stderr per file of these runs that the report has to do without."""
+    from ssptk.rundir.check import unreadable
+
+    for run_dir in run_dirs:
+        for line in unreadable(run_dir):
+            print(f"ssptk: warning: {line}", file=sys.stderr)
 
 
 def _one_run_summary(rd: Any) -> str:

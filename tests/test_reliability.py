@@ -4,8 +4,10 @@ Real clusters on localhost; every test that starts one proves its tasks are gone
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -295,6 +297,18 @@ def test_a_model_that_hangs_at_import_is_refused_in_one_line(monkeypatch) -> Non
     assert time.monotonic() - t0 < 10
 
 
+# what each corruption makes `ssptk report` name on stderr (one line for that file)
+_NAMED = {
+    "config.json truncated": r"async/config.json: not JSON \(truncated, or not ssptk's\): skipped",
+    "config.json a list": r"async/config.json: not a JSON object: skipped",
+    "config.json without options": r"async/config.json: it has no run options: skipped",
+    "workers three": r"async/config.json: its options workers, steps cannot be read: skipped",
+    "a step with t abc": r"async/workers/worker-0.jsonl: 1 line skipped \(not a record",
+    "an event with worker zz": r"async/workers/worker-0.jsonl: 1 line skipped \(not a record",
+    "final.json params 5": r"async/model/final.json: its params is not a JSON object: skipped",
+    "summary.json a list": r"async/summary.json: not a JSON object: skipped",
+    "binary garbage in a log": r"async/workers/worker-1.jsonl: 1 line skipped \(not a record",
+}
 _CORRUPT = {
     "config.json truncated": lambda d: (d / "config.json").write_text('{"options": {"mo'),
     "config.json a list": lambda d: (d / "config.json").write_text("[1, 2]"),
@@ -325,7 +339,34 @@ def test_report_reads_around_malformed_files(tmp_path: Path, what: str, capsys) 
     assert main(["report", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr()
     assert "Traceback" not in out.err and "report: " in out.out
+    warnings = [line for line in out.err.splitlines() if line.startswith("ssptk: warning: ")]
+    assert len(warnings) == 1 and re.search(_NAMED[what], warnings[0]), out.err
     after = _snapshot(tmp_path / "cmp")
     assert {k: v for k, v in after.items() if k != "report.html"} == before
     assert main(["report", str(tmp_path / "cmp" / "async")]) in (0, 2)  # one run: read, or one line
     assert "Traceback" not in capsys.readouterr().err
+
+
+# --- start-up: its own phase, with progress -------------------------------------------------------
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.slow
+def test_start_up_progress_names_the_tasks_still_starting(run_dir: Path) -> None:
+    """The CLI's bar says how many tasks are up and which are awaited, before the first step."""
+    import ssptk
+    from ssptk.render import ProgressBar
+
+    screen = _Terminal()
+    bar = ProgressBar("async ", stream=screen)
+    result = ssptk.run(mode="async", workers=2, steps=20, gpus="none", out=str(run_dir), progress=bar)
+    bar.close()
+    assert result.ok
+    shown = [part.replace("\033[K", "") for part in screen.getvalue().split("\r") if part]
+    assert shown[0] == "async starting: 0/3 tasks ready (waiting for ps:0, worker:0, worker:1)", shown
+    starts = [s for s in shown if "starting:" in s]
+    assert starts[-1] == "async starting: 3/3 tasks ready" and len(starts) >= 2, starts
+    assert shown[-1].startswith("async [##############################] 40/40"), shown

@@ -106,6 +106,18 @@ def check_loss(loss: float, allow_nan: bool, step: int, worker: int, global_step
         raise LossNotFinite(loss, step, worker, global_step)
 
 
+class DiskFull(RuntimeError):
+    """The disk (or quota) holding the run directory is full: one line naming the device, the file and
+    what to do. Build it with :func:`ssptk.rundir.space.disk_full`."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"DiskFull: {self}"]
+
+
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by the user (the notebook's stop button) or a signal to the launcher (``signal``
     names it: ``SIGINT``, ``SIGTERM``, ``SIGHUP``): every task is stopped, the logs kept."""

@@ -5,7 +5,7 @@ from typing import Any
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.summary import run_summary
-from ssptk.core.errors import TaskFailure, UsageError
+from ssptk.core.errors import DiskFull, TaskFailure, UsageError
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 
@@ -13,12 +13,20 @@ __all__ = ["finish_run", "summary_from_logs", "write_tensorboard"]
 
 
 def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
-               ps_cpu_s: float | None = None) -> dict[str, Any]:
-    """Summarise the run from its logs, write ``summary.json`` and the TensorBoard files; the summary."""
+               ps_cpu_s: float | None = None) -> tuple[dict[str, Any], TaskFailure | None]:
+    """Summarise the run from its logs, write ``summary.json`` and the TensorBoard files. Returns the
+    summary and the run's failure: a full disk that kept ``summary.json`` from being written fails a run
+    that had none (the summary is then only in memory)."""
     summary, loaded = run_summary(run_dir, opts, failure, ps_cpu_s)
-    RunDir(run_dir).write_summary(summary)
+    try:
+        RunDir(run_dir).write_summary(summary)
+    except DiskFull as e:
+        if failure is None:
+            failure = TaskFailure.of("ssptk", str(e))
+            summary, _ = run_summary(run_dir, opts, failure, ps_cpu_s)
+        return summary, failure
     write_tensorboard(run_dir, loaded)
-    return summary
+    return summary, failure
 
 
 def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:

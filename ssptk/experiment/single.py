@@ -18,7 +18,7 @@ from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, resolve, to_argv
 from ssptk.experiment.finish import finish_run
 from ssptk.experiment.result import RunResult
-from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver
+from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, notify_starting
 from ssptk.launch.supervisor import Outcome, supervise
 from ssptk.rundir import USER_MODEL_FILE, RunDir
 
@@ -170,7 +170,7 @@ def execute(prepared: PreparedRun, *, progress: ProgressFn | None = None, observ
     failure = outcome.failure
     if failure is None and not RunDir(run_dir).final():  # the summary and the exit code must agree
         failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
-    summary = finish_run(run_dir, opts, failure, outcome.ps_train_cpu_s)
+    summary, failure = finish_run(run_dir, opts, failure, outcome.ps_train_cpu_s)
     result = RunResult(run_dir, opts, summary, failure)
     for o in observers:
         o.finished(result)
@@ -190,7 +190,7 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
             RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
                                          tasks={"warm": False, "isolation": cluster.isolation})
             cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
-            failure = cluster.wait_ready(cancel=cancel)
+            failure = cluster.wait_ready(cancel=cancel, progress=lambda r, p: notify_starting(observers, r, p))
             if failure is None:
                 return supervise(cluster, run_dir, total, observers, opts, cancel)
             if attempt + 1 < PORT_RETRIES and _port_taken(failure):
@@ -208,7 +208,8 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
     rd = RunDir(run_dir)
     os.makedirs(rd.logs_dir, exist_ok=True)
     for attempt in range(PORT_RETRIES):
-        cluster, reused, failure = warm.acquire(opts.workers, gpus, cancel)
+        cluster, reused, failure = warm.acquire(opts.workers, gpus, cancel,
+                                                lambda r, p: notify_starting(observers, r, p))
         if failure is None:
             break
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -26,8 +27,12 @@ from ssptk.core.errors import RunInterrupted, TaskFailure
 from ssptk.launch import netns
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
-from ssptk.runtime.protocol import READY, RUN_DONE
+from ssptk.rundir.space import disk_full
+from ssptk.runtime import reaper
+from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE
 
+#: ``progress(ready, pending)``: the names of the tasks whose servers are up, and of those still starting.
+StartProgress = Callable[[list[str], list[str]], None]
 KILL_WAIT_S = 10.0  # the most stop() waits for a task after SIGKILL
 #: The directory that holds the ``ssptk`` package this launcher runs: put first on the tasks' PYTHONPATH.
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,7 +54,8 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        # SIGTERM, not SIGKILL: the task then kills what its user code started (ssptk.runtime.reaper)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -186,17 +192,22 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             return None
 
-    def wait_ready(self, timeout: float = 120.0, cancel: threading.Event | None = None) -> TaskFailure | None:
-        """Block until every task's server is up; a failure if one exits first or time runs out.
-        Setting ``cancel`` raises :class:`~ssptk.core.errors.RunInterrupted` (the caller stops the tasks)."""
+    def wait_ready(self, timeout: float = 120.0, cancel: threading.Event | None = None,
+                   progress: StartProgress | None = None) -> TaskFailure | None:
+        """Block until every task's server is up; a failure naming the task if one exits first or time runs
+        out. ``progress(ready, pending)`` hears each change (task names). Setting ``cancel`` raises
+        :class:`~ssptk.core.errors.RunInterrupted` (the caller stops the tasks)."""
         deadline = time.monotonic() + timeout
         pending = {t.name for t in self.tasks}
+        if progress is not None:
+            progress([], sorted(pending))
         while pending:
             if cancel is not None and cancel.is_set():
                 raise RunInterrupted("stopped by the user while the cluster was starting")
-            for t in self.tasks:
-                if t.name in pending and _log_has(t.log_path, READY):
-                    pending.discard(t.name)
+            came = {t.name for t in self.tasks if t.name in pending and _log_has(t.log_path, READY)}
+            pending -= came
+            if came and progress is not None:
+                progress(sorted({t.name for t in self.tasks} - pending), sorted(pending))
             failure = self.poll()
             if failure is not None:
                 return failure
@@ -230,9 +241,18 @@ class LocalCluster:
             code = t.exit_code
             if code is None or (code == 0 and t.name != "ps:0" and not self.serving):
                 continue
+            if code == EXIT_DISK_FULL:  # its own log may not have taken the message: the code says it
+                return TaskFailure.of(t.name, str(disk_full(self._written_by(t))), code)
             reason = "exited unexpectedly" if code == 0 else ("was killed" if code < 0 else "failed")
             return self.failure(t.name, reason, code)
         return None
+
+    @staticmethod
+    def _written_by(t: Task) -> str:
+        """The file a task was most likely writing when the disk filled: a worker's JSONL log."""
+        run_dir = os.path.dirname(os.path.dirname(t.log_path))
+        job, _, index = t.name.partition(":")
+        return RunDir(run_dir).worker_log(int(index)) if job == "worker" else t.log_path
 
     def workers_finished(self) -> bool:
         """Every worker is done with the run (exited 0, or, serving, logged the run's end)."""
@@ -284,6 +304,9 @@ class LocalCluster:
         A stopped task (SIGSTOP) is continued after the SIGTERM so that it acts on it; the wait after
         SIGKILL is bounded too, so a process stuck in the kernel cannot keep the caller forever."""
         live = [t for t in self.tasks if t.proc is not None and t.proc.poll() is None]
+        # what the tasks' user code started (daemons too: tasks are subreapers): killed below if the
+        # tasks' own reaping did not get to it
+        seen = {p: s for t in live for p, s in reaper.descendants(t.proc.pid).items()}  # type: ignore[union-attr]
         for t in live:
             _signal_group(t.proc, signal.SIGTERM)  # type: ignore[arg-type]
             _signal_group(t.proc, signal.SIGCONT)  # type: ignore[arg-type]
@@ -307,6 +330,7 @@ class LocalCluster:
                         pass
             if t.log is not None and not t.log.closed:
                 t.log.close()
+        reaper.kill_seen(seen)
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()
             self.namespace = None

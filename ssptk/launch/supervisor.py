@@ -103,6 +103,9 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
             if errors:  # the worker said why it failed: that beats a line guessed from its log
                 return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
+            hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
+            if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
+                return Outcome(replace(failure, reason=f"error: {hung[0].get('message', '')}"))
             if restarts_left > 0 and failure.task.startswith("worker:") and stall.started is None:
                 return Outcome(replace(failure, reason=f"{failure.reason} (during start-up: not restarted, since a "
                                                        "restarted worker skips the start barrier its peers wait at)"))

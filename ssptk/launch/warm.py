@@ -16,7 +16,7 @@ import shutil
 import threading
 
 from ssptk.core.errors import TaskFailure
-from ssptk.launch.cluster import LocalCluster
+from ssptk.launch.cluster import LocalCluster, StartProgress
 from ssptk.launch.tempdirs import make_temp_dir
 
 PoolKey = tuple[int, tuple[tuple[str, str], ...]]
@@ -30,13 +30,13 @@ def _key(workers: int, gpus: dict[str, str]) -> PoolKey:
     return workers, tuple(sorted(gpus.items()))
 
 
-def acquire(workers: int, gpus: dict[str, str],
-            cancel: threading.Event | None = None) -> tuple[LocalCluster, bool, TaskFailure | None]:
+def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None = None,
+            progress: StartProgress | None = None) -> tuple[LocalCluster, bool, TaskFailure | None]:
     """A serving cluster for this key: ``(cluster, reused, failure)``.
 
     A live idle cluster is reused; otherwise a new one is started and waited for (``failure`` is
     set, and the cluster already stopped, if it could not start). A cluster in use by another run
-    (a background run) is never shared: that run gets a new one. ``cancel``: see
+    (a background run) is never shared: that run gets a new one. ``cancel`` and ``progress``: see
     :meth:`LocalCluster.wait_ready`.
     """
     key = _key(workers, gpus)
@@ -51,7 +51,7 @@ def acquire(workers: int, gpus: dict[str, str],
     cluster = LocalCluster(workers, home, gpus, with_ps=True)
     try:
         cluster.start([], run_id="warm", serve=True)
-        failure = cluster.wait_ready(cancel=cancel)
+        failure = cluster.wait_ready(cancel=cancel, progress=progress)
     except BaseException:
         _discard(cluster)
         raise

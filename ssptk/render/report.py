@@ -22,6 +22,7 @@ from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.rundir import RunDir, load_run
+from ssptk.rundir.space import write_whole
 
 __all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
 
@@ -91,7 +92,7 @@ class Report:
         """Write :meth:`to_html` to ``path`` (parent folders created); returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.to_html(), encoding="utf-8")
+        write_whole(str(path), self.to_html())
         return path
 
     def __str__(self) -> str:
@@ -158,7 +159,7 @@ def write_metrics_csv(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path
     """Write a comparison table as CSV (no index; missing values empty); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
+    write_whole(str(path), table.to_csv(index=False))
     return path
 
 

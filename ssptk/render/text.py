@@ -59,10 +59,20 @@ class ProgressBar:
             return
         self._last = done
         filled = int(self.width * min(done, total) / max(total, 1))
-        self.stream.write(f"\r{self.label}[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}")
+        self.stream.write(f"\r{self.label}[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total}\033[K")
         self.stream.flush()
 
+    def starting(self, ready: list[str], pending: list[str]) -> None:
+        """While the cluster starts: ``starting: 2/3 tasks ready (waiting for worker:1)``."""
+        if not self.enabled:
+            return
+        total = len(ready) + len(pending)
+        waiting = f" (waiting for {', '.join(pending[:3])}{', ...' if len(pending) > 3 else ''})" if pending else ""
+        self.stream.write(f"\r{self.label}starting: {len(ready)}/{total} tasks ready{waiting}\033[K")
+        self.stream.flush()
+        self._last = -2  # something is on the line: close() ends it
+
     def close(self) -> None:
-        if self.enabled and self._last >= 0:
+        if self.enabled and self._last != -1:
             self.stream.write("\n")
             self.stream.flush()

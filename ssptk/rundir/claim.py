@@ -4,7 +4,7 @@ Creating it with ``link()``, which fails when the name exists, is atomic on loca
 so of two runs started at once with the same ``--out`` exactly one gets the directory; the other is
 refused with a message naming the run that holds it. The file stays when the run ends: it records which
 process made the directory (``docs/run-directory.md``). Errors creating the directory become one-line
-:class:`UsageError` messages.
+:class:`UsageError` messages (exit 2), a full disk :class:`~ssptk.core.errors.DiskFull` (exit 1).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import threading
 import time
 
 from ssptk.core.errors import UsageError
+from ssptk.rundir.space import writing
 
 __all__ = ["CLAIM_FILE", "claim", "make_directory", "refusal"]
 
@@ -27,7 +28,8 @@ CLAIM_FILE = ".ssptk-run"
 def make_directory(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)``, with what went wrong said in one line a user can act on."""
     try:
-        os.makedirs(path, exist_ok=True)
+        with writing(path):
+            os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create output directory {path}: {os_reason(e)}: choose another --out") from None
 
@@ -57,7 +59,7 @@ def claim(path: str, mode: str) -> None:
     # claim is exclusive, and whoever sees it sees it whole.
     draft = os.path.join(path, f".ssptk-run.{os.getpid()}.{threading.get_ident()}")
     try:
-        with open(draft, "w", encoding="utf-8") as f:
+        with writing(target), open(draft, "w", encoding="utf-8") as f:
             f.write(body + "\n")
         os.link(draft, target)
     except FileExistsError:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ssptk.core.options import RunOptions
+from ssptk.rundir.space import write_whole
 
 __all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "task_log_name"]
 
@@ -39,11 +40,8 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _write_json(path: str, obj: dict[str, Any]) -> None:
-    """Write ``obj`` whole or not at all: a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
+    """Write ``obj`` whole or not at all: a reader never sees half a file (:class:`DiskFull` on a full disk)."""
+    write_whole(path, json.dumps(obj, indent=1))
 
 
 def _finite(x: float) -> float | None:
@@ -169,8 +167,7 @@ class RunDir:
 
     def save_user_model(self, source: str) -> str:
         """Save a cell's model code as ``user_model.py``; returns its path."""
-        with open(self.user_model_path, "w", encoding="utf-8") as f:
-            f.write(source)
+        write_whole(self.user_model_path, source)
         return self.user_model_path
 
     # --- creating one ---------------------------------------------------------------------------

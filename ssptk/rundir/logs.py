@@ -171,7 +171,7 @@ class RunLogReader:
         self._events: list[dict[str, Any]] = []
         self._steps_cache: tuple[int, pd.DataFrame] | None = None
         self._events_cache: tuple[int, pd.DataFrame] | None = None
-        self._invalid = 0
+        self._invalid: dict[int, int] = {}
 
     @property
     def workers_dir(self) -> Path:
@@ -187,7 +187,12 @@ class RunLogReader:
     def bad_lines(self) -> int:
         """Complete lines skipped, over all worker files: invalid JSON, or a JSON object without a numeric
         ``t`` and an integer ``worker``."""
-        return sum(tail.bad_lines for tail in self._tails.values()) + self._invalid
+        return sum(self.skipped_lines().values())
+
+    def skipped_lines(self) -> dict[str, int]:
+        """Complete lines skipped so far, per worker file that had any (path -> count)."""
+        counts = {str(tail.path): tail.bad_lines + self._invalid.get(i, 0) for i, tail in self._tails.items()}
+        return {path: n for path, n in sorted(counts.items()) if n}
 
     def _discover(self) -> None:
         try:
@@ -207,7 +212,7 @@ class RunLogReader:
         for index in sorted(self._tails):
             for record in self._tails[index].read_new():
                 if not _valid(record):  # not a record as the contract has it: skipped, counted
-                    self._invalid += 1
+                    self._invalid[index] = self._invalid.get(index, 0) + 1
                     continue
                 (events if "event" in record else steps).append(record)
         steps.sort(key=_time_key)

@@ -5,3 +5,6 @@ from __future__ import annotations
 READY = "SSPTK_READY"
 #: ``SSPTK_RUN_DONE <run id>``: a serving (warm) worker finished a run.
 RUN_DONE = "SSPTK_RUN_DONE"
+#: A task's exit code when the disk holding the run directory filled up (ENOSPC's number): its own log
+#: may be unwritable too, so the code alone tells the launcher.
+EXIT_DISK_FULL = 28

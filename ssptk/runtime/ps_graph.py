@@ -238,7 +238,11 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
         # returns, which lags whenever the worker waits for a core).
         with tf.control_dependencies([g_after]):
             stamp = tf.timestamp()
-        parts = [g_after, fetch_add(tf, s.claimed), s.g_read, tf.bitcast(stamp, tf.int64)]
+        # The claim follows the update: then nothing on the PS changes before the worker's gradient arrives,
+        # and a step TensorFlow rejected as a duplicate request can be run again (ssptk.runtime.retry).
+        with tf.control_dependencies([g_after]):
+            claim = fetch_add(tf, s.claimed)
+        parts = [g_after, claim, s.g_read, tf.bitcast(stamp, tf.int64)]
         woke: list[Any] = []
         if ssp:
             # The tick follows the stamp, so a step that a peer's tick allowed always logs a later `t` than

@@ -12,8 +12,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -21,12 +23,14 @@ from typing import Any
 import numpy as np
 
 from ssptk.core.delays import DelayModel
-from ssptk.core.errors import check_loss
+from ssptk.core.errors import DiskFull, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
+from ssptk.runtime.reaper import exit_with_descendants
 from ssptk.runtime.recorder import Recorder
+from ssptk.runtime.retry import HangWatch, RetryingSession
 
 # A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
 # instead of a hang.
@@ -53,12 +57,17 @@ class Trainer:
                                 inverse_staleness=opts.lr_staleness == "inverse")
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
-        self.sess = tf.compat.v1.Session(target, graph=self.g.graph, config=config)
+        # every run is re-run if TensorFlow rejects it as a duplicate request (ssptk.runtime.retry)
+        self.sess = RetryingSession(tf.compat.v1.Session(target, graph=self.g.graph, config=config), tf.errors)
         self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log)
         self.data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, self.n)
         self.evaluated = 0  # the global step of worker 0's last held-out evaluation (--eval-every)
         self.safety_timeouts = 0
         self.step_offset = 0  # steps this worker logged before it was restarted
+        stall = opts.stall_timeout
+        self.hung_after_s = max(10.0, stall / 2) if stall else 60.0  # a step run this long has hung
+        self._hang_watch: HangWatch | None = None
+        self._in_flight = -1  # the minibatch of the step run in flight
         self._aggregator: threading.Thread | None = None
 
     # -- shared pieces -------------------------------------------------------------------------
@@ -118,16 +127,21 @@ class Trainer:
             backlog = int(self.sess.run(g.backlog)) if sync else 0
             if backlog:
                 self.sess.run(g.drain, {g.drain_n: backlog})
-            first = int(self.sess.run(g.g_read if sync else g.rejoin))
-            self.step_offset = last_logged_step(self.run_dir.worker_log(self.index))
+            self.step_offset, hung_mb = last_logged_step(self.run_dir.worker_log(self.index))
+            if hung_mb is not None and not sync:  # its dead self's step hung before anything was applied
+                first = hung_mb + 1  # train that minibatch now: no claim lost
+            else:
+                first = int(self.sess.run(g.g_read if sync else g.rejoin))
             self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
         else:
             first = self._start(aggregate)
         steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
                  else self._ps_loop(first, steps_fn[0], steps_fn[1] if len(steps_fn) > 1 else None,
                                     rejoined=bool(rejoin)))
+        if self._hang_watch is not None:
+            self._hang_watch.close()
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time(),
-                       record_cpu_s=round(self.rec.cpu_s, 6))
+                       record_cpu_s=round(self.rec.cpu_s, 6), duplicate_reruns=self.sess.retries)
         if self.index == 0:
             if self.n > 1:
                 self.sess.run(self.g.dones)
@@ -164,7 +178,7 @@ class Trainer:
         eval_loss, accuracy = self._held_out()
         values = self.sess.run(self.g.model_vars)
         with self.g.graph.as_default():
-            self.g.saver.save(self.sess, self.run_dir.checkpoint_prefix, write_meta_graph=False)
+            self.sess.call(self.g.saver.save, self.sess.session, self.run_dir.checkpoint_prefix, write_meta_graph=False)
         self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values, accuracy)
 
     # -- async and ssp -------------------------------------------------------------------------
@@ -178,9 +192,9 @@ class Trainer:
         step, wait_s, clear, n = self.step_offset, 0.0, ssp and rejoined, self.n
         staleness = self.opts.staleness or 0
         while claim <= budget:
-            mb = claim - 1
+            mb = self._in_flight = claim - 1
             inputs, delay = self._inputs(mb)
-            meta, loss = (step_clear_fn if clear else step_fn)(*inputs)[:2]
+            meta, loss = self._watched(step_clear_fn if clear else step_fn, inputs, delay)[:2]
             step += 1
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
@@ -198,6 +212,27 @@ class Trainer:
         if ssp:
             s.run(g.finish)
         return step
+
+    def _watched(self, step_fn: Any, inputs: list[Any], delay: float) -> Any:
+        """One step run, watched for a hang inside TensorFlow (:class:`~ssptk.runtime.retry.HangWatch`)."""
+        if self._hang_watch is None:  # from the second step on: the first may build and compile for long
+            out = step_fn(*inputs)
+            self._hang_watch = HangWatch(self.hung_after_s, self._hung)
+            return out
+        self._hang_watch.begin(delay)
+        out = step_fn(*inputs)
+        self._hang_watch.end()
+        return out
+
+    def _hung(self, seconds: float) -> None:
+        """A step run has hung: end this worker (the launcher names it; ``--restart-failed`` restarts it)."""
+        msg = (f"a step of worker {self.index} hung in TensorFlow for {seconds:.0f} s (TensorFlow can lose the "
+               "cancellation of a step it refused as a duplicate): --restart-failed N starts the worker again; "
+               f"a model this slow needs --stall-timeout above {2 * seconds:.0f}")
+        with contextlib.suppress(OSError, DiskFull):  # not an `error`: the launcher may restart this worker
+            self.rec.event("hung", message=msg, minibatch=self._in_flight)
+        print(f"ssptk worker: error: {msg}", file=sys.stderr, flush=True)
+        exit_with_descendants(1)
 
     def _ssp_wait(self, need: int) -> float:
         """Block until every worker's clock is >= ``need``; returns the seconds spent."""
@@ -220,10 +255,11 @@ class Trainer:
         k = self.opts.steps
         step = self.step_offset
         while local < k:
-            mb = local * self.n + self.index
+            mb = self._in_flight = local * self.n + self.index
             inputs, delay = self._inputs(mb)
             try:
-                meta, loss = step_fn(*inputs, local)
+                # a sync step waits for the slowest worker: allow for the longest delay of any worker's step
+                meta, loss = self._watched(step_fn, [*inputs, local], self.opts.max_delay)
             except tf.errors.OutOfRangeError:  # token queues closed: the run's last update is done
                 break
             step += 1
@@ -251,22 +287,26 @@ class Trainer:
             self.sess.run(self.g.close_tokens)
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
-            os._exit(1)
+            exit_with_descendants(1)
 
 
-def last_logged_step(path: str) -> int:
-    """The last ``step`` in a worker's log (0 if none): where a restarted worker goes on counting."""
-    last = 0
+def last_logged_step(path: str) -> tuple[int, int | None]:
+    """The last ``step`` in a worker's log (0 if none), where a restarted worker goes on counting, and the
+    minibatch of a step that hung if that is how the log ends (the restarted worker trains it)."""
+    last, hung = 0, None
     try:
         with open(path, "rb") as f:
             for line in f:
                 try:
-                    last = max(last, int(json.loads(line).get("step") or 0))
-                except (ValueError, AttributeError):
+                    r = json.loads(line)
+                    last = max(last, int(r.get("step") or 0))
+                    mb = r.get("minibatch")
+                    hung = mb if r.get("event") == "hung" and isinstance(mb, int) and mb >= 0 else None
+                except (ValueError, AttributeError, TypeError):
                     continue
     except OSError:
         pass
-    return last
+    return last, hung
 
 
 def variable_names(variables: list[Any]) -> list[str]:

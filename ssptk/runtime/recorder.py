@@ -2,11 +2,14 @@
 complete or absent (line-atomic with O_APPEND) and readers can follow the file while it grows."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
 from typing import Any
+
+from ssptk.rundir.space import disk_full, is_disk_full
 
 
 class Recorder:
@@ -14,13 +17,25 @@ class Recorder:
 
     def __init__(self, path: str, worker: int, enabled: bool = True) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.worker = worker
         self.enabled = enabled
         self.cpu_s = 0.0  # this thread's CPU spent writing step records (the `done` event reports it)
 
     def _write(self, record: dict[str, Any]) -> None:
-        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        done = 0
+        try:
+            while done < len(data):  # a full disk first takes part of a line, then refuses the rest
+                done += os.write(self._fd, data[done:])
+        except OSError as e:
+            if done:  # take the partial line back: the file holds whole lines only
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - done)
+            if is_disk_full(e):
+                raise disk_full(self.path) from None
+            raise
 
     def step(self, step: int, global_step: int, loss: float, wait_s: float, staleness: int, minibatch: int,
              delay_s: float, applied: bool = True, t: float | None = None, lr_scale: float | None = None) -> None:

@@ -7,17 +7,22 @@ this is, and the run options must be the same on every task.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import sys
 import threading
 import time
 from typing import Any
 
-from ssptk.core.errors import LossNotFinite, UsageError
+from ssptk.core.errors import DiskFull, LossNotFinite, UsageError
 from ssptk.core.options import add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
-from ssptk.runtime.protocol import READY, RUN_DONE
+from ssptk.rundir.space import is_disk_full
+from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE
+from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
+from ssptk.runtime.retry import ATTEMPTS, DUPLICATE_TEXT
 
 __all__ = ["main", "parser", "parse_cluster", "parse_task"]
 
@@ -67,13 +72,15 @@ def _watch_parent() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
-                os._exit(3)
+                exit_with_descendants(3)
 
     if os.environ.get("SSPTK_WATCH_PARENT") == "1":
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
+    become_subreaper()  # what user code starts ends with the task (ssptk.runtime.reaper)
+    reap_on_sigterm()
     args = parser().parse_args(argv)
     try:
         cluster = parse_cluster(args.cluster)
@@ -162,39 +169,54 @@ def _redirect_output(path: str) -> None:
 
 
 def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> None:
-    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1.
+    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1
+    (:data:`EXIT_DISK_FULL` when the disk is full: the event may not fit).
     After success, exit 0 unless ``exit_after`` is false (a warm worker goes on serving)."""
     try:
         fn()
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
-        from ssptk.runtime.recorder import Recorder
+        full = is_disk_full(e)
+        msg = str(e) if isinstance(e, (LossNotFinite, DiskFull)) else f"{type(e).__name__}: {_message(e)}"
+        # on a full disk these writes may fail too: the exit code then says it alone
+        with contextlib.suppress(OSError, DiskFull):
+            from ssptk.runtime.recorder import Recorder
 
-        msg = str(e) if isinstance(e, LossNotFinite) else f"{type(e).__name__}: {_message(e)}"
-        try:
             Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
-        finally:
-            import traceback
-
-            if isinstance(e, LossNotFinite):  # the message says it all; a traceback would bury it
+        with contextlib.suppress(OSError):
+            if isinstance(e, (LossNotFinite, DiskFull)):  # the message says it all; a traceback would bury it
                 print(f"ssptk worker: error: {msg}", file=sys.stderr)
             else:
+                import traceback
+
                 traceback.print_exc()
             sys.stdout.flush()
             sys.stderr.flush()
-            os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
+        exit_with_descendants(EXIT_DISK_FULL if full else 1)
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+        sys.stderr.flush()
     if exit_after:
-        os._exit(0)  # skip TF's slow teardown of the server threads
+        exit_with_descendants(0)  # skips TF's slow teardown of the server threads
+    kill_descendants()  # a warm worker lives on; what the run's user code started does not
 
 
 def _message(e: BaseException) -> str:
-    """The telling part of an exception's text (TensorFlow wraps it in 'Graph execution error' lines)."""
-    skip = ("Graph execution error", "Detected at node", "[[{{node", "From /job:", "Traceback", "File ")
-    lines = [ln.strip() for ln in str(getattr(e, "message", None) or e).splitlines()]
-    kept = [ln for ln in lines if ln and not ln.startswith(skip)]
-    return (kept[0] if kept else (lines[0] if lines else ""))[:300]
+    """The telling part of an exception's text, in one line.
 
+    TensorFlow wraps it in 'Graph execution error' lines, appends whole requests after
+    'goo.gle/debug...', and joins several errors between '=====' lines with the cancellations they
+    caused listed first."""
+    text = str(getattr(e, "message", None) or e)
+    if DUPLICATE_TEXT in text:
+        return (f"TensorFlow refused a request it had seen before, {ATTEMPTS} times in a row (its request ids "
+                "collide by chance in long runs; ssptk runs such a step again, see ssptk.runtime.retry): run again")
+    # one block per joined error ("ABORTED: From /job:ps/...:\n<text>"); drop the cancellations if others remain
+    blocks = re.split(r"^(?=[A-Z_]{4,}: )", text, flags=re.M)
+    telling = [b for b in blocks if not b.startswith("CANCELLED: ")] or blocks
+    skip = ("Graph execution error", "Detected at node", "[[{{node", "From /job:", "Traceback", "File ")
+    lines = [re.sub(r"^[A-Z_]{4,}: ", "", ln.strip()).split(" goo.gle/")[0] for ln in "\n".join(telling).splitlines()]
+    kept = [ln for ln in lines if ln.strip("=-") and not ln.startswith(skip)]
+    return (kept[0] if kept else (lines[0] if lines else ""))[:300]
 
 if __name__ == "__main__":
     sys.exit(main())
