@@ -88,7 +88,8 @@ def bench_soak(ctx: Context) -> list[Row]:
             ok = s.get("status") == "ok" and bool(s.get("each_once"))
             ctx.note(f"{label}: {s.get('status')}, {s.get('wall_s') or 0:.0f} s of training, "
                      f"{s.get('minibatches_logged', 0):,} minibatches logged (each once: {s.get('each_once')}), "
-                     f"re-runs: {s.get('duplicate_reruns', 0)} steps run again, {s.get('restarts', 0)} workers restarted"
+                     f"re-runs: {s.get('duplicate_reruns', 0)} steps run again, "
+                     f"{s.get('restarts', 0)} workers restarted"
                      + ("" if s.get("status") == "ok" else f"; reason: {s.get('reason')}"))
             rows.append(Row(f"soak: {label} finished {total:,} minibatches under load (1 = yes)", float(ok),
                             at_least(1), fmt=".0f"))
