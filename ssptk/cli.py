@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -231,20 +232,35 @@ def _compare(args: argparse.Namespace) -> int:
     from ssptk.render import ProgressBar
 
     labels, common = compare_plan(args)
-    bars: dict[str, ProgressBar] = {}
+    width = max(len(label) for label in labels) + (4 if args.repeat > 1 else 0)
 
-    def progress(label: str, done: int, total: int) -> None:
-        if label not in bars:
-            for b in bars.values():
+    class Bars:
+        """A progress line per run (its cluster's start, then its minibatches), one under the other."""
+
+        def __init__(self) -> None:
+            self.bars: dict[str, ProgressBar] = {}
+
+        def bar(self, label: str) -> ProgressBar:
+            if label not in self.bars:
+                self.close()
+                self.bars[label] = ProgressBar(f"{label:>{width}} ")
+            return self.bars[label]
+
+        def __call__(self, label: str, done: int, total: int) -> None:
+            self.bar(label)(done, total)
+
+        def starting(self, label: str, ready: list[str], pending: list[str]) -> None:
+            self.bar(label).starting(ready, pending)
+
+        def close(self) -> None:
+            for b in self.bars.values():
                 b.close()
-            bars[label] = ProgressBar(f"{label:>8} ")
-        bars[label](done, total)
 
+    bars = Bars()
     try:
-        result = compare(labels, out=args.out, progress=progress, repeat=args.repeat, target=args.target, **common)
+        result = compare(labels, out=args.out, progress=bars, repeat=args.repeat, target=args.target, **common)
     finally:
-        for b in bars.values():
-            b.close()
+        bars.close()
     print(result)
     print(f"\nreport: {result.report_path}")
     failed = {name: r for name, r in result.all_runs.items() if not r.ok}
@@ -256,7 +272,7 @@ def _compare(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import os
 
-    from ssptk.render import format_table, load_comparison
+    from ssptk.render import load_comparison, terminal_table
     from ssptk.render.tables import target_lines
     from ssptk.rundir import RunDir
 
@@ -271,8 +287,8 @@ def _report(args: argparse.Namespace) -> int:
     _warn_unreadable(sorted({str(p.parent) for p in Path(args.dir).rglob("*") if p.name in ("config.json", "workers")}))
     report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
-    print(format_table(report.table))
-    print("\n".join(["", *target_lines(report.table)]))
+    print(terminal_table(report.table))
+    print("\n".join(["", *(textwrap.fill(line, 100) for line in target_lines(report.table))]))
     print(f"\nreport: {path}")
     return 0
 

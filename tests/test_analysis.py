@@ -200,6 +200,10 @@ def test_skew_timeline_hand_computed(run_a) -> None:
     assert skew["skew"].tolist() == SKEW_A
     # default: finished at the last record (3.5, 5.0, 5.5) gives the same here
     assert an.skew_timeline(steps)["skew"].tolist() == SKEW_A
+    # for figures: only while two or more train (worker 1 finished at 5.1, so worker 2's last record goes)
+    ended = an.skew_timeline(steps, finished, end_when_one_left=True)
+    assert ended["skew"].tolist() == SKEW_A[:-1] and ended["t"].tolist() == [r[0] for r in RUN_A][:-1]
+    assert an.max_skew(steps, finished) == 3
     # nobody finishes: worker 0 (4 steps) stays in and keeps the skew up
     assert an.skew_timeline(steps, finished={})["skew"].tolist() == SKEW_A_NO_FINISH
     # a fourth worker that never logged counts as 0 completed while running

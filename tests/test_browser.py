@@ -29,7 +29,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
-CHROMIUM = "/usr/bin/chromium"
+# any Chromium works: SSPTK_CHROMIUM=/path/to/chromium (e.g. Playwright's own, `playwright install chromium`)
+CHROMIUM = os.environ.get("SSPTK_CHROMIUM", "/usr/bin/chromium")
 # This machine's network is closed: without the background-networking flags Chromium keeps opening
 # connections that are refused; --no-sandbox because CI and sessions run as root.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -43,7 +44,8 @@ def _require_browser():
     """Return playwright's ``sync_playwright``; skip (or fail under CI) when the browser stack is missing."""
     missing = []
     if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} (Debian package 'chromium')")
+        missing.append(f"{CHROMIUM} (install it: `sudo apt-get install chromium`, or point SSPTK_CHROMIUM at "
+                       "another Chromium)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

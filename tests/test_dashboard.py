@@ -200,7 +200,7 @@ def test_bound_line_for_ssp_only_and_as_run_figure():
         else:
             assert len(lines) == 1 and lines[0].get_linestyle() == "--"
             assert list(lines[0].get_ydata()) == [bound, bound]
-            assert lines[0].get_label() == f"bound (S+1 = {bound})"  # the label run_figure draws
+            assert lines[0].get_label() == f"bound: skew \u2264 S+1 = {bound}"  # the label run_figure draws
 
 
 def test_png_decodes_with_the_figure_size():

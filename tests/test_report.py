@@ -50,8 +50,9 @@ def test_run_figure_panels_and_bound(runs) -> None:
     bound = [ln for ln in skew_ax.get_lines() if ln.get_label().startswith("bound")]
     assert len(bound) == 1 and list(bound[0].get_ydata()) == [2, 2]  # S=1 -> S+1
     (skew_line,) = [ln for ln in skew_ax.get_lines() if ln.get_label() == "skew"]
-    assert list(skew_line.get_ydata()) == [1, 1, 2, 3, 2, 3, 1, 0, 1, 0]
-    assert list(skew_line.get_xdata()) == pytest.approx([t - START_A for t, *_ in RUN_A])
+    # the curve ends when worker 1 finishes (5.1): worker 2's last record alone would read as a skew of 0
+    assert list(skew_line.get_ydata()) == [1, 1, 2, 3, 2, 3, 1, 0, 1]
+    assert list(skew_line.get_xdata()) == pytest.approx([t - START_A for t, *_ in RUN_A][:-1])
     loss_ax = fig.axes[0]
     assert _line_labels(loss_ax)[:3] == ["worker 0", "worker 1", "worker 2"]
     assert len(loss_ax.get_lines()) == 4  # 3 workers + overall smoothed
@@ -78,12 +79,17 @@ def test_run_figure_without_records() -> None:
 
 def test_comparison_figure(runs) -> None:
     fig = rp.comparison_figure(runs)
-    assert len(fig.axes) == 5  # and loss vs updates
+    assert len(fig.axes) == 6  # and loss vs updates, and what each run paid
     assert _line_labels(fig.axes[0]) == ["a", "b", "c"]
-    assert _line_labels(fig.axes[2]) == ["a", "b", "c"]
+    skew_labels = _line_labels(fig.axes[2])
+    assert [lab for lab in skew_labels if " bound" not in lab] == ["a", "b", "c"]
+    # the SSP run's bound, in its colour, named by run (run a: staleness 1)
+    assert [lab for lab in skew_labels if " bound" in lab] == ["a bound: skew \u2264 S+1 = 2"]
+    # what each run paid: one point per run that has records
+    assert len(fig.axes[5].collections) == 3
     # a step DataFrame alone works too; one line per worker in the progress panel
     fig = rp.comparison_figure({"a": runs["a"][0], "empty": pd.DataFrame()})
-    assert len(fig.axes) == 5  # and loss vs updates
+    assert len(fig.axes) == 6
     assert len(fig.axes[3].get_lines()) == 3
     assert _line_labels(fig.axes[0]) == ["a", "empty (no records)"]
 

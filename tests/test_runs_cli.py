@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
 import signal
 import subprocess
 import threading
@@ -18,14 +20,45 @@ import ssptk
 pytestmark = pytest.mark.slow
 
 
+def _on_terminal(cmd: list[str], timeout: float) -> tuple[int, str, str]:
+    """Run ``cmd`` with its stderr on a pseudo-terminal, as in a shell (progress lines draw only on a
+    terminal); returns the exit code, stdout, and what the terminal showed."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
+    screen = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: every holder of the terminal has closed it
+            break
+        if not data:
+            break
+        screen += data
+    os.close(master)
+    p.wait(timeout)
+    reader.join(timeout)
+    return p.returncode, out[0] if out else "", screen.decode(errors="replace")
+
+
 def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
-    p = subprocess.run([*ssptk_cmd(), "compare", "sync", "ssp:1", "async", "--workers", "2", "--steps", "30",
-                        "--straggler", "1:0.01", "--out", str(out)], capture_output=True, text=True, timeout=400)
-    assert p.returncode == 0, p.stderr
+    code, stdout, screen = _on_terminal([*ssptk_cmd(), "compare", "sync", "ssp:1", "async", "--workers", "2",
+                                         "--steps", "30", "--straggler", "1:0.01", "--out", str(out)], timeout=400)
+    assert code == 0, screen
+    # on a terminal: each run's progress line, from its cluster's start to its last minibatch
     for label in ("sync", "ssp:1", "async"):
-        assert label in p.stdout
-    assert f"report: {out / 'report.html'}" in p.stdout
+        assert re.search(rf"{re.escape(label)} starting: \d/3 tasks ready", screen), screen
+        assert re.search(rf"{re.escape(label)} \[#{{30}}\] 60/60", screen), screen
+    # the table fits 100 columns, under short headers, with a legend; the rest is in metrics.csv
+    lines = stdout.splitlines()
+    assert lines[0].split()[:2] == ["run", "steps/s"] and max(len(line) for line in lines[:5]) <= 100
+    assert [line.split()[0] for line in lines[2:5]] == ["sync", "ssp:1", "async"]
+    assert any(line.startswith("max skew: most minus least completed steps") for line in lines)
+    assert f"report: {out / 'report.html'}" in stdout
     assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1", "sync"]
     csv = (out / "metrics.csv").read_text().splitlines()
     assert csv[0].startswith("label,mode,staleness") and len(csv) == 4

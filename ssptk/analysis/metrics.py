@@ -107,6 +107,7 @@ def skew_timeline(
     steps: pd.DataFrame,
     finished: Mapping[int, float] | None = None,
     workers: int | Iterable[int] | None = None,
+    end_when_one_left: bool = False,
 ) -> pd.DataFrame:
     """Step skew after every step record: most minus least advanced unfinished worker.
 
@@ -117,6 +118,9 @@ def skew_timeline(
     time; by default every worker finishes at its last record; when a mapping is given, workers
     missing from it never finish. ``workers`` (a count or indices) adds workers that may have no
     record yet (0 completed steps); with ``finished=None`` such a worker is left out entirely.
+    ``end_when_one_left`` drops the records after which fewer than two workers are still training: the
+    skew of one worker is 0 by definition, and a curve that falls to 0 there reads as if the straggler had
+    caught up (figures use it; :func:`max_skew` does not need it).
     Cost O(records * workers) time, O(records) memory.
     """
     xcol = "elapsed" if "elapsed" in steps.columns else "t"
@@ -142,14 +146,19 @@ def skew_timeline(
     hi = np.full(n, -np.inf)
     lo = np.full(n, np.inf)
     positions = np.arange(n)
+    training = np.zeros(n, dtype=np.int64)
     for worker in sorted(ids):
         latest = np.maximum.accumulate(np.where(w == worker, positions, -1))
         completed = np.where(latest >= 0, s[np.maximum(latest, 0)], 0.0)
         active = t <= fin.get(worker, default)
+        training += active
         np.maximum(hi, np.where(active, completed, -np.inf), out=hi)
         np.minimum(lo, np.where(active, completed, np.inf), out=lo)
     skew = np.where(np.isfinite(hi) & np.isfinite(lo), hi - lo, 0.0)
-    return pd.DataFrame({xcol: df[xcol].to_numpy(), "skew": skew.astype("int64")})
+    out = pd.DataFrame({xcol: df[xcol].to_numpy(), "skew": skew.astype("int64")})
+    if end_when_one_left and len(ids) > 1:
+        out = out[training >= 2].reset_index(drop=True)
+    return out
 
 
 def max_skew(

@@ -39,8 +39,8 @@ OPTIONS: tuple[Option, ...] = (
            "handwritten digits, held-out accuracy), package.module:function or file.py:function", "M"),
     Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
     Option("staleness", int, None,
-           f"SSP bound S >= 0: no worker more than S steps ahead of the slowest (ssp only; "
-           f"default {DEFAULT_STALENESS})",
+           f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
+           f"so the completed-step skew the logs show is at most S+1 (ssp only; default {DEFAULT_STALENESS})",
            "S"),
     Option("workers", int, 3, "number of worker tasks", "N"),
     Option("steps", int, 200,
@@ -290,6 +290,12 @@ def _validate(o: RunOptions) -> None:
                          "(its collectives cannot take a new member mid-run)")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
+
+
+def skew_bound(staleness: int) -> int:
+    """The largest step skew the logs can show under SSP with bound S: S + 1 (a worker that may start a
+    step while S ahead is S + 1 ahead once it completes it; see docs/run-directory.md)."""
+    return int(staleness) + 1
 
 
 def stall_timeout_floor(o: RunOptions) -> float:

@@ -70,9 +70,12 @@ class CompareResult:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
-        from ssptk.render.tables import format_table, target_lines
+        import textwrap
 
-        return "\n".join([format_table(self.table), "", *target_lines(self.table)])
+        from ssptk.render.tables import target_lines, terminal_table
+
+        return "\n".join([terminal_table(self.table), "", *(textwrap.fill(line, 100)
+                                                              for line in target_lines(self.table))])
 
 
 #: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
@@ -163,11 +166,27 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     for label, k in run_order([label for label, _ in plan], repeat):
         name = label if repeat == 1 else f"{label} #{k}"
         run_dir = os.path.join(base, label_dir(label), *([] if repeat == 1 else [f"rep-{k}"]))
-        cb = (lambda done, total, _n=name: progress(_n, done, total)) if progress else None
+        cb = _LabelledProgress(progress, name) if progress else None
         kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
         repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
     return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()},
                            target)
+
+
+class _LabelledProgress:
+    """A comparison's ``progress(label, done, total)`` as one run's ``progress(done, total)``; where the
+    callback has ``starting(label, ready, pending)``, the run's cluster start reaches it too."""
+
+    def __init__(self, fn: Callable[[str, int, int], None], label: str) -> None:
+        self.fn, self.label = fn, label
+
+    def __call__(self, done: int, total: int) -> None:
+        self.fn(self.label, done, total)
+
+    def starting(self, ready: list[str], pending: list[str]) -> None:
+        starting = getattr(self.fn, "starting", None)
+        if callable(starting):
+            starting(self.label, ready, pending)
 
 
 def call_runner(runner: Runner, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,

@@ -34,8 +34,16 @@ class RunResult:
 
     @property
     def df(self) -> pd.DataFrame:
-        """The step records of every worker, sorted by time (columns as in docs/run-directory.md)."""
-        return self._load()[0]
+        """The step records of every worker, sorted by time (columns as in docs/run-directory.md), with
+        ``elapsed``: seconds since the start barrier (``t`` is the PS's epoch time)."""
+        steps, events = self._load()
+        if "elapsed" not in steps.columns and "t" in steps.columns:
+            from ssptk.analysis import start_time
+
+            start = start_time(events)
+            t = steps["t"].astype("float64")
+            steps.insert(steps.columns.get_loc("t") + 1, "elapsed", t - (start if start is not None else t.min()))
+        return steps
 
     @property
     def events(self) -> pd.DataFrame:

@@ -229,11 +229,19 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
         warm.release(cluster, ok)
 
 
-def shutdown() -> int:
-    """Stop the warm clusters this process keeps (see ``run(warm=True)``); returns how many."""
+class Stopped(int):
+    """How many warm clusters :func:`shutdown` stopped: an int that says so when a notebook shows it."""
+
+    def __repr__(self) -> str:
+        return (f"stopped {int(self)} warm cluster{'' if self == 1 else 's'}" if self
+                else "no warm cluster was running")
+
+
+def shutdown() -> Stopped:
+    """Stop the warm clusters this process keeps (see ``run(warm=True)``); returns how many (an ``int``)."""
     from ssptk.launch import warm
 
-    return warm.shutdown()
+    return Stopped(warm.shutdown())
 
 
 def _port_taken(failure: TaskFailure) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
+from ssptk.render.style import run_title
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE"]
 
@@ -193,8 +194,8 @@ class LiveDashboard:
         workers = int(getattr(opts, "workers", 0) or 0)
         staleness = getattr(opts, "staleness", None)
         bound = int(staleness) if getattr(opts, "mode", None) == "ssp" and staleness is not None else None
-        parts = [f"{k}={getattr(opts, k)}" for k in ("mode", "staleness", "workers", "model") if hasattr(opts, k)]
-        return LiveFigure(workers, bound, "run: " + (", ".join(parts) or "(no options)"),
+        title = run_title({k: getattr(opts, k, None) for k in ("mode", "staleness", "workers", "model")})
+        return LiveFigure(workers, bound, title,
                           smoothing_window(max(workers, 1)), self.figsize, self.dpi)
 
     def _started(self, run_dir: str, opts: Any, total: int) -> None:

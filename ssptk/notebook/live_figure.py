@@ -175,7 +175,8 @@ class LiveFigure:
         self.loss_all.set_data(*thin(x, smoothed, points))
         self.samples_all.set_data(*thin(samples, smoothed, points))
         skew = run.skew.values
-        self.skew_line.set_data(*thin_envelope(x, skew, points))
+        end = len(skew) if run.skew_end is None else run.skew_end
+        self.skew_line.set_data(*thin_envelope(x[:end], skew[:end], points))
 
         wx = np.arange(max([self.workers] + [w + 1 for w in ids]), dtype="float64")
         totals = [run.per_worker.get(int(w)) for w in wx]

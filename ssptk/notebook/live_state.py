@@ -103,6 +103,7 @@ class LiveRun:
         self.loss = GrowingArray()
         #: Skew after each step record (same order as :attr:`t`).
         self.skew = GrowingArray()
+        self.skew_end: int | None = None  # once final: the skew is drawn up to here (see finalize)
         #: Running totals per worker that logged a step (per-record columns are the arrays above).
         self.per_worker: dict[int, WorkerTotals] = {}
         #: Number of step records per measured staleness value.
@@ -222,9 +223,12 @@ class LiveRun:
                            "step": self.step.values.copy()})
         events = pd.DataFrame({"event": ["done"] * len(self.finished), "t": list(self.finished.values()),
                                "worker": list(self.finished)})
-        skew = an.skew_timeline(df, an.finish_times(df, events), workers=sorted(self.per_worker))
+        finished, ids = an.finish_times(df, events), sorted(self.per_worker)
+        skew = an.skew_timeline(df, finished, workers=ids)
         self.skew = GrowingArray(len(df))
         self.skew.extend(skew["skew"].to_numpy(dtype="float64"))
+        # the records while two or more workers train: a prefix, since workers only ever finish
+        self.skew_end = len(an.skew_timeline(df, finished, workers=ids, end_when_one_left=True))
         self.version += 1
 
 

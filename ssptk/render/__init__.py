@@ -10,10 +10,10 @@ from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.overlay import overlay_figure, summary_line
 from ssptk.render.report import Report, build_report, comparison_title, load_comparison, write_metrics_csv
 from ssptk.render.style import figure_png, figure_to_png_base64
-from ssptk.render.tables import KEY_FIGURES, format_table
+from ssptk.render.tables import KEY_FIGURES, format_table, terminal_table
 from ssptk.render.text import ProgressBar, format_summary
 from ssptk.render.tradeoff import tradeoff_figure
 
 __all__ = ["KEY_FIGURES", "ProgressBar", "Repeats", "Report", "build_report", "comparison_figure", "comparison_title",
            "figure_png", "figure_to_png_base64", "format_summary", "format_table", "load_comparison",
-           "overlay_figure", "run_figure", "summary_line", "tradeoff_figure", "write_metrics_csv"]
+           "overlay_figure", "run_figure", "summary_line", "terminal_table", "tradeoff_figure", "write_metrics_csv"]

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from ssptk import analysis as an
 from ssptk.render.style import (
@@ -18,9 +19,12 @@ from ssptk.render.style import (
     SKEW_COLOR,
     STALENESS_COLOR,
     WAIT_COLOR,
+    bound_label,
     color,
     draw_bound,
+    run_title,
     set_loss_scale,
+    skew_bound,
 )
 
 __all__ = ["Repeats", "comparison_figure", "run_figure"]
@@ -61,8 +65,7 @@ def run_figure(
     fig = Figure(figsize=(15, 8), layout="constrained")
     axes = fig.subplots(2, 3)
     (ax_loss, ax_prog, ax_skew), (ax_wait, ax_stale, ax_samples) = axes
-    parts = [f"{k}={opts[k]}" for k in ("mode", "staleness", "workers", "model") if k in opts]
-    fig.suptitle("run: " + (", ".join(parts) if parts else "(no config)"))
+    fig.suptitle(run_title(opts) if opts else "run (no config)")
     if staleness_bound is None:
         staleness_bound = an.staleness_bound(config)
     titles = ("loss vs wall time", "completed steps per worker", "step skew",
@@ -100,7 +103,7 @@ def run_figure(
     if len(ids) <= MAX_LEGEND:
         ax_prog.legend(fontsize="small")
 
-    skew = an.skew_timeline(df, an.finish_times(df, events), workers=ids)
+    skew = an.skew_timeline(df, an.finish_times(df, events), workers=ids, end_when_one_left=True)
     ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=SKEW_COLOR,
                  label="skew")
     if staleness_bound is not None:
@@ -109,21 +112,36 @@ def run_figure(
     ax_skew.set_ylim(bottom=0)
     ax_skew.legend(fontsize="small")
 
+    _wait_panel(ax_wait, df, titles[3])
+    _staleness_panel(ax_stale, df, titles[4])
+    return fig
+
+
+def _wait_panel(ax: Axes, df: pd.DataFrame, title: str) -> None:
+    """Total wait and injected delay per worker, as pairs of bars."""
     waits = an.wait_by_worker(df)
     x = np.arange(len(waits))
-    ax_wait.bar(x - 0.2, waits["wait_s"], width=0.4, label="wait (consistency)", color=WAIT_COLOR)
-    ax_wait.bar(x + 0.2, waits["delay_s"], width=0.4, label="injected delay", color=DELAY_COLOR)
-    ax_wait.set_xticks(x, [str(w) for w in waits["worker"]])
-    ax_wait.set(title=titles[3], xlabel="worker", ylabel="total seconds")
-    ax_wait.legend(fontsize="small")
+    ax.bar(x - 0.2, waits["wait_s"], width=0.4, label="wait (consistency)", color=WAIT_COLOR)
+    ax.bar(x + 0.2, waits["delay_s"], width=0.4, label="injected delay", color=DELAY_COLOR)
+    ax.set_xticks(x, [str(w) for w in waits["worker"]])
+    ax.set(title=title, xlabel="worker", ylabel="total seconds")
+    if not (waits["wait_s"].sum() > 0 or waits["delay_s"].sum() > 0):  # not an axis around 0 with -0.04
+        ax.set_ylim(0, 1)
+        ax.text(0.5, 0.5, "no worker waited, no delay injected", transform=ax.transAxes,
+                ha="center", va="center", color="0.4")
+    ax.legend(fontsize="small")
 
+
+def _staleness_panel(ax: Axes, df: pd.DataFrame, title: str) -> None:
+    """The histogram of measured staleness (step records per value)."""
     counts = an.staleness_counts(df)
     if len(counts):
-        ax_stale.bar(counts.index.to_numpy(), counts.to_numpy(), width=0.8, color=STALENESS_COLOR)
-        if len(counts) <= 20:
-            ax_stale.set_xticks(counts.index.to_numpy())
-    ax_stale.set(title=titles[4], xlabel="staleness (updates)", ylabel="step records")
-    return fig
+        ax.bar(counts.index.to_numpy(), counts.to_numpy(), width=0.8, color=STALENESS_COLOR)
+        if len(counts) <= 8:  # more labels than that run together in a panel this wide ("11121314")
+            ax.set_xticks(counts.index.to_numpy())
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
+    ax.set(title=title, xlabel="staleness (updates)", ylabel="step records")
 
 
 def _as_run(value: pd.DataFrame | Sequence[Any]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -132,30 +150,92 @@ def _as_run(value: pd.DataFrame | Sequence[Any]) -> tuple[pd.DataFrame, pd.DataF
     return value[0], (value[1] if len(value) > 1 else None)
 
 
+def _config_of(value: pd.DataFrame | Sequence[Any]) -> Mapping[str, Any] | None:
+    """The run's config.json content, where ``value`` is a ``(steps, events, config, ...)`` tuple."""
+    if isinstance(value, pd.DataFrame) or len(value) < 3 or not isinstance(value[2], Mapping):
+        return None
+    return value[2]
+
+
+def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name: str | None,
+                    label: str | None) -> None:
+    """One thin line per worker in the run's colour; its slowest worker (fewest steps at the end) thicker
+    and, for the first repetition, named at its end: with one colour per run, a straggler would hide."""
+    finals = df.groupby("worker")["completed"].max()
+    # only a worker that really fell behind (sync and a binding SSP bound keep every worker together)
+    behind = len(finals) > 1 and finals.min() < finals.max() - max(3, 0.05 * finals.max())
+    slowest = int(finals.idxmin()) if behind else None
+    for j, (w, d) in enumerate(df.groupby("worker")):
+        slow = int(w) == slowest
+        ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
+                lw=2.2 * lw if slow else lw, alpha=1.0 if slow else 0.6, label=name if j == 0 else None)
+        if slow and label is not None:
+            ax.annotate(f"{label}: worker {w}", (d["elapsed"].iloc[-1], d["completed"].iloc[-1]),
+                        xytext=(3, 0), textcoords="offset points", fontsize="x-small", color=run_color,
+                        va="center")
+
+
+def _draw_one(axes: list[Axes], steps: pd.DataFrame, events: pd.DataFrame | None, run_color: Any,
+              widths: tuple[float, float], name: str | None, label: str | None, repeated: bool) -> pd.DataFrame:
+    """One run (repetition) of :func:`comparison_figure` into its loss, skew and progress axes; returns its
+    prepared steps. ``name``: its legend entry (the first repetition's); ``label``: names its straggler."""
+    ax_t, ax_s, ax_skew, ax_prog, ax_u = axes[:5]
+    lw, lw_prog = widths
+    start = an.start_time(events)
+    df = an.prepare_steps(steps, start) if start is not None or "elapsed" not in steps.columns else steps
+    smooth = an.smoothing_window(df["worker"].nunique())
+    for ax, by in ((ax_t, "elapsed"), (ax_s, "samples"), (ax_u, "global_step")):
+        c = an.loss_curves(df, by=by, smooth=smooth)
+        c = c[c["worker"] == an.ALL_WORKERS]
+        ax.plot(c[by], c["smoothed"], color=run_color, lw=lw, label=name)
+    finished = an.finish_times(df, events) if events is not None else None
+    skew = an.skew_timeline(df, finished, end_when_one_left=True)
+    ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=run_color, label=name,
+                 **({"lw": lw} if repeated else {}))
+    _progress_lines(ax_prog, df, run_color, lw_prog, name, label)
+    return df
+
+
+def _cost_point(ax: Axes, label: str, waits: list[Any], stale: list[Any], run_color: Any) -> None:
+    """The run's (mean over repetitions) share of time waiting and mean staleness, as a labelled point."""
+    w = [float(v) for v in waits if v is not None]
+    s = [float(v) for v in stale if v is not None]
+    if not w or not s:
+        return
+    x, y = 100 * float(np.mean(w)), float(np.mean(s))
+    ax.scatter([x], [y], s=60, color=run_color, zorder=3)
+    ax.annotate(label, (x, y), xytext=(6, 4), textcoords="offset points", fontsize="small", color=run_color)
+
+
 def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figure:
-    """Several runs overlaid in five axes, one colour per run (a run that diverged says so in the legend).
+    """Several runs overlaid in six axes, one colour per run (a run that diverged says so in the legend).
 
     Panels (in ``fig.axes`` order): smoothed loss against wall time; smoothed loss against minibatches
-    processed; step skew against wall time; per-worker completed steps against wall time (thin lines in
-    the run's colour); smoothed loss against updates applied (the global step: sync applies one per N - B
-    minibatches, ssp and async one per minibatch). Values are step DataFrames, or ``(steps, events, ...)``
-    tuples (then wall time runs from the start barrier and finished workers leave the skew on their ``done`` event), or
-    :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
+    processed; step skew against wall time (a symmetric-log axis once one run's skew dwarfs the others, so
+    an SSP bound, dashed in its run's colour, stays visible beside async's hundreds); per-worker completed
+    steps against wall time (thin lines in the run's colour, its slowest worker thicker and named at its
+    end); smoothed loss against updates applied (the global step: sync applies one per N - B minibatches,
+    ssp and async one per minibatch); what each run paid: share of worker time waiting against mean
+    staleness. Values are step DataFrames, or ``(steps, events, config, ...)`` tuples (then wall time runs
+    from the start barrier, finished workers leave the skew on their ``done`` event, and an SSP run's bound
+    is drawn), or :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
     fig = Figure(figsize=(15, 8), layout="constrained")
     grid = fig.add_gridspec(2, 3)
     ax_t, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    ax_skew, ax_prog = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1:])
-    ax_u = fig.add_subplot(grid[0, 2])
-    axes = [ax_t, ax_s, ax_skew, ax_prog, ax_u]
+    ax_skew, ax_prog = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+    ax_u, ax_cost = fig.add_subplot(grid[0, 2]), fig.add_subplot(grid[1, 2])
+    axes = [ax_t, ax_s, ax_skew, ax_prog, ax_u, ax_cost]
     fig.suptitle("comparison")
     n = len(runs)
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
+    skew_max, bound_max = 0, 0
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
-        reps = [_as_run(v) for v in Repeats.of(value)]
+        values = list(Repeats.of(value))
+        reps = [_as_run(v) for v in values]
         drawn = [(steps, events) for steps, events in reps if steps is not None and not steps.empty]
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
@@ -163,24 +243,26 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         diverged = sum(an.divergence(s, an.smoothing_window(s["worker"].nunique()))["diverged"] for s, _ in drawn)
         shown = f"{label} (DIVERGED)" if diverged == len(drawn) else (
             f"{label} ({diverged} of {len(drawn)} DIVERGED)" if diverged else str(label))
+        config = _config_of(values[0])
+        bound = an.staleness_bound(config)
+        if bound is not None:
+            bound_max = max(bound_max, skew_bound(bound))
+            draw_bound(ax_skew, bound, color=run_color, lw=1.0, label=f"{label} {bound_label(bound)}")
+        paid = []
         for r, (steps, events) in enumerate(drawn):
-            name = shown if r == 0 else None
-            start = an.start_time(events)
-            df = (an.prepare_steps(steps, start)
-                  if start is not None or "elapsed" not in steps.columns else steps)
-            smooth = an.smoothing_window(df["worker"].nunique())
-            for ax, by in ((ax_t, "elapsed"), (ax_s, "samples"), (ax_u, "global_step")):
-                c = an.loss_curves(df, by=by, smooth=smooth)
-                c = c[c["worker"] == an.ALL_WORKERS]
-                ax.plot(c[by], c["smoothed"], color=run_color, lw=lw, label=name)
-            finished = an.finish_times(df, events) if events is not None else None
-            skew = an.skew_timeline(df, finished)
-            skew_style: dict[str, Any] = {"lw": lw} if repeated else {}
-            ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=run_color,
-                         label=name, **skew_style)
-            for j, (_, d) in enumerate(df.groupby("worker")):
-                ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
-                             lw=lw_prog, alpha=0.8, label=name if j == 0 else None)
+            df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None,
+                           label if r == 0 else None, repeated)
+            paid.append(an.summarize(df, events, config))
+            skew_max = max(skew_max, int(paid[-1].get("max_skew") or 0))
+        _cost_point(ax_cost, label, [p.get("wait_fraction") for p in paid], [p.get("mean_staleness") for p in paid],
+                    run_color)
+    if skew_max > 4 * max(bound_max, 2):  # async's hundreds would flatten every bound onto the axis
+        ax_skew.set_yscale("symlog", linthresh=max(2 * bound_max, 4), linscale=1.5)
+        ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_cost.set(title="what each run paid: waiting and staleness", xlabel="worker time spent waiting (%)",
+                ylabel="mean staleness (updates)")
+    ax_cost.set_xlim(left=-2)
+    ax_cost.set_ylim(bottom=-0.2)
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches processed (smoothed)", xlabel="minibatches processed",
              ylabel="training loss")
@@ -191,7 +273,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     for ax in (ax_t, ax_s, ax_u):
         set_loss_scale(ax, all_losses)
     ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
-    ax_prog.set(title="completed steps per worker", xlabel="wall time (s)",
+    ax_prog.set(title="completed steps per worker (one fallen behind: thicker)", xlabel="wall time (s)",
                 ylabel="completed steps")
     for ax in axes:
         if ax.get_legend_handles_labels()[0]:

@@ -74,7 +74,7 @@ def overlay_figure(
         ax_loss.plot(overall["elapsed"], overall["smoothed"], label=shown, gid=LOSS_GID + label, **kw)
         losses.append(overall["smoothed"])
         finished = an.finish_times(df, events) if events is not None else None
-        skew = an.skew_timeline(df, finished)
+        skew = an.skew_timeline(df, finished, end_when_one_left=True)
         ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", label=label,
                      gid=SKEW_GID + label, **kw)
         bound = an.staleness_bound(config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,9 +15,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ssptk.core.options import skew_bound
+
 __all__ = ["BOUND_COLOR", "DELAY_COLOR", "MAX_LEGEND", "SKEW_COLOR", "STALENESS_COLOR", "WAIT_COLOR",
            "bound_label", "color", "default_colors", "draw_bound", "figure_png", "figure_to_png_base64",
-           "palette", "set_loss_scale", "skew_bound", "wants_log_loss"]
+           "palette", "run_title", "set_loss_scale", "skew_bound", "wants_log_loss"]
 
 #: Most per-worker entries a legend lists; beyond it the workers go unnamed.
 MAX_LEGEND = 10
@@ -62,14 +64,20 @@ def set_loss_scale(ax: Axes, losses: pd.Series | Iterable[pd.Series]) -> None:
         ax.set_yscale("log")
 
 
-def skew_bound(staleness: int) -> int:
-    """The largest step skew the logs can show under SSP with bound S: S + 1 (a worker that may start a
-    step while S ahead is S + 1 ahead once it completes it; see docs/run-directory.md)."""
-    return int(staleness) + 1
+def run_title(opts: Mapping[str, Any]) -> str:
+    """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` (no
+    ``staleness=None`` for the modes that have none)."""
+    mode, s = opts.get("mode"), opts.get("staleness")
+    parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
+    if opts.get("workers"):
+        parts.append(f"{opts['workers']} workers")
+    if opts.get("model"):
+        parts.append(f"model {opts['model']}")
+    return " \u00b7 ".join(parts)
 
 
 def bound_label(staleness: int) -> str:
-    return f"bound (S+1 = {skew_bound(staleness)})"
+    return f"bound: skew \u2264 S+1 = {skew_bound(staleness)}"
 
 
 def draw_bound(ax: Axes, staleness: int, **kw: Any) -> Line2D:

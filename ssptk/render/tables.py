@@ -12,7 +12,8 @@ import pandas as pd
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
 
-__all__ = ["KEY_FIGURES", "format_table", "lr_lines", "shown_cells", "target_lines"]
+__all__ = ["KEY_FIGURES", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "target_lines",
+           "terminal_table"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
@@ -71,16 +72,58 @@ def format_table(df: pd.DataFrame) -> str:
     if df is None or len(df.columns) == 0:
         return "(no columns)"
     cells, numeric = shown_cells(df)
-    columns = list(cells.columns)
-    widths = {c: max([len(str(c))] + [len(v) for v in cells[c]]) for c in columns}
+    return _aligned(cells, numeric, list(cells.columns))
+
+
+#: The comparison table in a terminal: column -> short header, in order. When the table is wider than the
+#: terminal, columns go from the end of :data:`_DROP_ORDER` first; metrics.csv keeps every column.
+TERMINAL_COLUMNS: dict[str, str] = {
+    "label": "run", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
+    "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
+    "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "status": "status",
+}
+_DROP_ORDER = ("mean_staleness", "final_accuracy", "repeats", "steps_to_target", "wait_fraction")
+_LEGEND = {
+    "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
+    "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
+    "max_skew": "max skew: most minus least completed steps (SSP: at most S+1)",
+    "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound)",
+    "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
+}
+
+
+def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
+    """The comparison table for a terminal: the columns of :data:`TERMINAL_COLUMNS` under short headers,
+    dropping the least telling ones until it fits ``width``, then a legend of what the figures mean."""
+    cells, numeric = shown_cells(table)
+    columns = [c for c in TERMINAL_COLUMNS if c in cells.columns]
+    if "final_accuracy" in columns and table["final_accuracy"].isna().all():
+        columns.remove("final_accuracy")
+    text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)
+    for c in _DROP_ORDER:
+        if max(len(line) for line in text.splitlines()) <= width:
+            break
+        if c in columns:
+            columns.remove(c)
+            text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)
+    legend = [line for c, line in _LEGEND.items() if c in columns]
+    legend.append(f"Every figure ({len(cells.columns)} columns): metrics.csv and the report.")
+    return "\n".join([text, "", *legend])
+
+
+def _aligned(cells: pd.DataFrame, numeric: Mapping[Any, bool], columns: list[Any],
+             headers: Mapping[Any, str] | None = None) -> str:
+    """Rows of ``cells`` (strings) under ``headers``: numbers right-aligned, text left-aligned."""
+    names = {c: str((headers or {}).get(c, c)) for c in columns}
+    widths = {c: max([len(names[c])] + [len(v) for v in cells[c]]) for c in columns}
 
     def line(values: Mapping[Any, str]) -> str:
         return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c])
                          for c in columns).rstrip()
 
-    out = [line({c: str(c) for c in columns}), "  ".join("-" * widths[c] for c in columns)]
+    out = [line(names), "  ".join("-" * widths[c] for c in columns)]
     out += [line(row) for row in cells.to_dict("records")]
-    if not len(df):
+    if not len(cells):
         out.append("(no rows)")
     return "\n".join(out)
 

@@ -5,6 +5,7 @@ import sys
 from typing import IO, Any
 
 from ssptk.core.divergence import DIVERGENCE_RULE
+from ssptk.core.options import skew_bound
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -13,6 +14,13 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
     if isinstance(v, float):
         return format(v, spec)
     return str(v)
+
+
+def _bound_note(s: dict[str, Any]) -> str:
+    """`` (bound S+1 = 3)`` for an SSP run: the skew the logs measure may reach S+1, not S."""
+    if s.get("mode") != "ssp" or not isinstance(s.get("staleness"), int):
+        return ""
+    return f" (SSP bound: at most S+1 = {skew_bound(s['staleness'])})"
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -27,8 +35,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",
         f"loss      final (eval) {_fmt(s.get('final_loss'))}   last train {_fmt(s.get('train_loss_last'))}"
         + (f"   accuracy (held out) {_fmt(s.get('final_accuracy'))}" if s.get("final_accuracy") is not None else ""),
-        f"skew      max {_fmt(s.get('max_skew'))} steps   waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% "
-        f"of worker time",
+        f"skew      max {_fmt(s.get('max_skew'))} steps{_bound_note(s)}   "
+        f"waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% of worker time",
         f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}",
     ]
     if s.get("ideal_steps_per_s"):
@@ -76,3 +84,4 @@ class ProgressBar:
         if self.enabled and self._last != -1:
             self.stream.write("\n")
             self.stream.flush()
+            self._last = -1  # closing again adds no blank line
