@@ -79,7 +79,8 @@ def bench_soak(ctx: Context) -> list[Row]:
     total = 4_000 if ctx.quick else MINIBATCHES
     hogs = os.cpu_count() or 2
     ctx.note(f"Options: {opts_text(SOAK)}, steps = {total:,} minibatches / 2 workers (sync: {total // 2:,} updates "
-             f"of 2 minibatches); {hogs} spinning processes run alongside (load average above the {hogs} cores).")
+             f"of 2 minibatches); {hogs} spinning processes run alongside (load average above the {hogs} cores). "
+             "Each mode runs once (the soak does not repeat).")
     rows = []
     with CpuHog(hogs):
         for label, mode in MODES.items():

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -220,7 +221,9 @@ _JS_CELLS = """() => window.jupyterapp.shell.currentWidget.content.widgets
   .filter(c => c.model.type === 'code')
   .map(c => ({source: c.model.sharedModel.getSource(),
               images: Array.from(c.node.querySelectorAll('.jp-OutputArea-output img'))
-                .filter(i => i.complete && i.naturalWidth > 0).map(i => [i.naturalWidth, i.naturalHeight]),
+                .filter(i => i.complete && i.naturalWidth > 0)
+                .map(i => [i.naturalWidth, i.naturalHeight, Math.round(i.getBoundingClientRect().width)]),
+              area: Math.round((c.node.querySelector('.jp-OutputArea') || {clientWidth: 0}).clientWidth),
               sliders: c.node.querySelectorAll('.jp-OutputArea-output .widget-slider').length}))"""
 
 _STRIP_ANSI = __import__("re").compile(r"\x1b\[[0-9;]*m")
@@ -285,6 +288,7 @@ def run_notebook_in_lab(notebook: Path, tmp: Path, sync_playwright, check_cells=
                     pass
                 seen["images"] = page.evaluate(_JS_IMAGES)
                 seen["cells"] = page.evaluate(_JS_CELLS)
+                _screenshot_images(page, seen["cells"], tmp)
                 sliders = page.locator(".jp-OutputArea-output .widget-slider")
                 seen["sliders"] = sliders.count()
                 seen["slider_visible"] = seen["sliders"] > 0 and sliders.first.is_visible()
@@ -320,6 +324,17 @@ def run_notebook_in_lab(notebook: Path, tmp: Path, sync_playwright, check_cells=
     return seen
 
 
+def _screenshot_images(page, cells: list[dict], tmp: Path) -> None:
+    """A screenshot of each code cell's first output image, as the user sees it; its size in pixels goes
+    into the cell's ``shot`` (the displayed size, whatever the image's own)."""
+    code_cells = page.locator(".jp-Notebook .jp-CodeCell")
+    for k, cell in enumerate(cells):
+        if cell["images"]:
+            path = tmp / f"cell-{k}.png"
+            code_cells.nth(k).locator(".jp-OutputArea-output img").first.screenshot(path=str(path))
+            cell["shot"] = list(struct.unpack(">II", path.read_bytes()[16:24]))  # the PNG header's width, height
+
+
 def _check(seen: dict) -> None:
     state = seen["state"]
     errors = [f"{e['ename']}: {e['evalue']}\n{_STRIP_ANSI.sub('', e['traceback'])}" for e in state["errors"]]
@@ -338,6 +353,15 @@ def _check_quickstart(cells: list[dict]) -> None:
     assert runs and sweeps, f"quickstart.ipynb has no '%dtrain' and '%dtrain sweep' cells: {[c['source'] for c in cells]}"
     assert runs[0]["images"], f"no dashboard image in the output of: {runs[0]['source']!r}"
     assert sweeps[0]["sliders"], f"no slider in the output of: {sweeps[0]['source']!r}"
+    # the foreground dashboard fills the notebook's width (a bare PNG showed at 720 px, ~6 px tick labels)
+    width, _ = runs[0]["shot"]
+    assert width >= 0.9 * min(runs[0]["area"], 1400) and width >= 800, (runs[0]["shot"], runs[0]["area"])
+    # res.plot() shows a figure without %matplotlib inline
+    (plot,) = [c for c in cells if c["source"].strip() == "res.plot()"]
+    assert plot["images"] and plot["shot"][0] >= 600, f"res.plot() showed no figure: {plot}"
+    # `bg = %dtrain ... --background` (an assignment) shows its live widget in its own cell
+    (bg,) = [c for c in cells if c["source"].startswith("bg = %dtrain")]
+    assert bg["images"], f"the background run's widget did not show: {bg}"
 
 
 def test_quickstart_in_jupyterlab(tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ def test_png_decodes_with_the_figure_size():
     feed(dash, clock, batches(synthetic(workers=3), 3, per=45), 90)
     for png in (dash.png, (dash.finished(ok_result(90)), dash.png)[1]):
         image = imread(io.BytesIO(png))
-        assert image.shape[:2] == (396, 720)  # 10 x 5.5 in at 72 dpi
+        assert image.shape[:2] == (528, 960)  # 10 x 5.5 in at 96 dpi
         assert image.std() > 0.05  # not blank
     assert len(dash.figure.fig.axes) == 6
 
@@ -254,7 +254,7 @@ def test_outside_ipython_draws_nothing_and_never_raises():
     assert dash.redraws == 0 and dash.state.n_steps == 60
     dash.finished(ok_result(60))
     assert dash.redraws == 0
-    assert imread(io.BytesIO(dash.png)).shape[:2] == (396, 720)  # on demand
+    assert imread(io.BytesIO(dash.png)).shape[:2] == (528, 960)  # on demand
     assert dict(matplotlib.rcParams.copy()) == before
     assert "matplotlib.pyplot" not in sys.modules or not sys.modules["matplotlib.pyplot"].get_fignums()
     # malformed records and a failing sink: a warning, never an exception into the run
@@ -340,8 +340,10 @@ def test_in_a_kernel_the_cell_keeps_the_final_figure_and_progress(executed_noteb
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) == 1  # one output, updated in place
     png = base64.b64decode(images[0].data["image/png"])
-    assert imread(io.BytesIO(png)).shape[:2] == (396, 720)
-    progress = [o for o in outputs if "text/html" in o.get("data", {})]
+    assert imread(io.BytesIO(png)).shape[:2] == (528, 960)
+    # the figure (also as HTML: an <img> the width of the notebook) and the progress line
+    assert 'style="width:100%' in images[0].data["text/html"]
+    progress = [o for o in outputs if "text/html" in o.get("data", {}) and "image/png" not in o.get("data", {})]
     assert len(progress) == 1
     assert "done: 40 minibatches" in progress[0].data["text/html"]
     assert progress[0].data["text/plain"].startswith("done: 40 minibatches")
@@ -382,4 +384,4 @@ def test_real_run_feeds_the_dashboard(run_dir):
     assert pushes[-1][1].startswith("done: ")
     assert dash.state.final and dash.state.skew.values.max() <= 2  # bound S+1
     assert dash.figure.bound_line is not None
-    assert imread(io.BytesIO(dash.png)).shape[:2] == (396, 720)
+    assert imread(io.BytesIO(dash.png)).shape[:2] == (528, 960)

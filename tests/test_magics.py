@@ -185,13 +185,22 @@ def test_magics_in_a_kernel(kernel, tmp_path: Path) -> None:
     config = json.loads((tmp_path / "r2" / "config.json").read_text())
     assert config["options"]["model"] == "r2/user_model.py:regression" and config["tasks"]["reused"]
 
-    # --background: returns at once with a live widget, the kernel stays usable
-    reply, outs = run_cell(kc, "bg = %dtrain --mode async --workers 2 --steps 300 --straggler 1:0.01 --out bgrun --background\n"
-                               "bg")
+    # a figure shows without %matplotlib inline (no pyplot: IPython finds the figure's own PNG)
+    reply, outs = run_cell(kc, "res.plot()")
+    assert not _errors(outs) and [m for m in outs if "image/png" in m["content"].get("data", {})], outs
+
+    # --background, as the README writes it (an assignment, which has no result to show): the live widget
+    # shows once, the kernel stays usable, and evaluating `bg` later shows it again
+    def widget_views(outs: list[dict]) -> int:
+        return sum("application/vnd.jupyter.widget-view+json" in m["content"].get("data", {}) for m in outs)
+
+    reply, outs = run_cell(kc, "bg = %dtrain --mode async --workers 2 --steps 300 --straggler 1:0.01 --out bgrun "
+                               "--background")
     assert not _errors(outs), _errors(outs)
-    assert any("application/vnd.jupyter.widget-view+json" in m["content"].get("data", {}) for m in outs)
-    reply, outs = run_cell(kc, "print('usable', bg.done)")
+    assert widget_views(outs) == 1, outs
+    reply, outs = run_cell(kc, "print('usable', bg.done)\nbg")
     assert "usable False" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+    assert widget_views(outs) == 1, outs
     reply, outs = run_cell(kc, "r = bg.wait(300)\nprint(r.summary['status'], len(r.df), bg.dashboard.png is not None)")
     assert "ok 600 True" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
 

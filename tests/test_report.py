@@ -197,3 +197,12 @@ def test_import_does_not_load_pyplot_or_touch_rcparams(tmp_path: Path) -> None:
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_figures_show_in_a_notebook_without_matplotlib_inline(runs) -> None:
+    """IPython's own formatter (no %matplotlib inline, so no formatter registered for figures) finds a PNG."""
+    from IPython.core.formatters import DisplayFormatter
+
+    data, _ = DisplayFormatter().format(rp.run_figure(*runs["a"][:3]))
+    png = data["image/png"]
+    assert (base64.b64decode(png) if isinstance(png, str) else png).startswith(PNG_MAGIC)

@@ -42,7 +42,7 @@ class RunResult:
 
             start = start_time(events)
             t = steps["t"].astype("float64")
-            steps.insert(steps.columns.get_loc("t") + 1, "elapsed", t - (start if start is not None else t.min()))
+            steps.insert(list(steps.columns).index("t") + 1, "elapsed", t - (start if start is not None else t.min()))
         return steps
 
     @property

@@ -21,6 +21,7 @@ class BackgroundRun:
         self.error: BaseException | None = None
         self.interrupted = False
         self._cancel = threading.Event()
+        self._shown_in: int | None = None  # the cell that displayed it (see show_now)
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -74,11 +75,30 @@ class BackgroundRun:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def show_now(self) -> None:
+        """Display the live widget in the running cell (where ``%dtrain --background`` starts the run)."""
+        from IPython.display import display
+
+        display(self.widget)
+        self._shown_in = _cell_number()
+
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
+        if self._shown_in is not None and self._shown_in == _cell_number():
+            return  # the cell that started the run already shows it: not twice when it is also its result
         display(self.widget)
 
     def __repr__(self) -> str:
         state = "stopped" if self.interrupted else ("done" if self.done else "running")
         return f"<BackgroundRun {state}>"
+
+
+def _cell_number() -> int | None:
+    """The execution count of the cell IPython is running (``None`` outside IPython)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return None if shell is None else int(shell.execution_count)

@@ -261,8 +261,12 @@ class LiveDashboard:
 
     def _png_bundle(self) -> dict[str, str]:
         assert self._png is not None
-        return {"image/png": base64.b64encode(self._png).decode("ascii"),
-                "text/plain": f"<ssptk live dashboard: {self.run_dir}>"}
+        data = base64.b64encode(self._png).decode("ascii")
+        # As HTML, the image fills the notebook's width like the --background widget (a bare PNG shows at its
+        # pixel size: its tick labels ~6 px in a JupyterLab window); the PNG stays for other front ends.
+        return {"text/html": f'<img src="data:image/png;base64,{data}" alt="ssptk live dashboard" '
+                             'style="width:100%;max-width:1400px;height:auto">',
+                "image/png": data, "text/plain": f"<ssptk live dashboard: {self.run_dir}>"}
 
     def _text_bundle(self, text: str) -> dict[str, str]:
         return {"text/html": self._progress_html(text), "text/plain": text}

@@ -108,7 +108,9 @@ def _dtrain(line: str, cell: str | None) -> Any:
         if args.background:  # options, model, GPUs and --out are checked here, so mistakes fail the cell
             from ssptk.notebook.background import BackgroundRun
 
-            return BackgroundRun.start(warm=warm, model_source=model_source, **kwargs)
+            bg = BackgroundRun.start(warm=warm, model_source=model_source, **kwargs)
+            bg.show_now()  # `bg = %dtrain ... --background` shows nothing by itself: an assignment has no result
+            return bg
         return api.run(observer=_dashboard() if dashboards else None, warm=warm, model_source=model_source, **kwargs)
     labels, common = compare_plan(args)
     result = api.compare(labels, out=args.out, observer=(lambda _label: _dashboard()) if dashboards else None,

@@ -19,6 +19,7 @@ from ssptk.render.style import (
     SKEW_COLOR,
     STALENESS_COLOR,
     WAIT_COLOR,
+    NotebookFigure,
     bound_label,
     color,
     draw_bound,
@@ -62,7 +63,7 @@ def run_figure(
     Wall time runs from the start barrier when ``events`` has a ``start`` event.
     """
     opts = an.run_options(config)
-    fig = Figure(figsize=(15, 8), layout="constrained")
+    fig = NotebookFigure(figsize=(15, 8), layout="constrained")
     axes = fig.subplots(2, 3)
     (ax_loss, ax_prog, ax_skew), (ax_wait, ax_stale, ax_samples) = axes
     fig.suptitle(run_title(opts) if opts else "run (no config)")
@@ -164,9 +165,9 @@ def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name:
     finals = df.groupby("worker")["completed"].max()
     # only a worker that really fell behind (sync and a binding SSP bound keep every worker together)
     behind = len(finals) > 1 and finals.min() < finals.max() - max(3, 0.05 * finals.max())
-    slowest = int(finals.idxmin()) if behind else None
+    slowest = finals.idxmin() if behind else None
     for j, (w, d) in enumerate(df.groupby("worker")):
-        slow = int(w) == slowest
+        slow = w == slowest
         ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
                 lw=2.2 * lw if slow else lw, alpha=1.0 if slow else 0.6, label=name if j == 0 else None)
         if slow and label is not None:
@@ -191,7 +192,7 @@ def _draw_one(axes: list[Axes], steps: pd.DataFrame, events: pd.DataFrame | None
     finished = an.finish_times(df, events) if events is not None else None
     skew = an.skew_timeline(df, finished, end_when_one_left=True)
     ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=run_color, label=name,
-                 **({"lw": lw} if repeated else {}))
+                 lw=lw if repeated else None)
     _progress_lines(ax_prog, df, run_color, lw_prog, name, label)
     return df
 
@@ -221,7 +222,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     is drawn), or :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
-    fig = Figure(figsize=(15, 8), layout="constrained")
+    fig = NotebookFigure(figsize=(15, 8), layout="constrained")
     grid = fig.add_gridspec(2, 3)
     ax_t, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_skew, ax_prog = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])

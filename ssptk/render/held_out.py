@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
-from ssptk.render.style import color, set_loss_scale
+from ssptk.render.style import NotebookFigure, color, set_loss_scale
 
 __all__ = ["held_out_figure", "has_held_out"]
 
@@ -42,7 +42,7 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
     """Two panels, one colour per label: held-out loss against wall time (from the start barrier) and against
     minibatches processed, with the target as a dashed line. Values: ``(steps, events, config, summary)``
     tuples or :class:`Repeats` of them (each repetition drawn, thinner)."""
-    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
     fig.suptitle("held-out loss (worker 0's evaluations every --eval-every updates, and the final one)")
     losses = []

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ssptk import analysis as an
-from ssptk.render.style import default_colors, draw_bound, palette, set_loss_scale
+from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
 
 __all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks",
            "LOSS_GID", "SKEW_GID", "BOUND_GID"]
@@ -47,7 +47,7 @@ def overlay_figure(
     run's start barrier; losses use :func:`ssptk.analysis.smoothing_window` of its workers. Each run
     gives exactly one loss line (``gid`` ``"loss:<label>"``) and one skew line (``"skew:<label>"``).
     """
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = NotebookFigure(figsize=figsize, layout="constrained")
     ax_loss, ax_skew = fig.subplots(1, 2)
     heading = title or "runs overlaid"
     fig.suptitle(heading if not note else f"{heading}\n{note}")

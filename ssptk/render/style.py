@@ -18,7 +18,8 @@ from matplotlib.lines import Line2D
 from ssptk.core.options import skew_bound
 
 __all__ = ["BOUND_COLOR", "DELAY_COLOR", "MAX_LEGEND", "SKEW_COLOR", "STALENESS_COLOR", "WAIT_COLOR",
-           "bound_label", "color", "default_colors", "draw_bound", "figure_png", "figure_to_png_base64",
+           "NotebookFigure", "bound_label", "color", "default_colors", "draw_bound", "figure_png",
+           "figure_to_png_base64",
            "palette", "run_title", "set_loss_scale", "skew_bound", "wants_log_loss"]
 
 #: Most per-worker entries a legend lists; beyond it the workers go unnamed.
@@ -84,6 +85,15 @@ def draw_bound(ax: Axes, staleness: int, **kw: Any) -> Line2D:
     """The SSP bound as a dashed horizontal line on a skew axis (``kw`` overrides colour, label, ...)."""
     style: dict[str, Any] = {"ls": "--", "color": BOUND_COLOR, "label": bound_label(staleness), **kw}
     return ax.axhline(skew_bound(staleness), **style)
+
+
+class NotebookFigure(Figure):
+    """The matplotlib Figure every ssptk renderer returns: a plain ``Figure``, which also shows itself as a
+    PNG in Jupyter without ``%matplotlib inline`` (IPython falls back to ``_repr_png_`` when no backend has
+    registered a formatter for figures; with one, that formatter wins and nothing changes)."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_png(self, dpi=80)
 
 
 def figure_png(fig: Figure, dpi: int = 100) -> bytes:

@@ -8,6 +8,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ssptk.analysis.tradeoff import tradeoff_table
+from ssptk.render.style import NotebookFigure
 
 __all__ = ["tradeoff_figure"]
 
@@ -34,7 +35,7 @@ def tradeoff_figure(table: pd.DataFrame, target: float | None = None) -> Figure:
     steps/s on a second axis, and time to target with the best setting starred."""
     rows = tradeoff_table(table)
     x = np.arange(len(rows))
-    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_price, ax_time = fig.subplots(1, 2)
     goal = "the target" if target is None else f"loss {target:.3g}"
     fig.suptitle(f"what staleness costs and buys: minibatches and time to {goal}")
