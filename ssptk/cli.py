@@ -273,7 +273,7 @@ def _report(args: argparse.Namespace) -> int:
     import os
 
     from ssptk.render import load_comparison, terminal_table
-    from ssptk.render.tables import target_lines
+    from ssptk.render.tables import takeaway_line, target_lines
     from ssptk.rundir import RunDir
 
     rd = RunDir(args.dir)
@@ -288,7 +288,8 @@ def _report(args: argparse.Namespace) -> int:
     report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
     print(terminal_table(report.table))
-    print("\n".join(["", *(textwrap.fill(line, 100) for line in target_lines(report.table))]))
+    lines = [takeaway_line(report.table), *target_lines(report.table)]
+    print("\n".join(["", *(textwrap.fill(line, 100) for line in lines if line)]))
     print(f"\nreport: {path}")
     return 0
 

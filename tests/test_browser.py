@@ -370,3 +370,33 @@ def test_quickstart_in_jupyterlab(tmp_path: Path) -> None:
     seen = run_notebook_in_lab(NOTEBOOK, tmp_path, sync_playwright, check_cells=_check_quickstart)
     print(f"\nbrowser test: {len(seen['images'])} output image(s), {seen['sliders']} slider(s), "
           f"timings {seen['timings']}, total {time.monotonic() - t0:.1f} s", flush=True)
+
+
+def test_the_report_fits_a_900px_window(tmp_path: Path) -> None:
+    """A comparison report in a 900 px wide window: the page is no wider than the window (the wide metrics
+    table scrolls inside the report) and every figure is shown at the window's width or less."""
+    sync_playwright = _require_browser()
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from ssptk.analysis import COMPARE_COLUMNS
+    from ssptk.render import Report
+
+    table = pd.DataFrame([{c: (label if c == "label" else 123.456) for c in COMPARE_COLUMNS}
+                          for label in ("sync", "ssp:2", "async+inverse")])
+    fig = Figure(figsize=(15, 8))
+    fig.subplots().plot([0, 1], [1, 0])
+    path = Report("ssptk comparison: sync, ssp:2, async+inverse", table, [("a wide figure", fig)]).save(
+        tmp_path / "report.html")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 900, "height": 800})
+            page.goto(path.as_uri())
+            widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
+                table: document.querySelector('.ssptk-report table').scrollWidth,
+                img: Math.max(...Array.from(document.images).map(i => i.getBoundingClientRect().width))})""")
+        finally:
+            browser.close()
+    assert widths["table"] > 900, f"the table should be wider than the window for this test to mean anything: {widths}"
+    assert widths["page"] <= 900 and widths["img"] <= 900, widths

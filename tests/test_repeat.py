@@ -106,7 +106,8 @@ def test_single_run_table_and_csv_unchanged(tmp_path: Path) -> None:
     assert list(report.table.columns) == list(an.COMPARE_COLUMNS)
     assert "[" not in rp.format_table(report.table)
     assert [c.split(":")[0] for c, _ in report.figures] == ["All runs", "What staleness costs and buys"]
-    assert len(report.notes) == 2  # the target, the learning-rate convention
+    assert len(report.notes) == 3  # what differs, the target, the learning-rate convention
+    assert report.notes[0].startswith("What differs: steps/s a 10, b 20 (2x a)")
 
 
 def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:
@@ -223,8 +224,8 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
     assert csv["label"].tolist() == ["async", "async", "ssp:1", "ssp:1"] and csv["rep"].tolist() == [1, 2, 1, 2]
     assert (csv["steps_per_s"] > 0).all() and (csv["status"] == "ok").all()
     lines = p.stdout.splitlines()
-    assert lines[0].split()[:3] == ["run", "repeats", "steps/s"]  # short headers, the rest in metrics.csv
-    assert "_min" not in lines[0] and max(len(line) for line in lines) <= 100
+    assert lines[0].split()[:2] == ["run", "steps/s"]  # short headers, the rest in metrics.csv
+    assert "_min" not in lines[0] and max(len(line) for line in lines[:4]) <= 100
     assert lines[2].startswith("async") and lines[3].startswith("ssp:1") and "\u2013" in lines[2]
     assert f"report: {out / 'report.html'}" in p.stdout
     html = (out / "report.html").read_text(encoding="utf-8")

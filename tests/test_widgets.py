@@ -75,6 +75,12 @@ class FakeRunner:
         return make_run(self.root / f"run-{len(self.calls)}", **options)
 
 
+@pytest.fixture(autouse=True)
+def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test as in a new kernel: no runs left by an earlier test's explorer."""
+    monkeypatch.setattr(widgets, "_RUNS", {})
+
+
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
     monkeypatch.chdir(tmp_path)  # a sweep without out= writes its comparison under ./runs
@@ -154,6 +160,27 @@ def test_workers_and_straggler_change_the_key(fake: FakeRunner) -> None:
     assert labels == ["S=2 N=3", "S=2 N=4"]  # what differs is in the labels
     styles = {ln.get_label(): ln.get_linestyle() for ln in loss_lines(ex.figure())}
     assert styles["S=2 N=3"] != styles["S=2 N=4"]
+
+
+def test_running_the_cell_again_keeps_the_runs_and_the_figure_says_what_runs(fake: FakeRunner) -> None:
+    seen: list[tuple[str | None, bytes]] = []
+
+    def runner(**kwargs: Any) -> RunResult:
+        result = fake(**kwargs)  # reports progress 3/6 on the way
+        seen.append((ex._running, ex.image.value))  # what the figure said then, and the image it showed
+        return result
+
+    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
+    before = ex.image.value
+    ex.run(0)
+    (note, image), = seen
+    assert note is not None and note.startswith("S=0: running, 3/6 minibatches") and image != before
+    assert ex._running is None and "S=0" in ex.status and "running" not in ex.status
+    again = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=10)  # the cell again
+    assert list(again.results) == list(ex.results) and again.run(0) is ex.results[again.key()]
+    assert len(fake.calls) == 1  # shown from the cache, not trained again
+    other = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=20)  # other options
+    assert not other.results
 
 
 def test_no_straggler_slider_without_straggler_and_fixed_straggler_is_an_option(fake: FakeRunner) -> None:

@@ -72,10 +72,10 @@ class CompareResult:
     def __str__(self) -> str:
         import textwrap
 
-        from ssptk.render.tables import target_lines, terminal_table
+        from ssptk.render.tables import takeaway_line, target_lines, terminal_table
 
-        return "\n".join([terminal_table(self.table), "", *(textwrap.fill(line, 100)
-                                                              for line in target_lines(self.table))])
+        lines = [takeaway_line(self.table), *target_lines(self.table)]
+        return "\n".join([terminal_table(self.table), "", *(textwrap.fill(line, 100) for line in lines if line)])
 
 
 #: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).

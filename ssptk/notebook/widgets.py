@@ -12,7 +12,9 @@ price of all three. ipywidgets is imported lazily; without it the widgets raise 
 from __future__ import annotations
 
 import inspect
+import math
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +77,18 @@ def _split(run_options: dict[str, Any], what: str, names: tuple[str, ...] = RUNN
     return {k: run_options.pop(k) for k in names if k in run_options}
 
 
+#: Every explorer's finished runs in this kernel, by :func:`cache_key`: a new explorer (the cell run again)
+#: starts with those of its options family (:func:`_family`).
+_RUNS: dict[Key, RunResult] = {}
+#: While a run goes on, the explorer's figure (which says so) is redrawn at most this often.
+FIGURE_EVERY_S = 2.0
+
+
+def _family(key: Key) -> Key:
+    """What an explorer fixes: a cache key without the options its sliders change."""
+    return tuple((name, value) for name, value in key if name not in ("staleness", "workers", "straggler"))
+
+
 class Explorer(StaticView):
     """The staleness explorer of :func:`staleness_explorer`: ``widget`` (the ipywidgets container), ``results``
     (:func:`cache_key` -> RunResult), :meth:`run`, :meth:`select`, :meth:`figure`, :meth:`table`, ``show_static()``."""
@@ -86,7 +100,10 @@ class Explorer(StaticView):
                  extra: Mapping[str, Any] | None = None) -> None:
         w = _ipywidgets()
         super().__init__()
+        # runs made by an earlier explorer with the same options (re-running the cell keeps them)
         self.results: dict[Key, RunResult] = {}
+        self._running: str | None = None  # the status line of the run in progress, also shown in the figure
+        self._drawn_at = -math.inf
         self.runner: Runner = runner or default_runner
         self.last_exception: BaseException | None = None
         self._values, self._base, self._extra = values, base, dict(extra or {})
@@ -115,6 +132,8 @@ class Explorer(StaticView):
             slider.observe(lambda _change: self._refresh(), names="value")
         self._controls.append(self.run_button)
         self.run_button.on_click(lambda _button: self._run(force=False, reraise=False))
+        family = _family(cache_key(self.options()))
+        self.results = {k: r for k, r in _RUNS.items() if _family(k) == family}
         self._refresh()
 
     @property
@@ -173,14 +192,16 @@ class Explorer(StaticView):
         labels = self._labels(keys + ([current] if current is not None and current not in keys else []))
         colors, styles = staleness_looks({labels[k]: (dict(k)["staleness"], (dict(k)["workers"], dict(k)["straggler"]))
                                           for k in keys}, self._values)
-        note = None if current in self.results else ("not run yet: press Run" if current else self.status)
+        note = self._running or (None if current in self.results else
+                                 ("not run yet: press Run" if current else self.status))
         runs = {labels[k]: self._frames_of(k, self.results[k]) for k in keys}
         return overlay_figure(runs, labels[current] if current in self.results else None, colors=colors,
                               styles=styles, title=self._title(), note=note)
 
     def _view_key(self) -> Any:
         current = self.key(strict=False)
-        return tuple(self._shown()), current, self._title(), self.status if current is None else None
+        return (tuple(self._shown()), current, self._title(), self.status if current is None else None,
+                self._running)
 
     def _caption(self) -> str:
         return self.status
@@ -230,6 +251,11 @@ class Explorer(StaticView):
         def progress(done: int, total: int) -> None:
             self.progress.max, self.progress.value = max(total, 1), min(done, max(total, 1))
             self._status.value = f"{label}: running, {done}/{total} minibatches"
+            # the figure says so too (not "not run yet"), redrawn at most every FIGURE_EVERY_S seconds
+            self._running = f"{self._status.value} (its curves join the overlay when it ends)"
+            if time.monotonic() - self._drawn_at >= FIGURE_EVERY_S:
+                self._drawn_at = time.monotonic()
+                self.image.value = self.png()
 
         self._attempts += 1  # an ``out`` given to the explorer is a parent folder: out/<n>-S<s>
         out = self._extra.get("out")
@@ -244,8 +270,9 @@ class Explorer(StaticView):
         except BaseException as e:  # noqa: BLE001 - one line on the status line; run() raises it again
             result, error = None, e
         self._busy(False)
+        self._running = None
         if result is not None and result.ok:
-            self.results[key] = result
+            self.results[key] = _RUNS[key] = result
             self._png.clear()
         self._refresh()
         if error is not None:

@@ -19,7 +19,7 @@ from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, target_lines
+from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.rundir import RunDir, load_run
 from ssptk.rundir.space import write_whole
@@ -40,6 +40,7 @@ _CSS = """
   text-align: right; }
 .ssptk-report th { background: #f3f3f3; }
 .ssptk-report td:first-child, .ssptk-report th:first-child { text-align: left; }
+.ssptk-report .table-wrap { overflow-x: auto; max-width: 100%; }
 .ssptk-report figure { margin: 1em 0; }
 .ssptk-report img { max-width: 100%; height: auto; }
 .ssptk-report figcaption, .ssptk-report .notes { color: #555; font-size: 13px; }
@@ -73,7 +74,9 @@ class Report:
         """An HTML fragment (inline CSS, embedded images) for notebooks."""
         parts = [f'<div class="ssptk-report"><style>{_CSS}</style>',
                  f"<h2>{html.escape(self.title)}</h2>",
-                 shown_cells(self.table)[0].to_html(index=False, border=0, escape=True)]
+                 # a wide table scrolls inside the report instead of widening the page (and JupyterLab's cell)
+                 '<div class="table-wrap">' + shown_cells(self.table)[0].to_html(index=False, border=0, escape=True)
+                 + "</div>"]
         parts += [f'<p class="notes">{html.escape(note)}</p>' for note in self.notes]
         for caption, fig in self.figures:
             parts.append(f'<figure><img alt="{html.escape(caption, quote=True)}" '
@@ -124,8 +127,10 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         table = an.aggregate_repeats(runs_table)
     else:
         table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
-    notes = target_lines(table) + lr_lines(an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
-                                           if isinstance(r, tuple) and len(r) > 2)
+    takeaway = takeaway_line(table)
+    notes = ([takeaway] if takeaway else []) + target_lines(table)
+    notes += lr_lines(an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
+                      if isinstance(r, tuple) and len(r) > 2)
     if repeated:
         counts = sorted({int(n) for n in table["repeats"].dropna()})
         times = " or ".join(str(n) for n in counts) or "0"

@@ -12,8 +12,8 @@ import pandas as pd
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
 
-__all__ = ["KEY_FIGURES", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "target_lines",
-           "terminal_table"]
+__all__ = ["KEY_FIGURES", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "takeaway_line",
+           "target_lines", "terminal_table"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
@@ -126,6 +126,33 @@ def _aligned(cells: pd.DataFrame, numeric: Mapping[Any, bool], columns: list[Any
     if not len(cells):
         out.append("(no rows)")
     return "\n".join(out)
+
+
+def takeaway_line(table: pd.DataFrame) -> str | None:
+    """One line on what differs between the runs: steps/s (against sync's, where there is one), the share
+    of worker time spent waiting and the mean staleness, per label; ``None`` for fewer than two runs."""
+    rows = [r for r in table.to_dict("records") if r.get("status") == "ok"]
+    if len(rows) < 2 or "steps_per_s" not in table.columns:
+        return None
+    base = next((r for r in rows if r.get("mode") == "sync"), rows[0])
+
+    def speed(r: Mapping[str, Any]) -> str:
+        v, b = r.get("steps_per_s"), base.get("steps_per_s")
+        shown = f"{r['label']} {_fmt(v)}"
+        return shown if r is base or not (v and b) else f"{shown} ({v / b:.3g}x {base['label']})"
+
+    def missing(v: Any) -> bool:
+        return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
+
+    def pct(v: Any) -> str:
+        return "-" if missing(v) else f"{100 * v:.0f}%"
+
+    def num(v: Any) -> str:
+        return "-" if missing(v) else f"{v:.2g}"
+
+    return ("What differs: steps/s " + ", ".join(speed(r) for r in rows)
+            + "; time spent waiting " + ", ".join(f"{r['label']} {pct(r.get('wait_fraction'))}" for r in rows)
+            + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows) + ".")
 
 
 def target_lines(table: pd.DataFrame) -> list[str]:
