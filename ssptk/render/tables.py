@@ -136,7 +136,7 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
         return None
     base = next((r for r in rows if r.get("mode") == "sync"), rows[0])
 
-    def speed(r: Mapping[str, Any]) -> str:
+    def speed(r: Mapping[Any, Any]) -> str:
         v, b = r.get("steps_per_s"), base.get("steps_per_s")
         shown = f"{r['label']} {_fmt(v)}"
         return shown if r is base or not (v and b) else f"{shown} ({v / b:.3g}x {base['label']})"
