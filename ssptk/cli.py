@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -272,8 +271,8 @@ def _compare(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     import os
 
-    from ssptk.render import load_comparison, terminal_table
-    from ssptk.render.tables import takeaway_line, target_lines
+    from ssptk.render import load_comparison
+    from ssptk.render.tables import terminal_text
     from ssptk.rundir import RunDir
 
     rd = RunDir(args.dir)
@@ -287,9 +286,7 @@ def _report(args: argparse.Namespace) -> int:
     _warn_unreadable(sorted({str(p.parent) for p in Path(args.dir).rglob("*") if p.name in ("config.json", "workers")}))
     report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
-    print(terminal_table(report.table))
-    lines = [takeaway_line(report.table), *target_lines(report.table)]
-    print("\n".join(["", *(textwrap.fill(line, 100) for line in lines if line)]))
+    print(terminal_text(report.table))
     print(f"\nreport: {path}")
     return 0
 

@@ -70,12 +70,9 @@ class CompareResult:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
-        import textwrap
+        from ssptk.render.tables import terminal_text
 
-        from ssptk.render.tables import takeaway_line, target_lines, terminal_table
-
-        lines = [takeaway_line(self.table), *target_lines(self.table)]
-        return "\n".join([terminal_table(self.table), "", *(textwrap.fill(line, 100) for line in lines if line)])
+        return terminal_text(self.table)
 
 
 #: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).

@@ -3,6 +3,7 @@ in text and HTML (4 significant digits, ``-`` for missing values, ``mean [min–
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTO
 from ssptk.core.divergence import DIVERGENCE_RULE
 
 __all__ = ["KEY_FIGURES", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "takeaway_line",
-           "target_lines", "terminal_table"]
+           "target_lines", "terminal_table", "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
@@ -109,6 +110,13 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     legend = [line for c, line in _LEGEND.items() if c in columns]
     legend.append(f"Every figure ({len(cells.columns)} columns): metrics.csv and the report.")
     return "\n".join([text, "", *legend])
+
+
+def terminal_text(table: pd.DataFrame, width: int = 100) -> str:
+    """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line` and
+    :func:`target_lines`, wrapped at ``width``."""
+    lines = [takeaway_line(table), *target_lines(table)]
+    return "\n".join([terminal_table(table, width), "", *(textwrap.fill(line, width) for line in lines if line)])
 
 
 def _aligned(cells: pd.DataFrame, numeric: Mapping[Any, bool], columns: list[Any],

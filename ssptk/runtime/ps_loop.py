@@ -220,9 +220,10 @@ class Trainer:
             self._hang_watch = HangWatch(self.hung_after_s, self._hung)
             return out
         self._hang_watch.begin(delay)
-        out = step_fn(*inputs)
-        self._hang_watch.end()
-        return out
+        try:
+            return step_fn(*inputs)
+        finally:  # also when it raises: sync's last step ends with OutOfRangeError, then the aggregator is joined
+            self._hang_watch.end()
 
     def _hung(self, seconds: float) -> None:
         """A step run has hung: end this worker (the launcher names it; ``--restart-failed`` restarts it)."""
