@@ -84,7 +84,7 @@ def _hanging_run(run_dir: Path, tmp_path: Path, *extra: str, mode: str = "async"
     env = dict(os.environ, SSPTK_TEST_HANG_MARK=str(tmp_path / "hung-once"),
                PYTHONPATH=os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(ssptk_cmd() + ["run", "--mode", mode, "--workers", "2", "--steps", "150", "--gpus", "none",
-                                         "--model", "usermodels:step_hangs_once_on_worker1", "--stall-timeout", "20",
+                                         "--model", "usermodels:step_hangs_once_on_worker1", "--stall-timeout", "10",
                                          "--out", str(run_dir), *extra],
                           env=env, capture_output=True, text=True, timeout=300)
 
@@ -94,7 +94,7 @@ def test_a_hung_step_ends_the_run_naming_the_worker_and_the_remedy(run_dir: Path
     proc = _hanging_run(run_dir, tmp_path, "--staleness", "2", mode="ssp")
     assert proc.returncode == 1, proc.stderr[-3000:]
     first = proc.stderr.splitlines()[0]
-    assert re.match(r"ssptk: run failed: worker:1 .*a step of worker 1 hung in TensorFlow for 1\d s .*"
+    assert re.match(r"ssptk: run failed: worker:1 .*a step of worker 1 hung in TensorFlow for [5-9] s .*"
                     r"--restart-failed N starts the worker again", first), proc.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["failed_task"] == "worker:1"

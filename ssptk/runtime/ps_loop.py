@@ -65,7 +65,7 @@ class Trainer:
         self.safety_timeouts = 0
         self.step_offset = 0  # steps this worker logged before it was restarted
         stall = opts.stall_timeout
-        self.hung_after_s = max(10.0, stall / 2) if stall else 60.0  # a step run this long has hung
+        self.hung_after_s = max(5.0, stall / 2) if stall else 60.0  # a step run this long has hung
         self._hang_watch: HangWatch | None = None
         self._in_flight = -1  # the minibatch of the step run in flight
         self._aggregator: threading.Thread | None = None
