@@ -57,3 +57,14 @@ def test_assignment_reaches_config_and_tasks(fake_smi: None, run_dir: Path) -> N
     config = json.loads((run_dir / "config.json").read_text())
     assert config["gpu_assignment"] == {"ps:0": "", "worker:0": "0", "worker:1": "1", "worker:2": "0"}
     assert r.ok  # TF falls back to the CPU when the listed GPU does not exist
+
+
+@pytest.mark.slow
+def test_shared_layout_places_each_worker_on_its_gpu(fake_smi: None, run_dir: Path) -> None:
+    """The shared process sees every assigned GPU; each worker's ops are placed on its own one."""
+    import ssptk
+
+    r = ssptk.run(mode="async", workers=3, steps=20, out=str(run_dir), layout="shared")
+    log = (run_dir / "logs" / "shared.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0,1; worker:0 on GPU:0, worker:1 on GPU:1, worker:2 on GPU:0" in log
+    assert r.ok  # soft placement: the fake GPUs do not exist, so the ops run on the CPU

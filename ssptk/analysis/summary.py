@@ -73,9 +73,17 @@ def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | Non
     barely moves when other programs take turns on the cores: the steadier measure of overhead.
     """
     out: dict[str, Any] = {"train_cpu_s": None, "cpu_ms_per_step": None}
-    if events.empty or "cpu_s" not in events or ps_cpu_s is None or not steps:
+    if events.empty or not steps or (ps_cpu_s is None and "process_cpu_s" not in events):
         return out
     if (events["event"] == "restart").any():  # a restarted worker's CPU clock started again at 0
+        return out
+    if "process_cpu_s" in events:  # the shared layout: one process (the PS too), its clock in every event
+        clock = events.dropna(subset=["process_cpu_s"]).groupby("event")["process_cpu_s"]
+        if {"start", "done"} <= set(clock.groups):
+            total = float(clock.max()["done"] - clock.min()["start"])
+            return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
+        return out
+    if "cpu_s" not in events or ps_cpu_s is None:
         return out
     by = events.dropna(subset=["cpu_s"]).groupby(["worker", "event"])["cpu_s"].first().unstack()
     if not {"start", "done"} <= set(by.columns) or by[["start", "done"]].isna().any().any():

@@ -14,6 +14,9 @@ from ssptk.core.errors import UsageError
 from ssptk.core.models import BUILTIN, MODEL_HINT
 
 MODES = ("sync", "ssp", "async", "allreduce")
+LAYOUTS = ("auto", "processes", "shared")
+#: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
+AUTO_SHARED_FROM = 8
 BUILTIN_MODELS = tuple(BUILTIN)
 LR_CONVENTIONS = ("minibatch", "mean")
 LR_STALENESS = ("none", "inverse")
@@ -68,6 +71,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("jitter", str, None,
            "random extra delay every step (seconds): exp:MEAN, uniform:LO:HI, or pause:P:SECONDS (with "
            "probability P a step is held SECONDS longer: a transient straggler)", "SPEC"),
+    Option("layout", str, "auto",
+           "processes: every task (the PS, each worker) is a process of its own; shared: one process holds the PS "
+           "and every worker, each task still with its own TensorFlow server, the workers as threads (far less "
+           f"memory, faster start); auto: shared from {AUTO_SHARED_FROM} workers up, except with allreduce or "
+           "--restart-failed, which need processes", "auto|processes|shared"),
     Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
     Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
@@ -106,6 +114,7 @@ class RunOptions:
     backup: int = _DEFAULT["backup"]
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     jitter: str | None = _DEFAULT["jitter"]
+    layout: str = _DEFAULT["layout"]
     gpus: str = _DEFAULT["gpus"]
     out: str | None = _DEFAULT["out"]
     no_log: bool = _DEFAULT["no_log"]
@@ -129,6 +138,13 @@ class RunOptions:
         jitter (uniform: its upper end; exp: 20 times its mean, exceeded once in 5e8 steps)."""
         j = self.jitter_spec
         return max(self.stragglers.values(), default=0.0) + (0.0 if j is None else j.longest)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the run's tasks share one process (``--layout``; ``auto`` decides by the worker count)."""
+        if self.layout == "auto":
+            return self.workers >= AUTO_SHARED_FROM and self.mode != "allreduce" and not self.restart_failed
+        return self.layout == "shared"
 
     @property
     def aggregated(self) -> int:
@@ -288,6 +304,14 @@ def _validate(o: RunOptions) -> None:
     if o.restart_failed and o.mode == "allreduce":
         raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
                          "(its collectives cannot take a new member mid-run)")
+    if o.layout not in LAYOUTS:
+        raise UsageError(f"--layout must be {', '.join(LAYOUTS)}, got {o.layout!r}")
+    if o.layout == "shared" and o.mode == "allreduce":
+        raise UsageError("--layout shared cannot run allreduce (MultiWorkerMirroredStrategy reads TF_CONFIG once per "
+                         "process, so each of its workers needs a process): use --layout processes")
+    if o.layout == "shared" and o.restart_failed:
+        raise UsageError("--restart-failed needs --layout processes: in the shared layout a worker is a thread, and "
+                         "a failed one takes the whole process with it")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
 

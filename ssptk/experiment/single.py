@@ -183,12 +183,14 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
               launched: float, cancel: threading.Event | None) -> Outcome:
     """Start the run's own tasks, follow the run, stop them."""
     from ssptk.launch.cluster import LocalCluster
+    from ssptk.launch.shared import SharedCluster
 
+    kind = SharedCluster if opts.shared else LocalCluster
     for attempt in range(PORT_RETRIES):
-        with LocalCluster(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce") as cluster:
+        with kind(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce") as cluster:
             # inside the `with`: whatever fails from here on, the cluster's namespace and tasks are let go
             RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
-                                         tasks={"warm": False, "isolation": cluster.isolation})
+                                         tasks={"warm": False, "layout": _layout(opts), "isolation": cluster.isolation})
             cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
             failure = cluster.wait_ready(cancel=cancel, progress=lambda r, p: notify_starting(observers, r, p))
             if failure is None:
@@ -209,24 +211,30 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
     os.makedirs(rd.logs_dir, exist_ok=True)
     for attempt in range(PORT_RETRIES):
         cluster, reused, failure = warm.acquire(opts.workers, gpus, cancel,
-                                                lambda r, p: notify_starting(observers, r, p))
+                                                lambda r, p: notify_starting(observers, r, p), shared=opts.shared)
         if failure is None:
             break
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
             rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
-                            tasks={"warm": True, "reused": False, "isolation": cluster.isolation})
+                            tasks={"warm": True, "reused": False, "layout": _layout(opts),
+                                   "isolation": cluster.isolation})
             return Outcome(failure)
     ok = False
     try:
         rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
                         tasks={"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
-                               "isolation": cluster.isolation})
+                               "layout": _layout(opts), "isolation": cluster.isolation})
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
         outcome = supervise(cluster, run_dir, total, observers, opts, cancel)
         ok = outcome.failure is None
         return outcome
     finally:
         warm.release(cluster, ok)
+
+
+def _layout(opts: RunOptions) -> str:
+    """What config.json's ``tasks.layout`` says: the layout the run really used."""
+    return "shared" if opts.shared else "processes"
 
 
 class Stopped(int):

@@ -12,6 +12,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -130,9 +131,15 @@ class LocalCluster:
 
         ``serve``: start a warm cluster instead, whose workers wait for runs given by :meth:`submit`.
         """
+        base_env = self._prepare(serve)
+        for name in self.task_names:
+            env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
+            self._launch(name, env, ["--task", name, "--run-id", run_id, *(["--serve"] if serve else worker_args)])
+
+    def _prepare(self, serve: bool) -> dict[str, str]:
+        """Before the tasks start: the logs directory, the tasks' temporary directory; their environment."""
         self.serving = serve
-        rd = RunDir(self.run_dir)
-        os.makedirs(rd.logs_dir, exist_ok=True)
+        os.makedirs(RunDir(self.run_dir).logs_dir, exist_ok=True)
         base_env = dict(os.environ)
         # the tasks' temporary files (TensorFlow's autograph sources, a model's own) go with the cluster
         self.task_tmp = make_temp_dir("tasks")
@@ -143,16 +150,15 @@ class LocalCluster:
         # The tasks must run the same ssptk as this launcher, not whichever copy their cwd or
         # site-packages would give them.
         base_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, base_env.get("PYTHONPATH", "")) if p)
-        preexec = _preexec()
-        ns = self.namespace
-        for name in self.task_names:
-            env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
-            argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), "--task", name,
-                    "--run-id", run_id, *(["--serve"] if serve else worker_args)]
-            task = Task(name, argv, env, rd.task_log(name))
-            task.log = open(task.log_path, "ab")
-            self._spawn(task, task.argv, preexec, ns)
-            self.tasks.append(task)
+        return base_env
+
+    def _launch(self, name: str, env: dict[str, str], args: list[str]) -> None:
+        """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``."""
+        argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), *args]
+        task = Task(name, argv, env, RunDir(self.run_dir).task_log(name))
+        task.log = open(task.log_path, "ab")
+        self._spawn(task, task.argv, _preexec(), self.namespace)
+        self.tasks.append(task)
 
     def _spawn(self, task: Task, argv: list[str], preexec: Any, ns: Any) -> None:
         # A serving worker reads its runs from stdin, and exits when the pipe closes.
@@ -198,16 +204,16 @@ class LocalCluster:
         out. ``progress(ready, pending)`` hears each change (task names). Setting ``cancel`` raises
         :class:`~ssptk.core.errors.RunInterrupted` (the caller stops the tasks)."""
         deadline = time.monotonic() + timeout
-        pending = {t.name for t in self.tasks}
+        pending = set(self.task_names)
         if progress is not None:
             progress([], sorted(pending))
         while pending:
             if cancel is not None and cancel.is_set():
                 raise RunInterrupted("stopped by the user while the cluster was starting")
-            came = {t.name for t in self.tasks if t.name in pending and _log_has(t.log_path, READY)}
+            came = pending & self._ready_tasks()
             pending -= came
             if came and progress is not None:
-                progress(sorted({t.name for t in self.tasks} - pending), sorted(pending))
+                progress(sorted(set(self.task_names) - pending), sorted(pending))
             failure = self.poll()
             if failure is not None:
                 return failure
@@ -217,6 +223,18 @@ class LocalCluster:
             if pending:
                 time.sleep(0.05)
         return None
+
+    def _ready_tasks(self) -> set[str]:
+        """The tasks whose servers are up: each says so in its process's log (``SSPTK_READY <task>``)."""
+        ready: set[str] = set()
+        for t in self.tasks:
+            try:
+                with open(t.log_path, "rb") as f:
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            ready.update(re.findall(rf"{READY} (\S+)", text))
+        return ready
 
     def submit(self, run_dir: str, worker_args: list[str], run_id: str) -> None:
         """Warm cluster: start one run (its options ``worker_args``) on the serving workers.
@@ -259,7 +277,7 @@ class LocalCluster:
         workers = [t for t in self.tasks if t.name.startswith("worker")]
         if self.serving:
             marker = f"{RUN_DONE} {self.run_id}"
-            return all(_log_has(t.log_path, marker, tail=4096) for t in workers)
+            return all(log_has(t.log_path, marker, tail=4096) for t in workers)
         return all(t.exit_code == 0 for t in workers)
 
     def exited_workers(self) -> list[str]:
@@ -361,7 +379,7 @@ def _proc_stat(pid: int) -> list[str] | None:
         return None
 
 
-def _log_has(path: str, marker: str, tail: int = 0) -> bool:
+def log_has(path: str, marker: str, tail: int = 0) -> bool:
     """Whether ``marker`` is in the log (only its last ``tail`` bytes when given)."""
     try:
         with open(path, "rb") as f:

@@ -17,29 +17,31 @@ import threading
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch.cluster import LocalCluster, StartProgress
+from ssptk.launch.shared import SharedCluster
 from ssptk.launch.tempdirs import make_temp_dir
 
-PoolKey = tuple[int, tuple[tuple[str, str], ...]]
+PoolKey = tuple[int, tuple[tuple[str, str], ...], bool]
 
 _lock = threading.Lock()
 _idle: dict[PoolKey, LocalCluster] = {}
 _busy: set[int] = set()
 
 
-def _key(workers: int, gpus: dict[str, str]) -> PoolKey:
-    return workers, tuple(sorted(gpus.items()))
+def _key(workers: int, gpus: dict[str, str], shared: bool) -> PoolKey:
+    return workers, tuple(sorted(gpus.items())), shared
 
 
 def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None = None,
-            progress: StartProgress | None = None) -> tuple[LocalCluster, bool, TaskFailure | None]:
+            progress: StartProgress | None = None,
+            shared: bool = False) -> tuple[LocalCluster, bool, TaskFailure | None]:
     """A serving cluster for this key: ``(cluster, reused, failure)``.
 
     A live idle cluster is reused; otherwise a new one is started and waited for (``failure`` is
     set, and the cluster already stopped, if it could not start). A cluster in use by another run
     (a background run) is never shared: that run gets a new one. ``cancel`` and ``progress``: see
-    :meth:`LocalCluster.wait_ready`.
+    :meth:`LocalCluster.wait_ready`. ``shared``: the shared layout (:class:`~ssptk.launch.shared.SharedCluster`).
     """
-    key = _key(workers, gpus)
+    key = _key(workers, gpus, shared)
     with _lock:
         cluster = _idle.pop(key, None)
         if cluster is not None and cluster.alive():
@@ -48,7 +50,7 @@ def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None =
     if cluster is not None:
         _discard(cluster)
     home = make_temp_dir("warm")
-    cluster = LocalCluster(workers, home, gpus, with_ps=True)
+    cluster = (SharedCluster if shared else LocalCluster)(workers, home, gpus, with_ps=True)
     try:
         cluster.start([], run_id="warm", serve=True)
         failure = cluster.wait_ready(cancel=cancel, progress=progress)
@@ -67,7 +69,7 @@ def release(cluster: LocalCluster, ok: bool) -> None:
     """Give a cluster back after a run: kept for the next run if the run went well, else stopped."""
     with _lock:
         _busy.discard(id(cluster))
-        key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment)
+        key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment, isinstance(cluster, SharedCluster))
         keep = ok and cluster.alive() and key not in _idle
         if keep:
             _idle[key] = cluster

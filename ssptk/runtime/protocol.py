@@ -8,3 +8,6 @@ RUN_DONE = "SSPTK_RUN_DONE"
 #: A task's exit code when the disk holding the run directory filled up (ENOSPC's number): its own log
 #: may be unwritable too, so the code alone tells the launcher.
 EXIT_DISK_FULL = 28
+#: ``SSPTK_TASK_FAILED <task> <code>``: in the shared layout, the task (a worker thread) whose failure ends the
+#: process, which exits with ``code``.
+TASK_FAILED = "SSPTK_TASK_FAILED"

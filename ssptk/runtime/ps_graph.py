@@ -156,8 +156,9 @@ class _Shared:
 
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
-          updates: int = 0, inverse_staleness: bool = False) -> PSGraph:
-    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count).
+          updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None) -> PSGraph:
+    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count;
+    ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared layout).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`_sync_ops` sync's accumulators and tokens.
@@ -169,8 +170,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     graph = tf.Graph()
     with graph.as_default(), v1.container(container):
         v1.set_random_seed(seed)
-        setter = v1.train.replica_device_setter(
-            worker_device=f"/job:worker/task:{index}", cluster=v1.train.ClusterSpec(cluster))
+        device = f"/job:worker/task:{index}" + ("" if gpu is None else f"/device:GPU:{gpu}")
+        setter = v1.train.replica_device_setter(worker_device=device, cluster=v1.train.ClusterSpec(cluster))
         with v1.device(setter):
             global_step = v1.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             x, y = _placeholders(tf, spec)

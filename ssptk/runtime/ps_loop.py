@@ -41,7 +41,7 @@ class Trainer:
     """One worker's session and loop for ``sync``, ``ssp`` or ``async``."""
 
     def __init__(self, spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int,
-                 target: str, run_dir: str, container: str) -> None:
+                 target: str, run_dir: str, container: str, gpu: int | None = None) -> None:
         import tensorflow as tf
 
         self.tf = tf
@@ -54,9 +54,10 @@ class Trainer:
         lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
         self.g = ps_graph.build(spec, opts.mode, cluster, index, lr, opts.staleness, opts.backup, opts.seed,
                                 container, with_delay, updates=opts.steps,
-                                inverse_staleness=opts.lr_staleness == "inverse")
+                                inverse_staleness=opts.lr_staleness == "inverse", gpu=gpu)
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
+        config.allow_soft_placement = True  # a worker's GPU that its process cannot see: its ops go to the CPU
         # every run is re-run if TensorFlow rejects it as a duplicate request (ssptk.runtime.retry)
         self.sess = RetryingSession(tf.compat.v1.Session(target, graph=self.g.graph, config=config), tf.errors)
         self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log)
@@ -69,6 +70,12 @@ class Trainer:
         self._hang_watch: HangWatch | None = None
         self._in_flight = -1  # the minibatch of the step run in flight
         self._aggregator: threading.Thread | None = None
+        #: ends this worker after a fatal error it logged itself (a hung step, the aggregator's failure): its
+        #: process (a thread of the shared layout: the whole shared process, naming this worker)
+        self.exit: Any = exit_with_descendants
+        #: the process runs this worker alone, so its CPU time is this worker's (the shared layout: the events
+        #: carry the whole process's CPU time as ``process_cpu_s`` instead of ``cpu_s``)
+        self.own_process = True
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = ()) -> Any:
@@ -105,8 +112,11 @@ class Trainer:
         else:
             s.run(g.arrive)
         first = int(s.run(g.go))
-        self.rec.event("start", cpu_s=time.process_time())
+        self.rec.event("start", **self._cpu())
         return first
+
+    def _cpu(self) -> dict[str, float]:
+        return {"cpu_s" if self.own_process else "process_cpu_s": time.process_time()}
 
     def run(self, reset_container: bool = False, rejoin: int = 0) -> None:
         """Train to the end of the work budget. ``reset_container``: the chief clears the run's
@@ -140,7 +150,7 @@ class Trainer:
                                     rejoined=bool(rejoin)))
         if self._hang_watch is not None:
             self._hang_watch.close()
-        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, cpu_s=time.process_time(),
+        self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, **self._cpu(),
                        record_cpu_s=round(self.rec.cpu_s, 6), duplicate_reruns=self.sess.retries)
         if self.index == 0:
             if self.n > 1:
@@ -233,7 +243,7 @@ class Trainer:
         with contextlib.suppress(OSError, DiskFull):  # not an `error`: the launcher may restart this worker
             self.rec.event("hung", message=msg, minibatch=self._in_flight)
         print(f"ssptk worker: error: {msg}", file=sys.stderr, flush=True)
-        exit_with_descendants(1)
+        self.exit(1)
 
     def _ssp_wait(self, need: int) -> float:
         """Block until every worker's clock is >= ``need``; returns the seconds spent."""
@@ -288,7 +298,7 @@ class Trainer:
             self.sess.run(self.g.close_tokens)
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
-            exit_with_descendants(1)
+            self.exit(1)
 
 
 def last_logged_step(path: str) -> tuple[int, int | None]:

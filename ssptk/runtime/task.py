@@ -14,10 +14,11 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ssptk.core.errors import DiskFull, LossNotFinite, UsageError
-from ssptk.core.options import add_run_arguments, from_namespace
+from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
 from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE
@@ -31,12 +32,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssptk worker", description="Run one task (PS or worker) of a cluster.")
     p.add_argument("--cluster", required=True,
                    help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file)')
-    p.add_argument("--task", required=True, help="this task: ps:0 or worker:I")
+    p.add_argument("--task", required=True,
+                   help="this task: ps:0 or worker:I (shared: every task of the cluster in this process, see "
+                        "--layout)")
     p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
     p.add_argument("--serve", action="store_true",
                    help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
     p.add_argument("--rejoin", type=int, default=0, metavar="K",
                    help="this worker was started again (K-th time) and joins a running training")
+    p.add_argument("--worker-gpus", default="", metavar="LIST",
+                   help="--task shared: each worker's GPU among those the process sees (0,1,-,...; -: CPU)")
     add_run_arguments(p)
     return p
 
@@ -57,6 +62,8 @@ def parse_cluster(text: str) -> dict[str, list[str]]:
 
 
 def parse_task(text: str, cluster: dict[str, list[str]]) -> tuple[str, int]:
+    if text == "shared":
+        return "shared", 0
     job, _, idx = text.partition(":")
     if job not in ("ps", "worker") or not idx.isdigit() or int(idx) >= len(cluster.get(job, [])):
         raise UsageError(f"--task {text!r} is not in the cluster: use ps:0 or worker:I "
@@ -86,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster = parse_cluster(args.cluster)
         job, index = parse_task(args.task, cluster)
         opts = from_namespace(args)
+        if job == "shared" and opts.mode == "allreduce":
+            raise UsageError("allreduce needs a process per worker: it cannot run with --task shared")
         from ssptk.core.models import load_model
 
         spec = load_model(opts.model)
@@ -98,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         # tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does
         RunDir(run_dir).write_config(opts, cluster, {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
                                      started_by="hand")
+    if job == "shared":
+        return _shared(args, cluster, opts, spec)
     if opts.mode == "allreduce":
         if job != "worker":
             print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         from ssptk.runtime import allreduce
 
         _run_guarded(lambda: allreduce.run(spec, opts, cluster, index, run_dir), run_dir, index)
-        return 0
+        exit_with_descendants(0)  # skips TF's slow teardown
     import tensorflow as tf
 
     for gpu in tf.config.list_physical_devices("GPU"):
@@ -117,29 +128,57 @@ def main(argv: list[str] | None = None) -> int:
     if job == "ps":
         server.join()
         return 0
-    if args.serve:
-        _serve(server, cluster, index)
-        return 0
     from ssptk.runtime.ps_loop import Trainer
+
+    if args.serve:
+        def serve_run(opts: RunOptions, run_dir: str, run_id: str) -> None:
+            def train() -> None:
+                spec = load_model(opts.model, fresh=True)
+                Trainer(spec, opts, cluster, index, server.target, run_dir, container=run_id).run(reset_container=True)
+
+            _run_guarded(train, run_dir, index)
+
+        _serve(serve_run, f"worker:{index}")
+        return 0
 
     def train() -> None:
         Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run(rejoin=args.rejoin)
 
     _run_guarded(train, run_dir, index)
+    exit_with_descendants(0)  # skips TF's slow teardown of the server threads
     return 0
 
 
-def _serve(server: Any, cluster: dict[str, list[str]], index: int) -> None:
-    """A warm worker: run after run on the same server, one per stdin line, until stdin closes.
+def _shared(args: argparse.Namespace, cluster: dict[str, list[str]], opts: RunOptions, spec: Any) -> int:
+    """``--task shared``: every task's server in this process, the workers as threads (:mod:`ssptk.runtime.shared`)."""
+    from ssptk.core.models import load_model
+    from ssptk.runtime.shared import SharedTasks
+
+    gpus = [None if g in ("", "-") else int(g) for g in args.worker_gpus.split(",")] if args.worker_gpus else []
+    tasks = SharedTasks(cluster, gpus)
+
+    def guard(fn: Callable[[], None], run_dir: str, index: int, on_failure: Callable[[int], None]) -> None:
+        _run_guarded(fn, run_dir, index, on_failure)
+
+    if args.serve:
+        def serve_run(opts: RunOptions, run_dir: str, run_id: str) -> None:
+            tasks.train(lambda: load_model(opts.model, fresh=True), opts, run_dir, run_id, guard, reset_container=True)
+
+        _serve(serve_run, "shared")
+        return 0
+    tasks.train(lambda: spec, opts, opts.out or ".", args.run_id, guard)
+    exit_with_descendants(0)
+    return 0
+
+
+def _serve(run: Callable[[RunOptions, str, str], None], log_task: str) -> None:
+    """A warm task: run after run on the same server(s), one per stdin line, until stdin closes.
 
     Each run's state lives in its own container on the PS (``run_id``), which the chief resets when
     the run is over, so nothing of one run (variables, counters, queues) is seen by the next. The
-    task's output goes to the run's own ``logs/worker-<i>.log``, which ends with ``RUN_DONE run_id``.
+    task's output goes to the run's own ``logs/<log_task>.log``, which ends with ``RUN_DONE run_id``.
     A run that fails ends the process: the launcher then discards the whole cluster.
     """
-    from ssptk.core.models import load_model
-    from ssptk.runtime.ps_loop import Trainer
-
     run_parser = argparse.ArgumentParser(prog="ssptk worker --serve")
     add_run_arguments(run_parser)
     for line in sys.stdin:
@@ -148,13 +187,9 @@ def _serve(server: Any, cluster: dict[str, list[str]], index: int) -> None:
         msg = json.loads(line)
         opts = from_namespace(run_parser.parse_args(msg["argv"]))
         run_dir = opts.out or "."
-        _redirect_output(RunDir(run_dir).task_log(f"worker:{index}"))
-
-        def train(opts: Any = opts, run_dir: str = run_dir, run_id: str = msg["run_id"]) -> None:
-            spec = load_model(opts.model, fresh=True)
-            Trainer(spec, opts, cluster, index, server.target, run_dir, container=run_id).run(reset_container=True)
-
-        _run_guarded(train, run_dir, index, exit_after=False)
+        _redirect_output(RunDir(run_dir).task_log(log_task))
+        run(opts, run_dir, msg["run_id"])
+        kill_descendants()  # the task lives on; what the run's user code started does not
         print(f"{RUN_DONE} {msg['run_id']}", flush=True)
 
 
@@ -168,10 +203,11 @@ def _redirect_output(path: str) -> None:
     os.close(fd)
 
 
-def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> None:
-    """Run the training; on any error, log an ``error`` event (the launcher reads it) and exit 1
-    (:data:`EXIT_DISK_FULL` when the disk is full: the event may not fit).
-    After success, exit 0 unless ``exit_after`` is false (a warm worker goes on serving)."""
+def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
+                 on_failure: Callable[[int], None] = exit_with_descendants) -> None:
+    """Run worker ``index``'s training; on any error, log an ``error`` event (the launcher reads it) and call
+    ``on_failure`` with the exit code: 1, or :data:`EXIT_DISK_FULL` when the disk is full (the event may not
+    fit). ``on_failure`` ends the process (in the shared layout, naming the worker first)."""
     try:
         fn()
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
@@ -184,20 +220,18 @@ def _run_guarded(fn: Any, run_dir: str, index: int, exit_after: bool = True) -> 
             Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
         with contextlib.suppress(OSError):
             if isinstance(e, (LossNotFinite, DiskFull)):  # the message says it all; a traceback would bury it
-                print(f"ssptk worker: error: {msg}", file=sys.stderr)
+                print(f"ssptk worker: error: worker:{index}: {msg}", file=sys.stderr)
             else:
                 import traceback
 
+                print(f"ssptk worker: worker:{index} failed:", file=sys.stderr)
                 traceback.print_exc()
             sys.stdout.flush()
             sys.stderr.flush()
-        exit_with_descendants(EXIT_DISK_FULL if full else 1)
+        on_failure(EXIT_DISK_FULL if full else 1)
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         sys.stderr.flush()
-    if exit_after:
-        exit_with_descendants(0)  # skips TF's slow teardown of the server threads
-    kill_descendants()  # a warm worker lives on; what the run's user code started does not
 
 
 def _message(e: BaseException) -> str:

@@ -1,0 +1,102 @@
+"""The shared layout's cluster: one process holds the PS and every worker (``--layout shared``).
+
+:class:`SharedCluster` is a :class:`~ssptk.launch.cluster.LocalCluster` with a single process,
+``python -m ssptk.worker --task shared`` (see :mod:`ssptk.runtime.shared`), whose output goes to
+``logs/shared.log``. Its life cycle (start, namespace, stop: TERM -> wait -> KILL on the process group)
+is the base class's; what differs is how tasks map to that one process: every task is ready when the
+process says so, a failed worker is the one the process names before it exits, a worker cannot be
+restarted alone, and a stopped process stops them all.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ssptk.core.errors import TaskFailure
+from ssptk.launch.cluster import LocalCluster, Task, log_has
+from ssptk.rundir import RunDir
+from ssptk.runtime.protocol import RUN_DONE, TASK_FAILED
+
+__all__ = ["SharedCluster", "SHARED_TASK"]
+
+#: The name of the one process (and of its log, ``logs/shared.log``).
+SHARED_TASK = "shared"
+
+
+class SharedCluster(LocalCluster):
+    """A local cluster whose tasks all live in one process (the arguments as :class:`LocalCluster`'s)."""
+
+    def start(self, worker_args: list[str], run_id: str = "run", serve: bool = False) -> None:
+        base_env = self._prepare(serve)
+        # the process sees every GPU a worker was given; each worker's ops go to its own one
+        workers = [self.gpu_assignment.get(f"worker:{i}", "") for i in range(len(self.spec["worker"]))]
+        visible = list(dict.fromkeys(g for g in workers if g))
+        env = dict(base_env, CUDA_VISIBLE_DEVICES=",".join(visible))
+        placement = ",".join(str(visible.index(g)) if g else "-" for g in workers)
+        self._launch(SHARED_TASK, env, ["--task", SHARED_TASK, "--run-id", run_id,
+                                        *(["--worker-gpus", placement] if visible else []),
+                                        *(["--serve"] if serve else worker_args)])
+
+    @property
+    def process(self) -> Task:
+        return self.tasks[0]
+
+    def restart(self, name: str) -> int:
+        raise RuntimeError("the shared layout cannot restart one worker (options refuse --restart-failed)")
+
+    def log_path(self, name: str) -> str | None:
+        return self.process.log_path if self.tasks and (name in self.task_names or name == SHARED_TASK) else None
+
+    def wait_exit(self, name: str, timeout: float) -> int | None:
+        return super().wait_exit(SHARED_TASK, timeout) if self.log_path(name) else None
+
+    def failure(self, name: str, reason: str, code: int | None = None) -> TaskFailure:
+        return TaskFailure.of(name, reason, code, self.process.log_path, explain=True)
+
+    def submit(self, run_dir: str, worker_args: list[str], run_id: str) -> None:
+        if not self.serving:
+            raise RuntimeError("submit() needs a cluster started with serve=True")
+        self.run_id = run_id
+        self.runs_served += 1
+        t = self.process
+        t.log_path = RunDir(run_dir).task_log(SHARED_TASK)
+        t.proc.stdin.write((json.dumps({"run_id": run_id, "argv": worker_args}) + "\n").encode())  # type: ignore[union-attr]
+        t.proc.stdin.flush()  # type: ignore[union-attr]
+
+    def poll(self) -> TaskFailure | None:
+        """The process's failure, named after the worker whose failure ended it (if it said which)."""
+        code = self.process.exit_code
+        if code is None or (code == 0 and not self.serving):
+            return None
+        if code != 0:
+            named = _failed_task(self.process.log_path)
+            if named is not None:
+                return self.failure(named, "failed", code)
+        return super().poll()
+
+    def workers_finished(self) -> bool:
+        if self.serving:
+            return log_has(self.process.log_path, f"{RUN_DONE} {self.run_id}", tail=4096)
+        return self.process.exit_code == 0
+
+    def exited_workers(self) -> list[str]:
+        """Every worker once the process exited 0 (the supervisor then checks that each logged ``done``)."""
+        if self.serving or self.process.exit_code != 0:
+            return []
+        return [n for n in self.task_names if n.startswith("worker:")]
+
+    def cpu_seconds(self, name: str) -> float | None:
+        """The whole process's CPU time, for ``ps:0`` (the supervisor's training CPU) or the process itself."""
+        return super().cpu_seconds(SHARED_TASK) if name in ("ps:0", SHARED_TASK) else None
+
+
+def _failed_task(path: str) -> str | None:
+    """The task the shared process named before it exited (``SSPTK_TASK_FAILED worker:1 1``)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    found: list[Any] = re.findall(rf"{TASK_FAILED} (\S+)", text)
+    return found[0] if found else None
