@@ -373,7 +373,7 @@ def bench_scale_workers(ctx: Context) -> list[Row]:
     per_worker = 100 if ctx.quick else 200
     modes = {"async": dict(mode="async"), "ssp:2": dict(mode="ssp", staleness=2)}
     probe = Probe(rss=True)
-    common = dict(model="linear", steps=per_worker, seed=0)
+    common = dict(model="linear", steps=per_worker, seed=0, layout="processes")  # the shared one: bench_layouts
     configs = {f"{m} n={k}": dict(common, workers=k, observer=probe, inspect=probe.inspect, **kw)
                for k in counts for m, kw in modes.items()}
     cores = os.cpu_count() or 1

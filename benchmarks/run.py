@@ -279,6 +279,7 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 sys.modules.setdefault("run", sys.modules[__name__])
+from bench_layouts import bench_scale_layouts  # noqa: E402
 from bench_notebook import bench_dashboard_overhead  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
 from bench_soak import bench_soak  # noqa: E402
@@ -294,6 +295,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_logging_on_off,
     bench_cold_start,
     bench_scale_workers,
+    bench_scale_layouts,
     bench_tradeoff,
     bench_soak,
 ]
