@@ -116,8 +116,8 @@ def bench_scale_layouts(ctx: Context) -> list[Row]:
     ctx.note("start = `first_step_s` (the `ssptk.run()` call to the first step record: options, run directory, "
              "spawning, TensorFlow import, servers, graphs, session, start barrier). Memory = every task "
              "process of the run (psutil, found by the run directory on their command line): peak RSS sampled "
-             "every 0.5 s, PSS (`/proc/PID/smaps_rollup`) once, as training begins (RSS counts TensorFlow's shared libraries once per process; "
-             "PSS splits them, so it is the honest total for the processes layout).")
+             "every 0.5 s, PSS (`/proc/PID/smaps_rollup`) once, as training begins (RSS counts TensorFlow's "
+             "shared libraries once per process; PSS splits them, so it is the honest total for the processes layout).")
     res = ctx.alternate(configs)
     table = ["| workers | layout | mode | start s | peak RSS MB | PSS MB | steps/s |",
              "|---:|---|---|---:|---:|---:|---:|"]

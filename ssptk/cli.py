@@ -87,7 +87,12 @@ def build_parser(notebook: bool = False) -> _Parser:
     for sp in (c, sw):  # not a run option: it is the comparison's
         sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
     rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
-    rep.add_argument("dir", help="a comparison directory (or one run directory)")
+    rep.add_argument("dir", nargs="+",
+                     help="a comparison directory, one run directory, or the run directories of one run whose "
+                          "workers wrote their logs on several hosts (merged: see --gather)")
+    rep.add_argument("--gather", default=None, metavar="DIR",
+                     help="with several run directories: keep the merged run directory here (default: a temporary "
+                          "one, removed after the report)")
     for sp in (c, sw, rep):
         sp.add_argument("--target", type=float, default=None, metavar="LOSS",
                         help="the loss that time and minibatches to target are measured to: held-out when every "
@@ -275,6 +280,9 @@ def _report(args: argparse.Namespace) -> int:
     from ssptk.render.tables import terminal_text
     from ssptk.rundir import RunDir
 
+    if len(args.dir) > 1 or args.gather:
+        return _report_gathered(args.dir, args.gather)
+    args.dir = args.dir[0]
     rd = RunDir(args.dir)
     if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written
         text = _one_run_summary(rd)  # a run that cannot be summarised at all is one error line, no warnings
@@ -288,6 +296,26 @@ def _report(args: argparse.Namespace) -> int:
     path = report.save(os.path.join(args.dir, "report.html"))
     print(terminal_text(report.table))
     print(f"\nreport: {path}")
+    return 0
+
+
+def _report_gathered(dirs: list[str], keep: str | None) -> int:
+    """One run written on several hosts: merge the directories (:func:`ssptk.rundir.gather.gather`), then
+    summarise the merged run; the sources are only read."""
+    import shutil
+    import tempfile
+
+    from ssptk.rundir.gather import gather
+
+    dest = keep or tempfile.mkdtemp(prefix="ssptk-gathered-")
+    try:
+        rd = gather(dirs, dest)
+        _warn_unreadable([rd.path])
+        print(_one_run_summary(rd))
+        print(f"(merged from {len(dirs)} directories" + (f" into {keep})" if keep else ")"))
+    finally:
+        if keep is None:
+            shutil.rmtree(dest, ignore_errors=True)
     return 0
 
 

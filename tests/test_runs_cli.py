@@ -156,6 +156,7 @@ def test_tasks_started_by_hand_like_on_several_hosts(tmp_path: Path) -> None:
     try:
         workers = [task("worker:0"), task("worker:1")]
         assert [w.wait(timeout=180) for w in workers] == [0, 0]
+        assert ps.wait(timeout=30) == 0  # no launcher stops it: it ends when worker 0 says the run is over
     finally:
         ps.kill()
         ps.wait()

@@ -132,7 +132,8 @@ class RunDir:
                      started_by: str | None = None) -> None:
         """``config.json``: every resolved option, the cluster, the GPU assignment, versions and the budget.
 
-        ``started_by="hand"``: written by worker 0 of a cluster a user started by hand (no launcher)."""
+        ``started_by``: written by worker 0 of a cluster no ssptk launcher started: ``hand`` (``--cluster`` JSON),
+        ``tf_config`` or ``slurm`` (the cluster came from that environment)."""
         total = opts.workers * opts.steps
         sync_like = opts.mode in ("sync", "allreduce")
         config: dict[str, Any] = {

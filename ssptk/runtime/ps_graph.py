@@ -43,6 +43,7 @@ class PSGraph:
     rejoin: Any                   # a restarted worker: claim its next minibatch, no barrier
     done: Any
     dones: Any
+    run_over: Any                 # worker 0, after saving the model: tells a PS that waits (wait_for_run_end)
     # async / ssp
     # apply the update; then [global step after it, next minibatch claimed (1-based), global step read
     # before the parameters, PS time of the update as int64 bits] + (ssp) [clocks after the tick]
@@ -201,6 +202,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 arrive_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive")
                 go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
+                over_q = _run_over_queue(tf, v1)
             shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
                              claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness)
             extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
@@ -214,7 +216,25 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go,
                 rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),
                 done=done_q.enqueue(index),
-                dones=done_q.dequeue_many(n - 1), **extra)
+                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue(1), **extra)
+
+
+def _run_over_queue(tf: Any, v1: Any) -> Any:
+    """The PS's queue that worker 0 puts one token in when the run is over (after the model is saved)."""
+    return v1.FIFOQueue(1, tf.int32, shapes=[[]], shared_name="run_over", name="run_over")
+
+
+def wait_for_run_end(target: str, container: str) -> None:
+    """On the PS: block until worker 0 says the run is over (a PS no launcher stops then exits by itself)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default(), v1.container(container), v1.device(PS):
+        take = _run_over_queue(tf, v1).dequeue()
+    config = v1.ConfigProto(device_filters=[PS])  # the workers need not be up yet
+    with v1.Session(target, graph=graph, config=config) as sess:
+        sess.run(take)
 
 
 def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:

@@ -156,6 +156,7 @@ class Trainer:
             if self.n > 1:
                 self.sess.run(self.g.dones)
             self._finalize()
+            self.sess.run(self.g.run_over)  # a PS that no launcher stops exits now
         else:
             self.sess.run(self.g.done)
         self.sess.close()

@@ -31,10 +31,14 @@ __all__ = ["main", "parser", "parse_cluster", "parse_task"]
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssptk worker", description="Run one task (PS or worker) of a cluster.")
     p.add_argument("--cluster", required=True,
-                   help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file)')
-    p.add_argument("--task", required=True,
+                   help='cluster spec as JSON: {"ps": ["host:port"], "worker": ["host:port", ...]} (or @file); or '
+                        "tf_config (the TF_CONFIG variable, as Kubernetes operators such as Kubeflow's TFJob set it) "
+                        "or slurm (the SLURM_* variables srun sets: rank 0 is ps:0, the next ranks are the workers)")
+    p.add_argument("--task", default=None,
                    help="this task: ps:0 or worker:I (shared: every task of the cluster in this process, see "
-                        "--layout)")
+                        "--layout); with --cluster tf_config or slurm it comes from the environment")
+    p.add_argument("--port-base", type=int, default=8888, metavar="PORT",
+                   help="--cluster slurm: the port of each node's first task; its next tasks take the next ports")
     p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
     p.add_argument("--serve", action="store_true",
                    help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
@@ -59,6 +63,22 @@ def parse_cluster(text: str) -> dict[str, list[str]]:
     if not isinstance(spec, dict) or not spec.get("worker"):
         raise UsageError('--cluster needs a "worker" list of host:port (and "ps" for sync, ssp and async)')
     return {k: list(v) for k, v in spec.items()}
+
+
+def _cluster_and_task(args: argparse.Namespace) -> tuple[dict[str, list[str]], str, str]:
+    """The cluster, this task and who started it (``hand``, ``tf_config``, ``slurm``) from the arguments."""
+    from ssptk.runtime.cluster_env import SOURCES, from_environment
+
+    if args.cluster in SOURCES:
+        mode = str(args.mode or "ssp").partition(":")[0]
+        cluster, task = from_environment(args.cluster, mode, args.port_base)
+        if args.task is not None and args.task != task:
+            raise UsageError(f"--task {args.task} contradicts the environment, which makes this task {task}: "
+                             f"drop --task")
+        return cluster, task, args.cluster
+    if args.task is None:
+        raise UsageError("--task is needed with a cluster spec: ps:0 or worker:I (or use --cluster tf_config / slurm)")
+    return parse_cluster(args.cluster), args.task, "hand"
 
 
 def parse_task(text: str, cluster: dict[str, list[str]]) -> tuple[str, int]:
@@ -90,9 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     reap_on_sigterm()
     args = parser().parse_args(argv)
     try:
-        cluster = parse_cluster(args.cluster)
+        cluster, args.task, started_by = _cluster_and_task(args)
         job, index = parse_task(args.task, cluster)
-        opts = from_namespace(args)
+        if args.workers is not None and args.workers != len(cluster["worker"]):
+            raise UsageError(f"--workers {args.workers} does not match the cluster's {len(cluster['worker'])} workers: "
+                             "drop --workers (the cluster says how many)")
+        opts = from_namespace(args, workers=len(cluster["worker"]))
         if job == "shared" and opts.mode == "allreduce":
             raise UsageError("allreduce needs a process per worker: it cannot run with --task shared")
         from ssptk.core.models import load_model
@@ -106,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if job == "worker" and index == 0 and not args.serve and not os.path.exists(RunDir(run_dir).config_path):
         # tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does
         RunDir(run_dir).write_config(opts, cluster, {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
-                                     started_by="hand")
+                                     started_by=started_by)
     if job == "shared":
         return _shared(args, cluster, opts, spec)
     if opts.mode == "allreduce":
@@ -126,8 +149,14 @@ def main(argv: list[str] | None = None) -> int:
                                        start=True)
     print(f"{READY} {args.task}", flush=True)
     if job == "ps":
-        server.join()
-        return 0
+        if os.environ.get("SSPTK_WATCH_PARENT") == "1":  # a launcher's PS: the launcher stops it
+            server.join()
+            return 0
+        # started by hand, srun or a TFJob: exit 0 once worker 0 has saved the model (srun waits for every task)
+        from ssptk.runtime.ps_graph import wait_for_run_end
+
+        wait_for_run_end(server.target, args.run_id)
+        exit_with_descendants(0)
     from ssptk.runtime.ps_loop import Trainer
 
     if args.serve:

@@ -1,0 +1,61 @@
+"""One run written on several hosts: each host's ``--out`` holds the logs of the workers it ran.
+
+:func:`gather` copies those directories into one run directory (``config.json`` and ``model/`` from the
+host of worker 0, which writes them; every worker's JSONL log; the task logs), refusing directories
+that are not of one run. ``ssptk report DIR DIR ...`` reads the gathered directory.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+
+from ssptk.core.errors import UsageError
+from ssptk.rundir.layout import RunDir
+
+__all__ = ["gather"]
+
+
+def gather(sources: list[str], dest: str) -> RunDir:
+    """Copy the run directories ``sources`` (one run, several hosts) into ``dest`` (new or empty)."""
+    rds = [RunDir(s) for s in sources]
+    for rd in rds:
+        if not os.path.isdir(rd.path):
+            raise UsageError(f"{rd.path} is not a directory: give the run directory of each host")
+    with_config = [rd for rd in rds if os.path.exists(rd.config_path)]
+    if not with_config:
+        raise UsageError("none of these directories has config.json: give the one of worker 0's host too")
+    options = {rd.path: rd.config().get("options") for rd in with_config}
+    first = with_config[0]
+    for rd in with_config[1:]:
+        if options[rd.path] != options[first.path]:
+            raise UsageError(f"{first.path} and {rd.path} are not one run: their config.json options differ")
+    if os.path.exists(dest) and os.listdir(dest):
+        raise UsageError(f"{dest} is not empty: gather into a new directory")
+    out = RunDir(dest)
+    os.makedirs(out.workers_dir, exist_ok=True)
+    os.makedirs(out.logs_dir, exist_ok=True)
+    shutil.copy2(first.config_path, out.config_path)
+    for rd in rds:
+        _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path)
+        _merge(rd.logs_dir, out.logs_dir, lambda n: n.endswith(".log"), rd.path)
+    models = [rd for rd in rds if os.path.exists(rd.final_path)]
+    if models:
+        shutil.copytree(models[0].model_dir, out.model_dir)
+    return out
+
+
+def _merge(src: str, dst: str, wanted: object, origin: str) -> None:
+    """Copy ``src``'s wanted files into ``dst``; the same name with other content is two runs mixed up."""
+    if not os.path.isdir(src):
+        return
+    for name in sorted(os.listdir(src)):
+        if not wanted(name):  # type: ignore[operator]
+            continue
+        target = os.path.join(dst, name)
+        if os.path.exists(target):
+            if filecmp.cmp(os.path.join(src, name), target, shallow=False):
+                continue  # the same file seen twice (a file system the hosts share)
+            raise UsageError(f"{name} is in two of these directories with different content (the second in "
+                             f"{origin}): is each worker's log from one host only?")
+        shutil.copy2(os.path.join(src, name), target)
