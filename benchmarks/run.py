@@ -280,7 +280,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 sys.modules.setdefault("run", sys.modules[__name__])
 from bench_layouts import bench_scale_layouts  # noqa: E402
-from bench_notebook import bench_dashboard_overhead  # noqa: E402
+from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
 from bench_soak import bench_soak  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
@@ -292,6 +292,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_sim_vs_real,
     bench_warm_rerun,
     bench_dashboard_overhead,
+    bench_dashboard_overhead_64,
     bench_logging_on_off,
     bench_cold_start,
     bench_scale_workers,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,8 +116,6 @@ def test_wrong_environment_is_one_line(argv: list[str], env: dict[str, str], mat
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ssptk worker: error:")
-    import re
-
     assert re.search(match, lines[0]), lines[0]
 
 
@@ -127,3 +127,78 @@ def test_report_refuses_directories_of_different_runs(tmp_path: Path) -> None:
     p = subprocess.run([*ssptk_cmd(), "report", str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "are not one run: their config.json options differ" in p.stderr
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _with_cli_on_path(env: dict[str, str]) -> dict[str, str]:
+    """The recipes call `ssptk`: the console script installed next to this Python."""
+    return {**env, "PATH": os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])}
+
+
+def test_the_sbatch_recipe_runs_as_srun_would_start_it(tmp_path: Path) -> None:
+    """examples/slurm/ssptk.sbatch: its srun command, run once per task of the job step with the variables srun
+    sets (one node here; the sbatch's task count; a free port base instead of 8888)."""
+    script = (EXAMPLES / "slurm" / "ssptk.sbatch").read_text()
+    ntasks = int(re.search(r"^#SBATCH --ntasks=(\d+)", script, re.M).group(1))  # type: ignore[union-attr]
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    base = consecutive_free_ports(ntasks)
+    command = re.sub(r"^srun( --\S+)* ", "", srun).replace("--port-base 8888", f"--port-base {base}")
+    out = tmp_path / "runs"
+    common = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_NTASKS": str(ntasks),
+              "SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1",
+              "SLURM_NODELIST": "localhost", "SLURM_STEP_NODELIST": "localhost",
+              "SLURM_STEP_TASKS_PER_NODE": str(ntasks), "SLURM_TASKS_PER_NODE": str(ntasks), "SLURM_NODEID": "0",
+              "OUT": str(out)}
+    procs = [subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              env=_with_cli_on_path({**ENV, **common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}))
+             for r in range(ntasks)]
+    try:
+        assert [p.wait(timeout=300) for p in procs] == [0] * ntasks  # the PS too: srun waits for every task
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    (host,) = list(out.iterdir())
+    df, _ = records(host)
+    staleness = int(re.search(r"--staleness (\d+)", srun).group(1))  # type: ignore[union-attr]
+    assert len(df) == (ntasks - 1) * int(re.search(r"--steps (\d+)", srun).group(1))  # type: ignore[union-attr]
+    assert max_skew(df, ntasks - 1) <= staleness + 1
+    assert json.loads((host / "config.json").read_text())["started_by"] == "slurm"
+    assert_gone(str(tmp_path))
+
+
+def test_the_tfjob_recipe_runs_as_the_operator_would_start_it(tmp_path: Path) -> None:
+    """examples/kubernetes/tfjob.yaml: each replica's command with the TF_CONFIG and HOSTNAME the training
+    operator gives it (services on localhost here; /runs is a temporary directory)."""
+    import yaml
+
+    job = yaml.safe_load((EXAMPLES / "kubernetes" / "tfjob.yaml").read_text())
+    specs = job["spec"]["tfReplicaSpecs"]
+    assert set(specs) == {"PS", "Worker"}
+    counts = {"ps": specs["PS"]["replicas"], "worker": specs["Worker"]["replicas"]}
+    base = consecutive_free_ports(sum(counts.values()))
+    ports = iter(range(base, base + sum(counts.values())))
+    cluster = {job_: [f"localhost:{next(ports)}" for _ in range(k)] for job_, k in counts.items()}
+    runs = tmp_path / "runs"
+    procs = []
+    for kind, spec in specs.items():
+        command = spec["template"]["spec"]["containers"][0]["command"]
+        assert command[:2] == ["sh", "-c"]
+        for i in range(spec["replicas"]):
+            tf_config = {"cluster": cluster, "task": {"type": kind.lower(), "index": i}, "environment": "cloud"}
+            env = {**ENV, "TF_CONFIG": json.dumps(tf_config), "HOSTNAME": f"{job['metadata']['name']}-{kind.lower()}-{i}"}
+            procs.append(subprocess.Popen(["sh", "-c", command[2].replace("/runs", str(runs))], env=_with_cli_on_path(env),
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+    try:
+        assert [p.wait(timeout=300) for p in procs] == [0] * len(procs)  # the PS exits when the run is over
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    dirs = sorted(str(d) for d in runs.iterdir() if "worker" in d.name)
+    p = subprocess.run([*ssptk_cmd(), "report", *dirs], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert f"{counts['worker'] * 500} minibatches" in p.stdout and f"merged from {counts['worker']} directories" in p.stdout
+    assert_gone(str(tmp_path))

@@ -385,3 +385,46 @@ def test_real_run_feeds_the_dashboard(run_dir):
     assert dash.state.final and dash.state.skew.values.max() <= 2  # bound S+1
     assert dash.figure.bound_line is not None
     assert imread(io.BytesIO(dash.png)).shape[:2] == (528, 960)
+
+
+# --- dozens of workers -------------------------------------------------------------------------------
+
+def test_many_workers_draw_bands_and_name_the_slowest_and_fastest() -> None:
+    """From MANY_WORKERS on: no line per worker; a band of the workers' progress, the extremes named."""
+    from ssptk.render.figures import run_figure
+
+    n = an.MANY_WORKERS + 4
+    records = synthetic(workers=n, steps=12, seed=3)
+    records = [r for r in records if not (r["worker"] == 5 and r["step"] > 9)]  # worker 5 falls behind
+    steps = pd.DataFrame(records)
+    band = an.progress_band(an.prepare_steps(steps))
+    assert (band["lo"] <= band["q25"]).all() and (band["q25"] <= band["median"]).all()
+    assert (band["median"] <= band["q75"]).all() and (band["q75"] <= band["hi"]).all()
+    assert band["hi"].iloc[-1] == 12 and band["lo"].iloc[-1] == 9
+    slowest, fastest = an.extreme_workers(steps)  # type: ignore[misc]
+    assert slowest == 5 and fastest != 5
+    fig = run_figure(steps)
+    ax_loss, ax_prog = fig.axes[0], fig.axes[1]
+    labels = ax_prog.get_legend_handles_labels()[1]
+    assert f"slowest: worker {slowest}" in labels and f"fastest: worker {fastest}" in labels
+    assert len(ax_prog.lines) == 3  # median, slowest, fastest: not one line per worker
+    assert len(ax_loss.lines) == 1  # the overall mean; the workers' spread is a band
+    wait_ticks = [t for t in fig.axes[3].get_xticks() if 0 <= t < n]
+    assert len(wait_ticks) <= 9
+
+
+def test_live_figure_with_many_workers_draws_the_extremes() -> None:
+    from ssptk.notebook.live_figure import LiveFigure
+
+    n = an.MANY_WORKERS
+    run = LiveRun(n)
+    records = synthetic(workers=n, steps=10, seed=1)
+    run.add(records, [event("start", 0.0, w) for w in range(n)])
+    fig = LiveFigure(n, None, "many", 5 * n)
+    fig.update(run, total=len(records))
+    assert not fig.loss_lines and not fig.prog_lines
+    lo, hi = (line.get_ydata() for line in fig.prog_ends)
+    assert lo[-1] <= hi[-1] == 10 and (np.asarray(hi) >= np.asarray(lo)).all()
+    assert [t.get_text() for t in fig.fig.legends[0].get_texts()][:2] == ["least advanced worker",
+                                                                          "most advanced worker"]
+    assert imread(io.BytesIO(fig.png())).shape[1] > 0

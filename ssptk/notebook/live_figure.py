@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
+from ssptk.analysis.progress import MANY_WORKERS
 from ssptk.notebook.live_state import LiveRun, rolling_mean, sticky_range, thin, thin_envelope
 from ssptk.render.style import (
     DELAY_COLOR,
@@ -87,6 +88,14 @@ class LiveFigure:
         self.loss_lines: dict[int, Any] = {}
         self.sample_lines: dict[int, Any] = {}
         self.prog_lines: dict[int, Any] = {}
+        #: dozens of workers: no line per worker, but the least and most advanced one (ssptk.analysis.progress)
+        self.many = self.workers >= MANY_WORKERS
+        self.prog_ends = [self.ax_prog.plot([], [], drawstyle="steps-post", color=c, lw=1.2, label=label)[0]
+                          for c, label in (("tab:red", "least advanced worker"), ("tab:green", "most advanced worker"))
+                          ] if self.many else []
+        if self.many:
+            self.ax_prog.set_title(f"completed steps, {self.workers} workers", fontsize=9, y=1.0, pad=3)
+            self.ax_wait.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
         (self.loss_all,) = self.ax_loss.plot([], [], lw=1.5, color="black", label=f"all (mean of {smooth})",
                                              zorder=3)
         (self.samples_all,) = self.ax_samples.plot([], [], lw=1.5, color="black", zorder=3)
@@ -105,7 +114,7 @@ class LiveFigure:
         self._relayout = True
         self.points = MAX_POINTS
         self.draws = self.backgrounds = 0
-        for w in range(self.workers):
+        for w in range(0 if self.many else self.workers):
             self._add_worker(w)
         self._set_bars(np.arange(self.workers, dtype="float64"), np.zeros(self.workers), np.zeros(self.workers))
         self._legend()
@@ -123,7 +132,8 @@ class LiveFigure:
         for old in list(self.fig.legends):
             old.remove()
         handles = [line for _, line in sorted(self.loss_lines.items()) if not line.get_label().startswith("_")]
-        handles += [self.loss_all, self.skew_line] + ([self.bound_line] if self.bound_line is not None else [])
+        handles += [*self.prog_ends, self.loss_all, self.skew_line]
+        handles += [self.bound_line] if self.bound_line is not None else []
         handles += [Patch(color=WAIT_COLOR, label="wait (consistency)"),
                     Patch(color=DELAY_COLOR, label="injected delay")]
         self.fig.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(handles), 8),
@@ -137,7 +147,8 @@ class LiveFigure:
                     old.remove()
             self.wait_bars = self.ax_wait.bar(wx - 0.2, waits, width=0.4, color=WAIT_COLOR)
             self.delay_bars = self.ax_wait.bar(wx + 0.2, delays, width=0.4, color=DELAY_COLOR)
-            self.ax_wait.set_xticks(wx, [str(int(w)) for w in wx])
+            if not self.many:  # else a few ticks (set once): a label per worker would overlap
+                self.ax_wait.set_xticks(wx, [str(int(w)) for w in wx])
             self.ax_wait.set_xlim(-0.6, len(wx) - 0.4)
             self._background = None
         for bars, heights in ((self.wait_bars, waits), (self.delay_bars, delays)):
@@ -159,13 +170,15 @@ class LiveFigure:
         worker, step, loss = run.worker.values, run.step.values, run.loss.values
         n = len(x)
         samples = np.arange(1, n + 1, dtype="float64")
-        ids = sorted(run.per_worker)
+        ids = [] if self.many else sorted(run.per_worker)
         if any(w not in self.loss_lines for w in ids):
             for w in ids:
                 if w not in self.loss_lines:
                     self._add_worker(w)
             self._legend()
         points = self.points
+        for line, values in zip(self.prog_ends, (run.lo.values, run.hi.values)):
+            line.set_data(*thin(x, values, points))
         for w in ids:
             m = worker == w
             self.loss_lines[w].set_data(*thin(x[m], loss[m], points))
@@ -239,6 +252,8 @@ class LiveFigure:
             ax.autoscale_view()
         self.ax_skew.set_ylim(bottom=0)
         self.ax_wait.set_xlim(-0.6, len(self.wait_bars.patches) - 0.4)
+        if not any(p.get_height() > 0 for p in self.wait_bars.patches + self.delay_bars.patches):
+            self.ax_wait.set_ylim(0, 1)  # nobody waited: not an axis around 0 (as run_figure)
         if 0 < len(self._stale_keys) <= 20:  # as run_figure
             self.ax_stale.set_xticks(self._stale_keys, [str(k) for k in self._stale_keys])
         self._ranges.clear()

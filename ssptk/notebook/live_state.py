@@ -103,6 +103,9 @@ class LiveRun:
         self.loss = GrowingArray()
         #: Skew after each step record (same order as :attr:`t`).
         self.skew = GrowingArray()
+        #: Fewest and most completed steps of any worker after each step record (many workers: the band drawn).
+        self.lo = GrowingArray()
+        self.hi = GrowingArray()
         self.skew_end: int | None = None  # once final: the skew is drawn up to here (see finalize)
         #: Running totals per worker that logged a step (per-record columns are the arrays above).
         self.per_worker: dict[int, WorkerTotals] = {}
@@ -147,7 +150,7 @@ class LiveRun:
             return
         items = [(_num(r.get("t")), 0, r) for r in steps] + [(_num(e.get("t")), 1, e) for e in events]
         items.sort(key=_time_key)  # a step at its worker's done time still counts (as in skew_timeline)
-        cols: dict[str, list[float]] = {k: [] for k in ("t", "worker", "step", "loss", "skew")}
+        cols: dict[str, list[float]] = {k: [] for k in ("t", "worker", "step", "loss", "skew", "lo", "hi")}
         last = self.last_t if self.last_t is not None else -math.inf
         for t, kind, rec in items:
             if kind:
@@ -157,7 +160,7 @@ class LiveRun:
                 if t < last:
                     self.in_order = False
                 last = max(last, t)
-        for name in ("t", "worker", "step", "loss", "skew"):
+        for name in ("t", "worker", "step", "loss", "skew", "lo", "hi"):
             getattr(self, name).extend(cols[name])
         self.version += 1
 
@@ -198,6 +201,9 @@ class LiveRun:
         gs = _int(rec.get("global_step"))
         self.divergence.add(loss if math.isfinite(loss) else None, gs)
         cols["skew"].append(max(done) - min(done) if done else 0.0)
+        every = self._completed.values()
+        cols["lo"].append(min(every))
+        cols["hi"].append(max(every))
 
     def finalize(self) -> None:
         """The run has ended: sort by ``t`` and recompute the skew exactly as the run figure does.
@@ -216,7 +222,7 @@ class LiveRun:
 
         if not self.in_order:
             order = np.argsort(self.t.values, kind="stable")
-            for col in (self.t, self.worker, self.step, self.loss):
+            for col in (self.t, self.worker, self.step, self.loss, self.lo, self.hi):
                 col.reorder(order)
             self.in_order = True
         df = pd.DataFrame({"t": self.t.values.copy(), "worker": self.worker.values.astype("int64"),

@@ -81,9 +81,14 @@ def run_figure(
     ids = sorted(int(w) for w in df["worker"].unique())
     n = max(len(ids), workers)
 
+    many = len(ids) >= an.MANY_WORKERS  # then bands and the extreme workers, not a line per worker
     for ax, by in ((ax_loss, "elapsed"), (ax_samples, "samples")):
         curves = an.loss_curves(df, by=by, smooth=smooth)
-        for w in ids:
+        if many:
+            band = an.loss_band(curves, by, smooth)
+            ax.fill_between(band[by], band["lo"], band["hi"], color="0.6", alpha=0.35, lw=0,
+                            label=f"10-90% of the step records ({smooth})")
+        for w in [] if many else ids:
             c = curves[curves["worker"] == w]
             ax.plot(c[by], c["loss"], lw=0.6, alpha=0.5, color=color(w, n),
                     label=f"worker {w}" if len(ids) <= MAX_LEGEND else None)
@@ -96,12 +101,15 @@ def run_figure(
     ax_loss.set_title(titles[0])
     ax_samples.set_title(titles[5])
 
-    for w in ids:
+    if many:
+        _progress_band(ax_prog, df)
+    for w in [] if many else ids:
         d = df[df["worker"] == w]
         ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=color(w, n),
                      label=f"worker {w}" if len(ids) <= MAX_LEGEND else None)
-    ax_prog.set(title=titles[1], xlabel="wall time (s)", ylabel="completed steps")
-    if len(ids) <= MAX_LEGEND:
+    ax_prog.set(title=f"completed steps, {len(ids)} workers" if many else titles[1], xlabel="wall time (s)",
+                ylabel="completed steps")
+    if len(ids) <= MAX_LEGEND or many:
         ax_prog.legend(fontsize="small")
 
     skew = an.skew_timeline(df, an.finish_times(df, events), workers=ids, end_when_one_left=True)
@@ -118,13 +126,36 @@ def run_figure(
     return fig
 
 
+def _progress_band(ax: Axes, df: pd.DataFrame) -> None:
+    """Many workers: the spread of their completed steps (all of them, the middle half, the median), and
+    the slowest and fastest worker, named."""
+    band = an.progress_band(df)
+    ax.fill_between(band["elapsed"], band["lo"], band["hi"], step="post", color="tab:blue", alpha=0.15, lw=0,
+                    label="all workers")
+    ax.fill_between(band["elapsed"], band["q25"], band["q75"], step="post", color="tab:blue", alpha=0.35, lw=0,
+                    label="middle half")
+    ax.plot(band["elapsed"], band["median"], drawstyle="steps-post", color="tab:blue", lw=1.0, label="median")
+    ends = an.extreme_workers(df)
+    if ends is not None:
+        for w, what, c in ((ends[0], "slowest", "tab:red"), (ends[1], "fastest", "tab:green")):
+            d = df[df["worker"] == w]
+            ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=c, lw=1.4,
+                    label=f"{what}: worker {w}")
+
+
 def _wait_panel(ax: Axes, df: pd.DataFrame, title: str) -> None:
     """Total wait and injected delay per worker, as pairs of bars."""
     waits = an.wait_by_worker(df)
     x = np.arange(len(waits))
     ax.bar(x - 0.2, waits["wait_s"], width=0.4, label="wait (consistency)", color=WAIT_COLOR)
     ax.bar(x + 0.2, waits["delay_s"], width=0.4, label="injected delay", color=DELAY_COLOR)
-    ax.set_xticks(x, [str(w) for w in waits["worker"]])
+    if len(waits) < an.MANY_WORKERS:
+        ax.set_xticks(x, [str(w) for w in waits["worker"]])
+    else:  # a label per worker would overlap: a few, and the worker that waited most named
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
+        top = waits.iloc[int(waits["wait_s"].to_numpy().argmax())]
+        if top["wait_s"] > 0:
+            title = f"{title} (most wait: worker {int(top['worker'])}, {top['wait_s']:.1f} s)"
     ax.set(title=title, xlabel="worker", ylabel="total seconds")
     if not (waits["wait_s"].sum() > 0 or waits["delay_s"].sum() > 0):  # not an axis around 0 with -0.04
         ax.set_ylim(0, 1)
@@ -161,11 +192,19 @@ def _config_of(value: pd.DataFrame | Sequence[Any]) -> Mapping[str, Any] | None:
 def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name: str | None,
                     label: str | None) -> None:
     """One thin line per worker in the run's colour; its slowest worker (fewest steps at the end) thicker
-    and, for the first repetition, named at its end: with one colour per run, a straggler would hide."""
+    and, for the first repetition, named at its end: with one colour per run, a straggler would hide.
+    From :data:`~ssptk.analysis.MANY_WORKERS` workers on: the band of the workers' progress, its median,
+    and the slowest worker only."""
     finals = df.groupby("worker")["completed"].max()
     # only a worker that really fell behind (sync and a binding SSP bound keep every worker together)
     behind = len(finals) > 1 and finals.min() < finals.max() - max(3, 0.05 * finals.max())
     slowest = finals.idxmin() if behind else None
+    if len(finals) >= an.MANY_WORKERS:  # dozens of workers: the run's band, and its slowest worker
+        band = an.progress_band(df)
+        ax.fill_between(band["elapsed"], band["lo"], band["hi"], step="post", color=run_color, alpha=0.2, lw=0)
+        ax.plot(band["elapsed"], band["median"], drawstyle="steps-post", color=run_color, lw=lw, label=name)
+        name = None
+        df = df[df["worker"] == slowest] if slowest is not None else df.iloc[:0]
     for j, (w, d) in enumerate(df.groupby("worker")):
         slow = w == slowest
         ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
