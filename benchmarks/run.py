@@ -279,6 +279,7 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 sys.modules.setdefault("run", sys.modules[__name__])
+from bench_floor import bench_async_floor  # noqa: E402
 from bench_layouts import bench_scale_layouts  # noqa: E402
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
@@ -297,6 +298,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_cold_start,
     bench_scale_workers,
     bench_scale_layouts,
+    bench_async_floor,
     bench_tradeoff,
     bench_soak,
 ]
