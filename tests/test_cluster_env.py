@@ -200,5 +200,8 @@ def test_the_tfjob_recipe_runs_as_the_operator_would_start_it(tmp_path: Path) ->
     dirs = sorted(str(d) for d in runs.iterdir() if "worker" in d.name)
     p = subprocess.run([*ssptk_cmd(), "report", *dirs], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert f"{counts['worker'] * 500} minibatches" in p.stdout and f"merged from {counts['worker']} directories" in p.stdout
+    steps = int(re.search(r"--steps (\d+)", specs["Worker"]["template"]["spec"]["containers"][0]["command"][2])
+                .group(1))  # type: ignore[union-attr]
+    assert f"{counts['worker'] * steps} minibatches" in p.stdout
+    assert f"merged from {counts['worker']} directories" in p.stdout
     assert_gone(str(tmp_path))

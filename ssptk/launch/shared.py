@@ -10,13 +10,15 @@ restarted alone, and a stopped process stops them all.
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch.cluster import LocalCluster, Task, log_has
 from ssptk.rundir import RunDir
-from ssptk.runtime.protocol import RUN_DONE, TASK_FAILED
+from ssptk.rundir.space import disk_full
+from ssptk.runtime.protocol import EXIT_DISK_FULL, RUN_DONE, TASK_FAILED
 
 __all__ = ["SharedCluster", "SHARED_TASK"]
 
@@ -69,11 +71,17 @@ class SharedCluster(LocalCluster):
         code = self.process.exit_code
         if code is None or (code == 0 and not self.serving):
             return None
-        if code != 0:
-            named = _failed_task(self.process.log_path)
-            if named is not None:
-                return self.failure(named, "failed", code)
+        named = _failed_task(self.process.log_path) if code != 0 else None
+        if code == EXIT_DISK_FULL:  # the worker's own log may not have taken the message: the code says it
+            index = int(named.rpartition(":")[2]) if named and named.startswith("worker:") else 0
+            return TaskFailure.of(named or SHARED_TASK, str(disk_full(RunDir(self._run_dir()).worker_log(index))), code)
+        if named is not None:
+            return self.failure(named, "failed", code)
         return super().poll()
+
+    def _run_dir(self) -> str:
+        """The run directory the process writes to now (a warm one's changes with each run)."""
+        return os.path.dirname(os.path.dirname(self.process.log_path))
 
     def workers_finished(self) -> bool:
         if self.serving:

@@ -77,8 +77,13 @@ class RetryingSession:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         return self._rerun(self.session.run, *args, **kwargs)
 
-    def make_callable(self, *args: Any, **kwargs: Any) -> Callable[..., Any]:
-        return functools.partial(self._rerun, self.session.make_callable(*args, **kwargs))
+    def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
+        """``session.make_callable``; with feeds, :func:`ssptk.runtime.fastrun.feeding_callable`."""
+        if feed_list:
+            from ssptk.runtime.fastrun import feeding_callable
+
+            return functools.partial(self._rerun, feeding_callable(self.session, fetches, feed_list))
+        return functools.partial(self._rerun, self.session.make_callable(fetches))
 
     def close(self) -> None:
         self.session.close()
