@@ -333,3 +333,19 @@ def test_compare_table_takes_measured_over_ideal_from_the_summary(comparison_dir
                               "without": (steps, events, config, summary)})
     assert table["measured_over_ideal"].iloc[0] == pytest.approx(0.87)
     assert pd.isna(table["measured_over_ideal"].iloc[1])
+
+
+def test_a_comparison_table_shows_missing_figures_as_a_dash() -> None:
+    """`cmp.table` in a notebook: '-' where a figure is missing, as the CLI prints; still a DataFrame."""
+    from ssptk.render.tables import ShownTable
+
+    frame = pd.DataFrame({"steps_to_target": pd.array([120, None], dtype="Int64"), "final_loss": [0.5, None]},
+                         index=["sync", "async"])
+    table = ShownTable(frame)
+    assert type(pd.DataFrame(table)) is pd.DataFrame
+    assert "<NA>" not in repr(table) and "NaN" not in repr(table)
+    assert repr(table).splitlines()[2].split() == ["async", "-", "-"]
+    html = table._repr_html_()
+    assert "NA" not in html and "<td>-</td>" in html
+    assert isinstance(table, pd.DataFrame) and type(table.copy()) is pd.DataFrame
+    pd.testing.assert_frame_equal(pd.DataFrame(table), frame)

@@ -49,6 +49,11 @@ class CompareResult:
     runs_table: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
+        from ssptk.render.tables import ShownTable
+
+        attrs = dict(self.table.attrs)
+        self.table = ShownTable(self.table)  # a missing figure shows as "-" in a notebook, as in the CLI
+        self.table.attrs.update(attrs)
         if not self.repeats:
             self.repeats = {label: [r] for label, r in self.runs.items()}
         if self.runs_table is None:

@@ -13,11 +13,29 @@ import pandas as pd
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
 
-__all__ = ["KEY_FIGURES", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "takeaway_line",
+__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "takeaway_line",
            "target_lines", "terminal_table", "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
+
+
+class ShownTable(pd.DataFrame):
+    """A comparison's table as a notebook or a REPL shows it: a figure that is missing reads ``-``, as in the
+    CLI's text, not pandas' ``<NA>``. Everything else is a plain DataFrame (what it derives is one)."""
+
+    @property
+    def _constructor(self) -> Any:
+        return pd.DataFrame
+
+    def _shown(self) -> pd.DataFrame:
+        return pd.DataFrame(self).astype(object).where(self.notna(), "-")
+
+    def __repr__(self) -> str:
+        return self._shown().to_string()
+
+    def _repr_html_(self) -> str:
+        return str(self._shown().to_html(notebook=True))
 
 
 def _fmt(value: Any) -> str:
