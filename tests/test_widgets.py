@@ -162,6 +162,28 @@ def test_workers_and_straggler_change_the_key(fake: FakeRunner) -> None:
     assert styles["S=2 N=3"] != styles["S=2 N=4"]
 
 
+def test_the_explorer_draws_the_run_in_progress(fake: FakeRunner) -> None:
+    """While a run goes, the overlay shows its curves as far as it has come, highlighted."""
+    seen: dict[str, Any] = {}
+
+    def runner(**kwargs: Any) -> RunResult:
+        observer = kwargs["observer"]
+        observer.started("somewhere", resolve(**{k: v for k, v in kwargs.items() if k in OPTION_NAMES}), 20)
+        t0 = 1_700_000_000.0
+        steps = [{"t": t0 + 0.01 * i, "worker": i % 2, "step": i // 2 + 1, "global_step": i + 1, "loss": 5.0 / (i + 1),
+                  "wait_s": 0.0, "staleness": i % 2, "minibatch": i, "delay_s": 0.0, "applied": True} for i in range(12)]
+        observer.records(steps, [{"event": "start", "t": t0, "worker": w} for w in (0, 1)], 12, 20)
+        fig = ex.figure()
+        seen["loss"] = {ln.get_label(): len(ln.get_xdata()) for ln in loss_lines(fig)}
+        seen["title"] = fig.get_suptitle()
+        return fake(**kwargs)
+
+    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
+    ex.run(2)
+    assert seen["loss"]["S=2"] == 12  # its loss curve, one point per step so far
+    assert ex._live is None and len(loss_lines(ex.figure())) == 1  # afterwards: the finished run, from the cache
+
+
 def test_running_the_cell_again_keeps_the_runs_and_the_figure_says_what_runs(fake: FakeRunner) -> None:
     seen: list[tuple[str | None, bytes]] = []
 

@@ -22,7 +22,7 @@ from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
 from ssptk.experiment.sweep import staleness_values
-from ssptk.notebook.views import StaticView
+from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import summary_line
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class Explorer(StaticView):
         # runs made by an earlier explorer with the same options (re-running the cell keeps them)
         self.results: dict[Key, RunResult] = {}
         self._running: str | None = None  # the status line of the run in progress, also shown in the figure
+        self._live: KeepRecords | None = None  # the records of the run in progress, drawn as it goes
         self._drawn_at = -math.inf
         self.runner: Runner = runner or default_runner
         self.last_exception: BaseException | None = None
@@ -190,13 +191,22 @@ class Explorer(StaticView):
 
         current, keys = self.key(strict=False), self._shown()
         labels = self._labels(keys + ([current] if current is not None and current not in keys else []))
+        # the run in progress, drawn as far as it has come
+        running = current if self._live is not None and self._live.steps and current not in self.results else None
+        drawn = keys + ([running] if running is not None else [])
         colors, styles = staleness_looks({labels[k]: (dict(k)["staleness"], (dict(k)["workers"], dict(k)["straggler"]))
-                                          for k in keys}, self._values)
+                                          for k in drawn}, self._values)
         note = self._running or (None if current in self.results else
                                  ("not run yet: press Run" if current else self.status))
         runs = {labels[k]: self._frames_of(k, self.results[k]) for k in keys}
-        return overlay_figure(runs, labels[current] if current in self.results else None, colors=colors,
-                              styles=styles, title=self._title(), note=note)
+        highlight = labels[current] if current is not None and current in self.results else None
+        if running is not None and self._live is not None:
+            import pandas as pd
+
+            runs[labels[running]] = (pd.DataFrame(self._live.steps), pd.DataFrame(self._live.events),
+                                     {"options": self._live.options})
+            highlight = labels[running]
+        return overlay_figure(runs, highlight, colors=colors, styles=styles, title=self._title(), note=note)
 
     def _view_key(self) -> Any:
         current = self.key(strict=False)
@@ -252,7 +262,7 @@ class Explorer(StaticView):
             self.progress.max, self.progress.value = max(total, 1), min(done, max(total, 1))
             self._status.value = f"{label}: running, {done}/{total} minibatches"
             # the figure says so too (not "not run yet"), redrawn at most every FIGURE_EVERY_S seconds
-            self._running = f"{self._status.value} (its curves join the overlay when it ends)"
+            self._running = f"{self._status.value}: drawn as it goes"
             if time.monotonic() - self._drawn_at >= FIGURE_EVERY_S:
                 self._drawn_at = time.monotonic()
                 self.image.value = self.png()
@@ -261,7 +271,8 @@ class Explorer(StaticView):
         out = self._extra.get("out")
         out = None if out is None else os.path.join(str(out), f"{self._attempts}-{label.replace('=', '')}")
         kwargs = {**self._extra, **options, "out": out}
-        observer = self._observer_factory(label) if self._observer_factory else None
+        # the figure draws the run as it goes from what this keeps (and hands on to a dashboard, if any)
+        observer = self._live = KeepRecords(self._observer_factory(label) if self._observer_factory else None)
         self.progress.value = 0
         self._status.value = f"{label}: starting"
         self._busy(True)
@@ -270,7 +281,7 @@ class Explorer(StaticView):
         except BaseException as e:  # noqa: BLE001 - one line on the status line; run() raises it again
             result, error = None, e
         self._busy(False)
-        self._running = None
+        self._running, self._live = None, None
         if result is not None and result.ok:
             self.results[key] = _RUNS[key] = result
             self._png.clear()
