@@ -226,15 +226,7 @@ class LocalCluster:
 
     def _ready_tasks(self) -> set[str]:
         """The tasks whose servers are up: each says so in its process's log (``SSPTK_READY <task>``)."""
-        ready: set[str] = set()
-        for t in self.tasks:
-            try:
-                with open(t.log_path, "rb") as f:
-                    text = f.read().decode(errors="replace")
-            except OSError:
-                continue
-            ready.update(re.findall(rf"{READY} (\S+)", text))
-        return ready
+        return {name for t in self.tasks for name in log_words(t.log_path, READY)}
 
     def submit(self, run_dir: str, worker_args: list[str], run_id: str) -> None:
         """Warm cluster: start one run (its options ``worker_args``) on the serving workers.
@@ -377,6 +369,16 @@ def _proc_stat(pid: int) -> list[str] | None:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def log_words(path: str, marker: str) -> list[str]:
+    """The word after each ``marker`` in the log, in order (``[]`` if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return re.findall(rf"{re.escape(marker)} (\S+)", text)
 
 
 def log_has(path: str, marker: str, tail: int = 0) -> bool:

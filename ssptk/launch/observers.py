@@ -63,4 +63,3 @@ class ProgressObserver(NullObserver):
 
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         self.fn(done, total)
-

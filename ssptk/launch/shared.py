@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from typing import Any
 
 from ssptk.core.errors import TaskFailure
-from ssptk.launch.cluster import LocalCluster, Task, log_has
+from ssptk.launch.cluster import LocalCluster, Task, log_has, log_words
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import disk_full
 from ssptk.runtime.protocol import EXIT_DISK_FULL, RUN_DONE, TASK_FAILED
@@ -71,7 +69,8 @@ class SharedCluster(LocalCluster):
         code = self.process.exit_code
         if code is None or (code == 0 and not self.serving):
             return None
-        named = _failed_task(self.process.log_path) if code != 0 else None
+        # the task the process named before it exited (``SSPTK_TASK_FAILED worker:1 1``)
+        named = next(iter(log_words(self.process.log_path, TASK_FAILED)), None) if code != 0 else None
         if code == EXIT_DISK_FULL:  # the worker's own log may not have taken the message: the code says it
             index = int(named.rpartition(":")[2]) if named and named.startswith("worker:") else 0
             return TaskFailure.of(named or SHARED_TASK, str(disk_full(RunDir(self._run_dir()).worker_log(index))), code)
@@ -95,16 +94,6 @@ class SharedCluster(LocalCluster):
         return [n for n in self.task_names if n.startswith("worker:")]
 
     def cpu_seconds(self, name: str) -> float | None:
-        """The whole process's CPU time, for ``ps:0`` (the supervisor's training CPU) or the process itself."""
-        return super().cpu_seconds(SHARED_TASK) if name in ("ps:0", SHARED_TASK) else None
+        """The one process's CPU time (every task's together), for any of its tasks."""
+        return super().cpu_seconds(SHARED_TASK) if self.log_path(name) else None
 
-
-def _failed_task(path: str) -> str | None:
-    """The task the shared process named before it exited (``SSPTK_TASK_FAILED worker:1 1``)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    found: list[Any] = re.findall(rf"{TASK_FAILED} (\S+)", text)
-    return found[0] if found else None
