@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ssptk.analysis.metrics import ALL_WORKERS
+
 __all__ = ["MANY_WORKERS", "extreme_workers", "loss_band", "progress_band"]
 
 #: From this many workers on, figures draw bands and the extreme workers instead of a line per worker.
@@ -60,8 +62,6 @@ def loss_band(curves: pd.DataFrame, by: str, smooth: int, low: float = 0.1, high
     """The spread of the training loss among the step records: rolling ``low`` and ``high`` quantiles over
     ``smooth`` records of the overall curve of :func:`ssptk.analysis.loss_curves` (columns ``<by>``, ``lo``,
     ``hi``); what a figure draws instead of one thin line per worker when there are many."""
-    from ssptk.analysis.metrics import ALL_WORKERS
-
     c = curves[curves["worker"] == ALL_WORKERS]
     roll = c["loss"].rolling(max(1, int(smooth)), min_periods=1)
     return pd.DataFrame({by: c[by].to_numpy(), "lo": roll.quantile(low).to_numpy(),

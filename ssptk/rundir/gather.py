@@ -9,6 +9,7 @@ from __future__ import annotations
 import filecmp
 import os
 import shutil
+from collections.abc import Callable
 
 from ssptk.core.errors import UsageError
 from ssptk.rundir.layout import RunDir
@@ -45,12 +46,12 @@ def gather(sources: list[str], dest: str) -> RunDir:
     return out
 
 
-def _merge(src: str, dst: str, wanted: object, origin: str) -> None:
+def _merge(src: str, dst: str, wanted: Callable[[str], bool], origin: str) -> None:
     """Copy ``src``'s wanted files into ``dst``; the same name with other content is two runs mixed up."""
     if not os.path.isdir(src):
         return
     for name in sorted(os.listdir(src)):
-        if not wanted(name):  # type: ignore[operator]
+        if not wanted(name):
             continue
         target = os.path.join(dst, name)
         if os.path.exists(target):
