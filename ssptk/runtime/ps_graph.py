@@ -8,6 +8,8 @@ variables, counters or queues from one run into the next.
 """
 from __future__ import annotations
 
+import random
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ PS = "/job:ps/task:0"
 # A finished worker's SSP clock: far ahead, so it never holds the others back.
 FINISHED_CLOCK = 2**40
 QUEUE_CAPACITY = 1 << 20
+_BUILD_LOCK = threading.Lock()
 
 
 @dataclass
@@ -118,6 +121,28 @@ def _ssp_wait_ops(tf: Any, v1: Any, extra: dict[str, Any], clock: Any, want: Any
     extra["finish"] = _wake_satisfied(tf, want, wake, index, clocks, wanted)
 
 
+def model_graph(spec: ModelSpec, seed: int) -> tuple[Any, Any, Any, Any, list[Any]]:
+    """In the current graph: the global step, the input placeholders and the model, built in the order every
+    run builds them (``global_step, x, y, module, variables``). Initial values come from the graph's seed and
+    each op's place in that order, so whatever builds the model this way starts from a run's own values
+    (:mod:`ssptk.runtime.gradients` replays runs from them)."""
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    # Keras 2's initializers without a seed of their own draw one from Python's `random`, not from the graph's
+    # seed: seeded here, so `--seed` fixes a Keras model's initial values too (one build at a time: the shared
+    # layout's workers build theirs in threads).
+    with _BUILD_LOCK:
+        random.seed(seed)
+        v1.set_random_seed(seed)
+        global_step = v1.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        x, y = _placeholders(tf, spec)
+        module = spec.build()
+        if not module.trainable_variables:  # Keras layers may create variables on first call
+            module(x)
+    return global_step, x, y, module, list(module.trainable_variables)
+
+
 def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
     x0, y0 = spec.data(np.random.default_rng(0), 2)
     x = tf.compat.v1.placeholder(tf.as_dtype(x0.dtype), shape=(None,) + x0.shape[1:], name="x")
@@ -147,7 +172,7 @@ class _Shared:
     g_read: Any
     grads: list[Any]
     model_vars: list[Any]
-    after_compute: list[Any]      # the gradients, or the injected delay that runs after them
+    after_compute: list[Any]      # the gradients that exist (leaving the worker after the injected delay)
     claimed: Any | None
     clock: Any
     want: Any
@@ -170,30 +195,31 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     n = len(cluster["worker"])
     graph = tf.Graph()
     with graph.as_default(), v1.container(container):
-        v1.set_random_seed(seed)
         device = f"/job:worker/task:{index}" + ("" if gpu is None else f"/device:GPU:{gpu}")
         setter = v1.train.replica_device_setter(worker_device=device, cluster=v1.train.ClusterSpec(cluster))
         with v1.device(setter):
-            global_step = v1.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-            x, y = _placeholders(tf, spec)
-            module = spec.build()
-            if not module.trainable_variables:  # Keras layers may create variables on first call
-                module(x)
-            model_vars = list(module.trainable_variables)
-            g_read = global_step.read_value()
+            global_step, x, y, module, model_vars = model_graph(spec, seed)
             # The step's parameters are read after the global step, so `staleness` counts every update
-            # that landed between this step's read and its own update.
+            # that landed between this step's read and its own update. Read on the PS: under the worker's
+            # device the read's Identity would sit on the worker, and its control edge to the parameter reads
+            # would cost a worker -> PS message before every step's reads (one round trip, measured).
+            with v1.device(PS):
+                g_read = global_step.read_value()
             with tf.control_dependencies([g_read]):
                 pred = module(x)
             loss = tf.identity(spec.loss(y, pred), name="loss")
             accuracy = None if spec.accuracy is None else tf.identity(spec.accuracy(y, pred), name="accuracy")
             grads = tf.gradients(loss, model_vars)
             delay = None
-            after_compute: list[Any] = [g for g in grads if g is not None]
             if with_delay:  # injected compute time: after the read, before the update
                 delay = v1.placeholder(tf.float32, shape=(), name="delay")
-                with tf.control_dependencies(after_compute):
-                    after_compute = [tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")]
+                with tf.control_dependencies([g for g in grads if g is not None]):
+                    slept = tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")
+                # The gradients leave the worker only after the delay: gated here, on the worker, so what the PS
+                # does with them needs no control edge of its own across tasks (each is a message per step).
+                with tf.control_dependencies([slept]):
+                    grads = [None if g is None else tf.identity(g) for g in grads]
+            after_compute: list[Any] = [g for g in grads if g is not None]
             # minibatch claims (async/ssp share the budget; sync indexes minibatches by step)
             claimed = None if mode == "sync" else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
             with v1.device(PS):
@@ -247,7 +273,7 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
             scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
         grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
         tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
-    with tf.control_dependencies(s.after_compute):
+    with v1.device(PS):  # the gradients are its inputs; on the PS, its learning rate is no message per step
         apply = s.opt.apply_gradients(zip(grads, s.model_vars))
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
@@ -299,7 +325,7 @@ def _sync_ops(s: _Shared) -> dict[str, Any]:
                                                   shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
     # The global step read on the PS just before the push tells whether this gradient was in time for its
     # step (the accumulators drop gradients whose local_step is behind).
-    with tf.control_dependencies(s.after_compute):
+    with v1.device(PS), tf.control_dependencies(s.after_compute):
         g_before_push = s.global_step.read_value()
     with tf.control_dependencies([g_before_push]):
         pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, s.grads)]
