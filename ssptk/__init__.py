@@ -30,12 +30,8 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:  # late imports keep `import ssptk` light (no pandas/TF until needed)
-    if name in ("run", "shutdown", "compare"):
+    if name in ("run", "shutdown", "compare", "simulate"):
         from ssptk import api
 
         return getattr(api, name)
-    if name == "simulate":
-        from ssptk.sim import simulate
-
-        return simulate
     raise AttributeError(f"module 'ssptk' has no attribute {name!r}")

@@ -6,10 +6,11 @@ re-exported here unchanged.
 from __future__ import annotations
 
 from ssptk.experiment.compare import CompareResult, compare, parse_labels
+from ssptk.experiment.predict import simulate
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_before_start, new_run_dir, run, shutdown
 from ssptk.experiment.sweep import sweep
 from ssptk.launch.observers import RunObserver
 
 __all__ = ["CompareResult", "RunObserver", "RunResult", "check_before_start", "compare", "new_run_dir",
-           "parse_labels", "run", "shutdown", "sweep"]
+           "parse_labels", "run", "shutdown", "simulate", "sweep"]

@@ -105,11 +105,12 @@ def build_parser(notebook: bool = False) -> _Parser:
             sp.add_argument("--no-dashboard", action="store_true", help="no live plots while it runs")
         r.add_argument("--background", action="store_true",
                        help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
-    s = sub.add_parser("sim", help="predict a run with the discrete-event simulator (no training)")
-    add_run_arguments(s, skip=("out", "gpus", "no_log", "batch", "lr", "lr_convention", "lr_staleness", "model",
-                               "allow_nan", "stall_timeout", "stop_on_divergence"))
-    s.add_argument("--overhead", type=float, default=0.0, metavar="SECONDS",
-                   help="fixed per-step cost, e.g. calibrated from a real run (default: 0)")
+    s = sub.add_parser("sim", help="predict a run with the discrete-event simulator, no cluster: its timing; with "
+                                   "--model also its loss (the schedule replayed with the model's real gradients)")
+    add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
+    s.add_argument("--overhead", type=float, default=None, metavar="SECONDS",
+                   help="fixed per-step cost, e.g. a real run's overhead_ms / 1000 from its summary (default: 0; "
+                        "with --model 0.005)")
     if not notebook:
         sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
     for parser in (p, *sub.choices.values()):
@@ -341,16 +342,43 @@ def _one_run_summary(rd: Any) -> str:
         "\n(computed from the logs: the run has no summary.json; nothing was written)"
 
 
+#: ``ssptk sim`` options that only a prediction with a model uses
+_TRAINING_ONLY = ("batch", "lr", "lr_convention", "data_split", "eval_every", "lr_staleness", "allow_nan",
+                  "stop_on_divergence", "out")
+
+
 def _sim(args: argparse.Namespace) -> int:
     from ssptk.sim import simulate
 
+    if args.model is not None:
+        return _predict(args)
+    given = [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only the "
+                         "timing (add --model linear, keras, digits or your own to predict the loss too)")
     opts = from_namespace(args, stall_timeout=0)  # nothing runs: no watchdog whose timeout the delays must fit
     r = simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps, staleness=opts.staleness,
                  backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed,
-                 overhead=args.overhead)
+                 overhead=args.overhead or 0.0)
     print(f"simulated {opts.label}: {r.total_steps} minibatches in {r.wall_s:.3f} s = {r.steps_per_s:.1f} steps/s, "
           f"{r.updates_per_s:.1f} updates/s\nmax skew {r.max_skew}, waiting {100 * r.wait_fraction:.1f}% of worker "
           f"time, staleness mean {r.steps['staleness'].mean():.2f} max {int(r.steps['staleness'].max())}")
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """``ssptk sim --model M ...``: a predicted run (its directory, its summary)."""
+    from ssptk.api import simulate
+    from ssptk.render import ProgressBar
+
+    opts = from_namespace(args, stall_timeout=0)
+    bar = ProgressBar(f"{opts.label} (predicting) ")
+    try:
+        result = simulate(progress=lambda job, done, total: bar(done, total), overhead=args.overhead,
+                          **_kwargs(opts))
+    finally:
+        bar.close()
+    print(result)
     return 0
 
 

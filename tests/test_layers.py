@@ -20,7 +20,7 @@ LAYERS: dict[str, set[str]] = {
     "sim": {"core"},
     "analysis": {"core", "rundir", "sim"},
     "render": {"core", "rundir", "analysis"},
-    "runtime": {"core", "rundir"},
+    "runtime": {"core", "rundir", "sim"},
     "launch": {"core", "rundir", "runtime"},
     "experiment": {"core", "rundir", "sim", "analysis", "render", "launch"},
     # front ends

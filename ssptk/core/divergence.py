@@ -19,12 +19,19 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-__all__ = ["DIVERGENCE_RULE", "DIVERGE_FACTOR", "DivergenceWatch", "find_divergence", "smoothing_window"]
+__all__ = ["DIVERGENCE_RULE", "DIVERGE_FACTOR", "DivergenceWatch", "divergence_stop", "find_divergence",
+           "smoothing_window"]
 
 #: How far above its running minimum the smoothed loss must rise (and above its start) to count as diverged.
 DIVERGE_FACTOR = 10.0
 #: The rule in words, for every message that names a diverged run.
 DIVERGENCE_RULE = f"the smoothed training loss rose above {DIVERGE_FACTOR:g} x its minimum and above its start"
+
+
+def divergence_stop(at: int | None) -> str:
+    """Why ``--stop-on-divergence`` ended a run that diverged at global step ``at``."""
+    return (f"diverged at global step {at} ({DIVERGENCE_RULE}): lower --lr or the staleness, or drop "
+            "--stop-on-divergence")
 
 
 def smoothing_window(workers: int) -> int:

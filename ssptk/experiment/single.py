@@ -22,7 +22,8 @@ from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, no
 from ssptk.launch.supervisor import Outcome, supervise
 from ssptk.rundir import USER_MODEL_FILE, RunDir
 
-__all__ = ["PreparedRun", "RunResult", "check_before_start", "execute", "new_run_dir", "prepare", "run", "shutdown"]
+__all__ = ["PreparedRun", "RunResult", "check_before_start", "check_model", "execute", "new_run_dir", "prepare", "run",
+           "shutdown"]
 
 PORT_RETRIES = 3
 
@@ -82,16 +83,20 @@ def load_model_within(path: str, timeout: float) -> Any:
     return box["spec"]
 
 
-def check_before_start(opts: RunOptions) -> dict[str, str]:
-    """What resolving cannot check alone: the user model imports and returns a ModelSpec, and
-    ``--gpus`` fits the machine. Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises
-    :class:`UsageError`."""
+def check_model(opts: RunOptions) -> None:
+    """The user model imports and returns a ModelSpec that fits ``--data-split``; raises :class:`UsageError`."""
     # builtins need no check, and importing TF here would cost seconds
     user = ":" in opts.model and not opts.model.startswith(USER_MODEL_FILE + ":")
     if user or (opts.data_split != "iid" and ":" not in opts.model):  # a %%dtrain cell's model: in its task
         from ssptk.core.models import check_split
 
         check_split(load_model_within(opts.model, MODEL_IMPORT_TIMEOUT_S), opts.data_split, opts.model)
+
+
+def check_before_start(opts: RunOptions) -> dict[str, str]:
+    """What resolving cannot check alone: the model (:func:`check_model`), and ``--gpus`` fits the machine.
+    Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises :class:`UsageError`."""
+    check_model(opts)
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ssptk.core.divergence import DIVERGENCE_RULE, DivergenceWatch, smoothing_window
+from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
 from ssptk.core.errors import RunInterrupted, TaskFailure
 from ssptk.core.options import RunOptions
 from ssptk.launch.observers import RunObserver
@@ -123,8 +123,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             if e.get("event") == "start" and ps_cpu0 is None:
                 ps_cpu0 = cluster.cpu_seconds("ps:0")
         if divergence is not None and divergence.diverged:
-            return Outcome(TaskFailure.of("ssptk", f"diverged at global step {divergence.at} ({DIVERGENCE_RULE}): "
-                                          "lower --lr or the staleness, or drop --stop-on-divergence"))
+            return Outcome(TaskFailure.of("ssptk", divergence_stop(divergence.at)))
         if cluster.workers_finished():
             ps_cpu1 = cluster.cpu_seconds("ps:0") if cluster.with_ps else 0.0
             read()

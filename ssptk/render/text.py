@@ -29,7 +29,7 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("backup"):
         mode += f", {s['backup']} backup worker(s)"
     lines = [
-        f"run       {s.get('run_dir')}  [{s.get('status')}]",
+        f"run       {s.get('run_dir')}  [{s.get('status')}{', PREDICTED' if s.get('predicted') else ''}]",
         f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",
         f"steps     {s.get('total_steps')} minibatches in {_fmt(s.get('wall_s'), '.2f')} s "
         f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",
@@ -43,6 +43,9 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
                      f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead: measured / ideal "
                      f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
+    if s.get("predicted"):
+        lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
+                     f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead")
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
     if s.get("diverged"):

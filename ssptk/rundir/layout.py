@@ -129,11 +129,12 @@ class RunDir:
     # --- writers --------------------------------------------------------------------------------
     def write_config(self, opts: RunOptions, cluster: dict[str, list[str]], gpus: dict[str, str | None],
                      *, launched: float | None = None, tasks: dict[str, Any] | None = None,
-                     started_by: str | None = None) -> None:
+                     started_by: str | None = None, predicted: dict[str, Any] | None = None) -> None:
         """``config.json``: every resolved option, the cluster, the GPU assignment, versions and the budget.
 
         ``started_by``: written by worker 0 of a cluster no ssptk launcher started: ``hand`` (``--cluster`` JSON),
-        ``tf_config`` or ``slurm`` (the cluster came from that environment)."""
+        ``tf_config`` or ``slurm`` (the cluster came from that environment). ``predicted``: a predicted run (no
+        cluster: the simulator's schedule replayed with the model's gradients), with how it was simulated."""
         total = opts.workers * opts.steps
         sync_like = opts.mode in ("sync", "allreduce")
         config: dict[str, Any] = {
@@ -146,6 +147,8 @@ class RunDir:
         }
         if started_by is not None:
             config["started_by"] = started_by
+        if predicted is not None:
+            config["predicted"] = predicted
         os.makedirs(self.path, exist_ok=True)
         _write_json(self.config_path, config)
 

@@ -11,3 +11,6 @@ EXIT_DISK_FULL = 28
 #: ``SSPTK_TASK_FAILED <task> <code>``: in the shared layout, the task (a worker thread) whose failure ends the
 #: process, which exits with ``code``.
 TASK_FAILED = "SSPTK_TASK_FAILED"
+#: ``SSPTK_PREDICT <job> <gradients done> <of>`` after each wave of a predicting task's replay, and
+#: ``SSPTK_PREDICT <job> done`` when a predicted run's logs are written (:mod:`ssptk.runtime.predict`).
+PREDICT = "SSPTK_PREDICT"

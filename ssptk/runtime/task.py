@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
                    help="this worker was started again (K-th time) and joins a running training")
     p.add_argument("--worker-gpus", default="", metavar="LIST",
                    help="--task shared: each worker's GPU among those the process sees (0,1,-,...; -: CPU)")
+    p.add_argument("--jobs", default=None, metavar="FILE",
+                   help="--task predict: the predicted runs to make (JSON; see ssptk.runtime.predict)")
     add_run_arguments(p)
     return p
 
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()  # what user code starts ends with the task (ssptk.runtime.reaper)
     reap_on_sigterm()
     args = parser().parse_args(argv)
+    if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict)
+        return _predict(args.jobs)
     try:
         cluster, args.task, started_by = _cluster_and_task(args)
         job, index = parse_task(args.task, cluster)
@@ -175,6 +179,26 @@ def main(argv: list[str] | None = None) -> int:
 
     _run_guarded(train, run_dir, index)
     exit_with_descendants(0)  # skips TF's slow teardown of the server threads
+    return 0
+
+
+def _predict(jobs: str | None) -> int:
+    """``--task predict --jobs FILE``: predicted runs; an error is one line in the log and exit code 1."""
+    _watch_parent()
+    try:
+        if not jobs:
+            raise UsageError("--task predict needs --jobs FILE")
+        from ssptk.runtime.predict import predict_jobs
+
+        predict_jobs(jobs)
+    except BaseException as e:  # noqa: BLE001 - the launcher shows the log's last error line
+        print(f"ssptk worker: error: predict: {type(e).__name__}: {_message(e)}", file=sys.stderr, flush=True)
+        if not isinstance(e, UsageError):
+            import traceback
+
+            traceback.print_exc()
+        exit_with_descendants(EXIT_DISK_FULL if is_disk_full(e) else 1)
+    exit_with_descendants(0)  # skips TF's slow teardown
     return 0
 
 

@@ -194,16 +194,13 @@ def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel
     heap: list[tuple[float, int, int]] = []
     seq = count()
     g = 0
-    mbc = 0
     read = [0] * n
     delay = [0.0] * n
     mb = [0] * n
 
     def start(i: int, t: float) -> None:
-        nonlocal mbc
         read[i] = g
-        mb[i] = mbc
-        mbc += 1
+        mb[i] = g * n + i  # as the engine numbers sync's minibatches: the step it is for, then the worker
         d = models[i].next()
         delay[i] = d
         heapq.heappush(heap, (t + base + d, next(seq), i))

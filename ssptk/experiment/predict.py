@@ -1,0 +1,114 @@
+"""Predicted runs: what a run would do, loss included, without a cluster.
+
+:func:`predict` has one process (:func:`ssptk.launch.predict.run_predictor`) simulate each run's schedule and
+replay it with the model's real gradients (:mod:`ssptk.sim.replay`), then leaves in each run directory what
+a real run leaves: the workers' logs, ``model/final.json``, ``summary.json`` (with ``"predicted"``). So a
+predicted run reads like a real one everywhere (``RunResult``, tables, figures, reports, ``ssptk report``);
+only ``config.json`` and ``summary.json`` say ``predicted``, with the per-step overhead its clock was
+simulated with. :func:`simulate` is ``ssptk.simulate``: the timing-only simulator without a model, a
+predicted run with one.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ssptk.core.errors import RunFailed, TaskFailure, UsageError
+from ssptk.core.options import RunOptions, resolve
+from ssptk.experiment.finish import finish_run
+from ssptk.experiment.result import RunResult
+from ssptk.experiment.single import check_model, new_run_dir
+from ssptk.launch.predict import PredictProgress, run_predictor
+from ssptk.rundir import RunDir, load_run
+
+__all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
+
+#: The per-step cost a prediction assumes when none is given: what a step of the built-in models costs a
+#: worker on a 2-core machine with a few workers (FINDINGS.md). Calibrate it from a real run's summary
+#: (``overhead_ms``) for times that mean something on your machine; minibatches to a target do not depend on it.
+DEFAULT_OVERHEAD_S = 0.005
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted run, planned: its checked options, its claimed directory, and the per-step overhead."""
+
+    opts: RunOptions
+    run_dir: str
+    overhead: float
+
+
+def plan(overhead: float | None = None, run_dir: str | None = None, **options: Any) -> Prediction:
+    """Resolve and check ``options`` (those of ``ssptk run``; a model is required), claim the run directory
+    (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``). Raises :class:`UsageError`."""
+    if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float))
+                                 or not 0 <= overhead < float("inf")):
+        raise UsageError(f"--overhead must be a number of seconds >= 0, got {overhead!r}")
+    opts = resolve(**options)
+    check_model(opts)
+    if run_dir is None:
+        run_dir = new_run_dir(opts.out, f"{opts.mode}-predicted")
+    opts.out = run_dir
+    return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead))
+
+
+def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: PredictProgress | None = None,
+            cancel: threading.Event | None = None, raise_on_failure: bool = True) -> list[RunResult]:
+    """Make the planned predictions in one process; their results, in order. ``log_dir``: the run directory
+    whose ``logs/predict.log`` gets the process's output (default: the first prediction's). ``progress(job,
+    done, of)`` hears each wave. A prediction whose loss became NaN fails as its real run would (it raises
+    :class:`RunFailed` unless ``raise_on_failure`` is false); ``cancel`` stops the process (RunInterrupted)."""
+    if not plans:
+        return []
+    t0 = time.time()
+    for p in plans:
+        RunDir(p.run_dir).write_config(p.opts, {}, {}, launched=t0, tasks={"warm": False, "layout": "predicted"},
+                                       predicted={"overhead_s": p.overhead})
+    jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0} for p in plans]
+    failure = run_predictor(log_dir or plans[0].run_dir, jobs, progress, cancel)
+    results = []
+    for p in plans:
+        summary, own = finish_run(p.run_dir, p.opts, failure or stopped(p.run_dir))
+        results.append(RunResult(p.run_dir, p.opts, summary, own))
+    failed = next((r for r in results if r.failure is not None), None)
+    if failed is not None and raise_on_failure:
+        raise RunFailed(failed.failure, failed)  # type: ignore[arg-type]
+    return results
+
+
+def stopped(run_dir: str) -> TaskFailure | None:
+    """Why a predicted run ended early: the ``error`` event its replay logged (a non-finite loss), if any."""
+    _, events, _, _ = load_run(run_dir)
+    if events.empty or "message" not in events:
+        return None
+    errors = events[events["event"] == "error"]
+    if errors.empty:
+        return None
+    first = errors.iloc[0]
+    task = first.get("task")  # ssptk's own stop (--stop-on-divergence), as a real run's launcher names it
+    return TaskFailure.of(task if isinstance(task, str) else f"worker:{int(first['worker'])}", str(first["message"]))
+
+
+def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str | None = None,
+             overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
+             raise_on_failure: bool = True, **options: Any) -> Any:
+    """``ssptk.simulate``. Without ``model``: the timing-only discrete-event simulator
+    (:func:`ssptk.sim.simulate`, a :class:`~ssptk.sim.SimResult`; ``overhead`` defaults to 0). With ``model``
+    (any model ``ssptk run`` takes, and its options: ``lr``, ``batch``, ``eval_every``, ``data_split``,
+    ``lr_staleness``, ``out``, ...): a predicted run, a :class:`~ssptk.experiment.result.RunResult` whose
+    ``df`` has every minibatch's predicted loss, ``summary`` its final held-out loss and accuracy and whether
+    it diverged; ``overhead`` (seconds per step, default :data:`DEFAULT_OVERHEAD_S`) sets its clock."""
+    if model is None:
+        from ssptk.sim import simulate as timing
+
+        return timing(mode, workers, steps, overhead=0.0 if overhead is None else overhead, **options)
+    if ":" in str(mode) and "staleness" not in options:  # "ssp:4", as the timing simulator takes it
+        from ssptk.core.options import parse_label
+
+        mode, options["staleness"] = parse_label(str(mode))
+    options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
+    p = plan(overhead, mode=mode, workers=workers, steps=steps, model=model, **options)
+    return predict([p], progress=progress, raise_on_failure=raise_on_failure)[0]

@@ -1,0 +1,212 @@
+"""Replaying a simulated schedule with real gradients: the simulator predicts the loss, not only the time.
+
+:func:`ssptk.sim.simulate` decides, for every minibatch, which worker computes it, which parameter version
+that worker read (``global_step - 1 - staleness`` for an update in async and ssp; the version before its
+update in sync) and when its update lands. :func:`replay` walks that schedule in one process: each gradient
+is computed at the parameters its worker read, on the minibatch the engine would give it, and the updates
+are applied in the schedule's order with the mode's aggregation and learning rate, as the engine applies
+them (:mod:`ssptk.runtime.ps_graph`):
+
+* async and ssp: ``params -= lr * gradient`` per update (``lr / (staleness + 1)`` with
+  ``--lr-staleness inverse``);
+* sync (and allreduce): ``params -= update_lr * mean(gradients of the update)``, ``update_lr`` being the
+  run's learning rate times the gradients aggregated under ``--lr-convention minibatch``; with ``--backup``
+  the late gradients are computed (their loss is logged) and dropped.
+
+The gradients come from an *oracle* (:class:`GradientOracle`): here only its interface, so that this module
+stays pure NumPy; :mod:`ssptk.runtime.gradients` computes them with TensorFlow from a model's
+:class:`~ssptk.core.models.ModelSpec`. Gradients are asked for in *waves*: once version ``v`` exists, every
+minibatch read at a version up to ``v`` can be computed, together, each at its own parameters, so a wave is
+about as wide as the cluster (N workers: ~N gradients per oracle call). Only versions still to be read are
+kept.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["GradientOracle", "Params", "Replayed", "read_versions", "replay"]
+
+Params = list[np.ndarray]
+Batch = tuple[np.ndarray, np.ndarray]
+
+
+class GradientOracle(Protocol):
+    """What :func:`replay` needs of a model (see :class:`ssptk.runtime.gradients.TFOracle`)."""
+
+    def initial(self) -> Params:
+        """The parameters a run starts from (the engine's initial values for the run's seed)."""
+
+    def gradients(self, params: Sequence[Params], batches: Sequence[Batch]) -> tuple[np.ndarray, list[Params]]:
+        """For each ``i``: the training loss and the gradient at ``params[i]`` on ``batches[i]``."""
+
+    def evaluate(self, params: Params) -> tuple[float, float | None]:
+        """The held-out loss (and accuracy, where the model has one) at ``params``."""
+
+
+@dataclass
+class Replayed:
+    """What a replay predicts.
+
+    ``steps``: the schedule's records (the columns of real runs) with ``loss`` filled in (NaN where a loss was
+    not finite) and, with ``--lr-staleness inverse``, ``lr_scale``; cut after the first non-finite loss unless
+    ``allow_nan`` (a real run stops there). ``evals``: ``global_step``, ``t``, ``eval_loss``, ``eval_accuracy``
+    every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early.
+    """
+
+    steps: pd.DataFrame
+    evals: pd.DataFrame
+    params: Params
+    final_loss: float
+    final_accuracy: float | None
+    updates: int
+    stopped: str | None = None
+    stopped_by: str | None = None  # who stopped it, when not a worker's own loss (``ssptk``: divergence)
+    oracle_calls: int = 0
+    gradients: int = field(default=0)
+
+
+def read_versions(steps: pd.DataFrame) -> np.ndarray:
+    """The parameter version (updates applied before it) each record's gradient was computed at.
+
+    An applied record landed as update ``global_step`` after ``staleness`` updates of others since its read,
+    so it read version ``global_step - 1 - staleness`` (0 for an applied sync gradient: its update's previous
+    version); a dropped (late) sync gradient was logged at ``global_step`` with ``staleness`` updates missed,
+    so it read ``global_step - staleness``.
+    """
+    g = steps["global_step"].to_numpy(np.int64)
+    s = steps["staleness"].to_numpy(np.int64)
+    applied = steps["applied"].to_numpy(bool)
+    return np.where(applied, g - 1 - s, g - s)
+
+
+def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], update_lr: float,
+           inverse_staleness: bool = False, eval_every: int = 0, allow_nan: bool = False,
+           progress: Callable[[int, int], None] | None = None, wave_limit: int = 256) -> Replayed:
+    """Replay ``steps`` (a simulated run's records) with ``oracle``'s gradients; see the module docstring.
+
+    ``data(worker, minibatch)``: that minibatch as the engine gives it to that worker. ``update_lr``: the rate
+    an update applies to the mean of its gradients (``RunOptions.update_lr``). ``progress(done, total)``: called
+    after every wave with the gradients computed so far. ``wave_limit``: most gradients per oracle call.
+    """
+    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every)
+    with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
+        while True:
+            r.wave(data, wave_limit, allow_nan)
+            if progress is not None:
+                progress(int(r.computed.sum()), r.n)
+            moved = r.apply_ready()
+            if r.stop_at is not None and not (~r.computed & (r.t <= r.stop_at)).any():
+                break
+            if not moved and r.nxt >= r.n:
+                break
+            if not moved and r.reads[r.order[r.nxt]] > r.current:
+                raise AssertionError("schedule reads a version that is never applied")  # not a user error
+        return r.result()
+
+
+class _Replay:
+    """The state of one replay: the schedule's arrays, the versions still to be read, the gradients in hand."""
+
+    def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int) -> None:
+        self.records, self.oracle, self.lr, self.inverse, self.every = records, oracle, lr, inverse, every
+        self.n = len(records)
+        self.reads = read_versions(records)
+        applied = records["applied"].to_numpy(bool)
+        g = records["global_step"].to_numpy(np.int64)
+        self.stale = records["staleness"].to_numpy(np.int64)
+        self.workers = records["worker"].to_numpy(np.int64)
+        self.minibatches = records["minibatch"].to_numpy(np.int64)
+        self.t = records["t"].to_numpy(float)
+        self.updates = int(g[applied].max()) if applied.any() else 0
+        # the records of each update, and the time it landed
+        self.members: list[list[int]] = [[] for _ in range(self.updates + 1)]
+        for i in np.flatnonzero(applied):
+            self.members[g[i]].append(int(i))
+        self.landed = np.zeros(self.updates + 1)
+        for u in range(1, self.updates + 1):
+            self.landed[u] = self.t[self.members[u][0]] if self.members[u] else self.landed[u - 1]
+        self.losses = np.full(self.n, np.nan)
+        self.grads: dict[int, Params] = {}
+        self.computed = np.zeros(self.n, bool)
+        self.order = np.argsort(self.reads, kind="stable")  # records by the version they read
+        self.nxt = 0  # next position in `order` not computed yet
+        self.versions: dict[int, Params] = {0: [np.asarray(p) for p in oracle.initial()]}
+        self.current = 0
+        self.evals: list[tuple[int, float, float, float | None]] = []
+        self.calls = 0
+        self.stop_at: float | None = None  # time of the first non-finite loss (the real run would end there)
+
+    def wave(self, data: Callable[[int, int], Batch], limit: int, allow_nan: bool) -> None:
+        """Compute every record read at a version that exists (in oracle calls of at most ``limit``)."""
+        end = self.nxt
+        while end < self.n and self.reads[self.order[end]] <= self.current:
+            end += 1
+        for lo in range(self.nxt, end, limit):
+            wave = self.order[lo:min(end, lo + limit)]
+            loss, gs = self.oracle.gradients([self.versions[int(self.reads[i])] for i in wave],
+                                             [data(int(self.workers[i]), int(self.minibatches[i])) for i in wave])
+            self.calls += 1
+            for i, li, gi in zip(wave, loss, gs):
+                self.losses[i] = li
+                self.grads[int(i)] = gi
+            self.computed[wave] = True
+            bad = wave[~np.isfinite(np.asarray(loss, float))]
+            if len(bad) and not allow_nan:
+                first = float(self.t[bad].min())
+                self.stop_at = first if self.stop_at is None else min(self.stop_at, first)
+        self.nxt = end
+
+    def apply_ready(self) -> bool:
+        """Apply every update whose gradients are all in; drop versions nobody reads any more. Whether any was."""
+        moved = False
+        while self.current < self.updates and all(self.computed[i] for i in self.members[self.current + 1]):
+            u = self.current + 1
+            self.versions[u] = _apply(self.versions[self.current], [self.grads.pop(i) for i in self.members[u]],
+                                      self.lr, [self.stale[i] for i in self.members[u]] if self.inverse else None)
+            self.current, moved = u, True
+            if self.every and u % self.every == 0:
+                loss, acc = self.oracle.evaluate(self.versions[u])
+                self.evals.append((u, float(self.landed[u]), loss, acc))
+        oldest = self.reads[self.order[self.nxt]] if self.nxt < self.n else self.current
+        for v in [v for v in self.versions if v < min(oldest, self.current)]:
+            del self.versions[v]
+        return moved
+
+    def result(self) -> Replayed:
+        keep = np.ones(self.n, bool) if self.stop_at is None else (self.t <= self.stop_at) & self.computed
+        out = self.records[keep].copy()
+        out["loss"] = self.losses[keep]
+        if self.inverse:
+            out["lr_scale"] = 1.0 / (self.stale[keep] + 1.0)
+        stopped = None
+        if self.stop_at is not None:
+            first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
+            stopped = (f"loss became nan at step {int(first['step'])} (worker {int(first['worker'])}, global step "
+                       f"{int(first['global_step'])}): lower --lr, check the model, or pass --allow-nan")
+        final = self.versions[self.current]
+        final_loss, final_acc = self.oracle.evaluate(final)
+        if self.every and (not self.evals or self.evals[-1][0] != self.current) and self.stop_at is None:
+            self.evals.append((self.current, float(self.landed[self.current]), final_loss, final_acc))
+        ev = pd.DataFrame(self.evals, columns=["global_step", "t", "eval_loss", "eval_accuracy"])
+        return Replayed(steps=out, evals=ev, params=final, final_loss=final_loss, final_accuracy=final_acc,
+                        updates=self.current, stopped=stopped, oracle_calls=self.calls,
+                        gradients=int(self.computed.sum()))
+
+
+def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None) -> Params:
+    """One update, in the parameters' own precision as TensorFlow's ops compute it: ``params - lr * mean(grads)``,
+    each gradient first scaled by ``1 / (staleness + 1)`` when ``staleness`` is given (``--lr-staleness inverse``)."""
+    out = []
+    for k, p in enumerate(params):
+        one = p.dtype.type
+        gk = [g[k] for g in grads]
+        if staleness is not None:
+            gk = [gi * one(1.0 / (s + 1.0)) for gi, s in zip(gk, staleness)]
+        delta = gk[0] if len(gk) == 1 else sum(gk[1:], gk[0]) / one(len(gk))
+        out.append(p - one(lr) * delta)
+    return out

@@ -1,0 +1,100 @@
+"""Predicted runs (``ssptk.simulate(..., model=M)``, ``ssptk sim --model M``): the simulator's schedule replayed
+with the model's real gradients in one TensorFlow process, checked against real runs and plain SGD."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import assert_gone, ssptk_cmd
+from helpers import records
+
+import ssptk
+from ssptk.core.models import linear, minibatch
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_predicted_sync_run_is_the_real_run(tmp_path: Path) -> None:
+    """Without staleness to model, prediction and reality must agree exactly: the same initial values (the
+    run's seed), the same minibatches, the same averaged updates, so every step's loss and the final model
+    match to float precision."""
+    common = dict(mode="sync", model="digits", workers=3, steps=25, seed=4, batch=16)
+    real = ssptk.run(out=str(tmp_path / "real"), gpus="none", **common)
+    pred = ssptk.simulate(out=str(tmp_path / "pred"), **common)
+    assert pred.summary["predicted"] and pred.ok
+    assert pred.summary["final_loss"] == pytest.approx(real.summary["final_loss"], rel=1e-4)
+    assert pred.summary["final_accuracy"] == pytest.approx(real.summary["final_accuracy"], abs=1e-6)
+    a, _ = records(tmp_path / "real")
+    b, _ = records(tmp_path / "pred")
+    merged = a.merge(b, on="minibatch", suffixes=("_real", "_pred"))
+    assert len(merged) == 3 * 25
+    assert (merged["worker_real"] == merged["worker_pred"]).all()
+    assert (merged["global_step_real"] == merged["global_step_pred"]).all()
+    np.testing.assert_allclose(merged["loss_pred"], merged["loss_real"], rtol=1e-4)
+    assert_gone(str(tmp_path))
+
+
+def test_one_async_worker_predicts_plain_sgd_and_the_schedule_s_staleness(tmp_path: Path) -> None:
+    pred = ssptk.simulate("async", workers=1, steps=40, model="linear", lr=0.05, out=str(tmp_path / "one"))
+    spec = linear()
+    w = b = np.float32(0.0)
+    for k in range(40):
+        x, y = minibatch(spec, 0, k, 16)
+        r = w * x + b - y
+        w, b = w - np.float32(0.05) * np.mean(2 * r * x), b - np.float32(0.05) * np.mean(2 * r)
+    assert pred.summary["params"]["w"] == pytest.approx(float(w), rel=1e-5)
+    assert pred.summary["params"]["b"] == pytest.approx(float(b), rel=1e-5)
+    # several workers: the records carry the very schedule the timing simulator makes
+    opts = dict(workers=4, steps=30, jitter="exp:0.01", seed=2)
+    many = ssptk.simulate("ssp:1", model="linear", out=str(tmp_path / "many"), overhead=0.004, **opts)
+    timing = ssptk.simulate("ssp:1", overhead=0.004, **opts)
+    df, _ = records(tmp_path / "many")
+    got = df.sort_values("minibatch")[["worker", "staleness", "global_step"]].reset_index(drop=True)
+    want = timing.steps.sort_values("minibatch")[["worker", "staleness", "global_step"]].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    assert many.summary["max_skew"] <= 2  # ssp:1's bound, S+1
+    assert_gone(str(tmp_path))
+
+
+def test_a_diverging_setting_diverges_in_prediction(tmp_path: Path) -> None:
+    """The convergence tests' scenario (lr 0.45, mean convention, 4 workers): async diverges, sync does not."""
+    common = dict(model="linear", lr=0.45, lr_convention="mean", workers=4, jitter="exp:0.01", steps=150,
+                  overhead=0.006)
+    sync = ssptk.simulate("sync", out=str(tmp_path / "sync"), **common)
+    run = ssptk.simulate("async", out=str(tmp_path / "async"), **common)
+    assert not sync.summary["diverged"] and sync.ok
+    assert run.summary["diverged"] and run.summary["diverged_at_step"] > 0
+    with pytest.raises(ssptk.RunFailed, match=r"^ssptk: diverged at global step \d+ \(the smoothed training loss"):
+        ssptk.simulate("async", out=str(tmp_path / "stop"), stop_on_divergence=True, **common)
+    stopped = json.loads((tmp_path / "stop" / "summary.json").read_text())
+    assert stopped["status"] == "failed" and stopped["predicted"] and stopped["total_steps"] < 600
+    assert_gone(str(tmp_path))
+
+
+def test_cli_sim_with_a_model(tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    r = subprocess.run([*ssptk_cmd(), "sim", "--model", "digits", "--mode", "ssp", "--staleness", "2", "--workers",
+                        "4", "--steps", "40", "--eval-every", "40", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "PREDICTED" in r.stdout and "predicted by the simulator" in r.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["predicted"]["overhead_s"] == 0.005 and summary["final_accuracy"] > 0.5
+    _, events = records(out)
+    assert [e["global_step"] for e in events if e["event"] == "eval"] == [40, 80, 120, 160]
+    rep = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0 and "PREDICTED" in rep.stdout
+    # a NaN loss ends a predicted run as it ends a real one: one line, exit code 1
+    nan = subprocess.run([*ssptk_cmd(), "sim", "--model", "linear", "--mode", "async", "--workers", "2", "--steps",
+                          "200", "--lr", "20", "--out", str(tmp_path / "nan")], capture_output=True, text=True,
+                         timeout=300)
+    assert nan.returncode == 1
+    assert "loss became nan at step" in nan.stderr and "Traceback" not in nan.stderr
+    # training options without a model: the timing-only simulator cannot honour them
+    bad = subprocess.run([*ssptk_cmd(), "sim", "--lr", "0.1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--lr needs --model" in bad.stderr
+    assert_gone(str(tmp_path))
