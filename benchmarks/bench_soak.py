@@ -3,7 +3,7 @@ keeps more runnable processes than cores, and must finish.
 
 Before ssptk re-ran refused requests, such runs died more often than not: TensorFlow refuses a request id it
 saw among a task's last 100,000, and its ids come from generators seeded with 32 random bits on every fresh
-per-step thread, so a collision is expected once per ~100,000 requests to one task (TF-NOTES.md). Each row
+per-step thread, so a collision is expected once per ~100,000 requests to one task (docs/tf-notes.md). Each row
 says whether the mode's run finished; the detail lines give what it met on the way (``duplicate_reruns``:
 steps run again after TensorFlow refused their request as a duplicate; ``restarts``: workers started again
 after a step hung inside TensorFlow, with ``--restart-failed``) and whether every minibatch was trained exactly

@@ -2,12 +2,12 @@
 
 TensorFlow refuses a request whose id it saw among a task's last 100,000 ("The same RunGraph (Worker)
 request was received twice"), and its ids come from per-thread generators seeded with 32 random bits, so a
-run of ~100,000 steps meets such a refusal more often than not (TF-NOTES.md). Here the collisions are made
+run of ~100,000 steps meets such a refusal more often than not (docs/tf-notes.md). Here the collisions are made
 frequent instead of the run long: ``fixtures/seedmask.c``, preloaded into every task, narrows the seeds to
 16 bits. Each mode must then finish with every minibatch trained exactly once, each update counted once,
 and the re-runs counted in the ``done`` events. The night-long version is ``benchmarks/bench_soak.py``.
 
-A refusal can also leave a step waiting forever (TensorFlow loses its cancellation, TF-NOTES.md). That
+A refusal can also leave a step waiting forever (TensorFlow loses its cancellation, docs/tf-notes.md). That
 happens too rarely, even with the shim, to be caught on purpose; a user model whose step blocks inside its
 run stands in for it: the worker must be named at once, or restarted with ``--restart-failed`` and its
 minibatch trained after all.

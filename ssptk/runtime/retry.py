@@ -3,7 +3,7 @@
 TensorFlow 2.21 gives every RunGraph RPC a request id from a per-thread ``mt19937_64`` seeded with 32 random
 bits, and each task refuses an id it saw among its last 100,000 ("The same RunGraph (Worker) request was
 received twice"). With fresh threads per step, ids collide by chance: about 1 run in 3 fails by 60,000
-requests to one task, 2 in 3 by 100,000 (``../shared/TF-NOTES.md``). Nothing was sent twice: the task
+requests to one task, 2 in 3 by 100,000 (``docs/tf-notes.md``). Nothing was sent twice: the task
 rejects the request before it runs anything, and the session stays usable, so the same step is run
 again. That is only safe where no stateful op in the step's graph can run without every partition's
 input (:mod:`ssptk.runtime.ps_graph` keeps it so: the minibatch claim follows the update).
