@@ -84,8 +84,12 @@ def build_parser(notebook: bool = False) -> _Parser:
     sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
                     help="the staleness values to run, e.g. 0,1,2,4,8")
     add_run_arguments(sw, skip=("mode", "staleness"))
-    for sp in (c, sw):  # not a run option: it is the comparison's
+    for sp in (c, sw):  # not run options: they are the comparison's
         sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
+        sp.add_argument("--predict", action="store_true",
+                        help="also predict each mode (the simulator's schedule replayed with the model's real "
+                             "gradients, no cluster) into OUT/predicted/<label>/, and draw the predictions over "
+                             "the runs in the report, held to the same target")
     rep = sub.add_parser("report", help="rebuild a comparison's report (or a run's summary) from its logs")
     rep.add_argument("dir", nargs="+",
                      help="a comparison directory, one run directory, or the run directories of one run whose "
@@ -263,7 +267,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     bars = Bars()
     try:
-        result = compare(labels, out=args.out, progress=bars, repeat=args.repeat, target=args.target, **common)
+        result = compare(labels, out=args.out, progress=bars, repeat=args.repeat, target=args.target,
+                         predict=args.predict, **common)
     finally:
         bars.close()
     print(result)
@@ -295,7 +300,7 @@ def _report(args: argparse.Namespace) -> int:
     _warn_unreadable(sorted({str(p.parent) for p in Path(args.dir).rglob("*") if p.name in ("config.json", "workers")}))
     report = load_comparison(args.dir, target=args.target)
     path = report.save(os.path.join(args.dir, "report.html"))
-    print(terminal_text(report.table))
+    print(terminal_text(report.table, predicted=report.predicted))
     print(f"\nreport: {path}")
     return 0
 

@@ -98,3 +98,26 @@ def test_cli_sim_with_a_model(tmp_path: Path) -> None:
     bad = subprocess.run([*ssptk_cmd(), "sim", "--lr", "0.1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--lr needs --model" in bad.stderr
     assert_gone(str(tmp_path))
+
+
+def test_compare_predict_draws_predictions_over_the_runs(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    r = subprocess.run([*ssptk_cmd(), "compare", "sync", "async", "--model", "linear", "--workers", "2", "--steps",
+                        "60", "--jitter", "exp:0.005", "--gpus", "none", "--out", str(out), "--predict"],
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr
+    assert "predicted (the simulator's replay) and measured:" in r.stdout
+    assert "Minibatches to the target, predicted / measured:" in r.stdout
+    for label in ("sync", "async"):
+        summary = json.loads((out / "predicted" / label / "summary.json").read_text())
+        real = json.loads((out / label / "summary.json").read_text())
+        assert summary["predicted"]["overhead_s"] == pytest.approx(real["overhead_ms"] / 1000)  # its run's clock
+        assert summary["status"] == "ok"
+    html = (out / "report.html").read_text()
+    assert "Predicted and measured" in html and "Predicted (dashed) and measured (solid)" in html
+    # ssptk report rebuilds it, predictions included; the predicted runs are not mistaken for labels
+    rep = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert rep.returncode == 0, rep.stderr
+    assert "predicted (the simulator's replay) and measured:" in rep.stdout
+    assert "\npredicted " not in rep.stdout.split("predicted (the simulator")[0]
+    assert_gone(str(tmp_path))

@@ -36,13 +36,15 @@ from ssptk.analysis.metrics import (
     time_to_target,
     wait_by_worker,
 )
+from ssptk.analysis.predicted import PREDICTED_COLUMNS, best_label, predicted_table
 from ssptk.analysis.progress import MANY_WORKERS, extreme_workers, loss_band, progress_band
 from ssptk.analysis.repeats import aggregate_repeats, ci95_halfwidth, repeat_table
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.values import clean
 
 __all__ = [
-    "ALL_WORKERS", "COMPARE_COLUMNS", "MANY_WORKERS", "extreme_workers", "loss_band", "progress_band",
+    "ALL_WORKERS", "COMPARE_COLUMNS", "MANY_WORKERS", "PREDICTED_COLUMNS", "best_label", "extreme_workers",
+    "loss_band", "predicted_table", "progress_band",
     "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple",
     "aggregate_repeats", "auto_target", "ci95_halfwidth", "clean", "compare_table", "converged", "divergence",
     "finish_times", "first_to_target", "held_out_curve", "held_out_to_target", "loss_curves", "max_skew",

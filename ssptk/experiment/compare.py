@@ -47,6 +47,8 @@ class CompareResult:
     report: Any
     repeats: dict[str, list[RunResult]] = field(default_factory=dict)
     runs_table: pd.DataFrame | None = None
+    #: ``compare(..., predict=True)``: label -> its predicted run (``report.predicted`` holds them beside the runs)
+    predicted: dict[str, RunResult] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from ssptk.render.tables import ShownTable
@@ -77,7 +79,7 @@ class CompareResult:
     def __str__(self) -> str:
         from ssptk.render.tables import terminal_text
 
-        return terminal_text(self.table)
+        return terminal_text(self.table, predicted=self.report.predicted)
 
 
 #: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
@@ -141,7 +143,7 @@ Runner = Callable[..., RunResult]
 def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
             progress: Callable[[str, int, int], None] | None = None,
             observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
-            repeat: int = 1, runner: Runner | None = None, target: float | None = None,
+            repeat: int = 1, runner: Runner | None = None, target: float | None = None, predict: bool = False,
             **common: Any) -> CompareResult:
     """Run each labelled mode in turn with the same ``common`` options into ``out/<label>/``.
 
@@ -155,7 +157,10 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     row per run, and ``progress`` and ``observer`` get ``"<label> #<k>"`` as the label.
     ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`). ``target``: the
     training loss time and minibatches to target are measured to (default: see
-    :func:`ssptk.analysis.compare.compare_table`).
+    :func:`ssptk.analysis.compare.compare_table`). ``predict``: after the runs, predict each label with the
+    same options (:mod:`ssptk.experiment.predict`, its clock from the label's calibrated per-step overhead)
+    into ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
+    same target (``CompareResult.predicted``, ``report.predicted``).
     """
     plan = parse_labels(labels)
     repeat = check_repeat(repeat)
@@ -171,8 +176,32 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
         cb = _LabelledProgress(progress, name) if progress else None
         kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
         repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
+    predicted = _predict_labels(base, {label: {**common, **kw} for label, kw in plan}, repeats, progress) \
+        if predict else None
     return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()},
-                           target)
+                           target, predicted)
+
+
+def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
+                    progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
+    """Each label predicted with its options, its clock from the median calibrated overhead of its runs."""
+    from ssptk.experiment.predict import DEFAULT_OVERHEAD_S, plan, predict
+    from ssptk.render.report import PREDICTED_DIR
+
+    plans = []
+    for label, kw in options.items():
+        measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
+        overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
+        plans.append(plan(overhead, run_dir=os.path.join(base, PREDICTED_DIR, label_dir(label)),
+                          **{**kw, "out": None}))
+    labels = list(options)
+
+    def heard(job: int, done: int, total: int) -> None:
+        if progress is not None:
+            progress(f"{labels[job]} (predicted)", done, total)
+
+    results = predict(plans, log_dir=os.path.join(base, PREDICTED_DIR), progress=heard, raise_on_failure=False)
+    return dict(zip(labels, results))
 
 
 class _LabelledProgress:
@@ -224,19 +253,20 @@ def run_tuple(r: RunResult) -> RunTuple:
 
 
 def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunResult]],
-                    target: float | None = None) -> CompareResult:
+                    target: float | None = None, predicted: dict[str, RunResult] | None = None) -> CompareResult:
     """Table, ``metrics.csv`` and ``report.html`` of finished runs: label -> run, or label -> its
-    repetitions (a list)."""
+    repetitions (a list); ``predicted``: label -> its predicted run."""
     from ssptk.render.report import Repeats, build_report, comparison_title, write_metrics_csv
 
     repeated = any(isinstance(v, list) for v in runs.values())
     repeats = {label: list(v) if isinstance(v, list) else [v] for label, v in runs.items()}
     frames = {label: Repeats(run_tuple(r) for r in reps) if repeated else run_tuple(reps[0])
               for label, reps in repeats.items()}
-    report = build_report(frames, title=comparison_title(runs), target=target)
+    report = build_report(frames, title=comparison_title(runs), target=target,
+                          predicted={label: run_tuple(r) for label, r in predicted.items()} if predicted else None)
     table = report.table
     per_run = report.runs_table if repeated and report.runs_table is not None else table
     write_metrics_csv(per_run, os.path.join(base, "metrics.csv"))
     report.save(os.path.join(base, "report.html"))
     first = {label: reps[0] for label, reps in repeats.items() if reps}
-    return CompareResult(base, first, table, report, repeats, report.runs_table)
+    return CompareResult(base, first, table, report, repeats, report.runs_table, predicted or {})

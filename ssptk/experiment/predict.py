@@ -49,8 +49,7 @@ def plan(overhead: float | None = None, run_dir: str | None = None, **options: A
         raise UsageError(f"--overhead must be a number of seconds >= 0, got {overhead!r}")
     opts = resolve(**options)
     check_model(opts)
-    if run_dir is None:
-        run_dir = new_run_dir(opts.out, f"{opts.mode}-predicted")
+    run_dir = new_run_dir(run_dir if run_dir is not None else opts.out, f"{opts.mode}-predicted")
     opts.out = run_dir
     return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead))
 

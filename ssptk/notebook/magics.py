@@ -114,7 +114,7 @@ def _dtrain(line: str, cell: str | None) -> Any:
         return api.run(observer=_dashboard() if dashboards else None, warm=warm, model_source=model_source, **kwargs)
     labels, common = compare_plan(args)
     result = api.compare(labels, out=args.out, observer=(lambda _label: _dashboard()) if dashboards else None,
-                         warm=warm, repeat=args.repeat, target=args.target, **common)
+                         warm=warm, repeat=args.repeat, target=args.target, predict=args.predict, **common)
     if args.command == "sweep":  # the same runs as `ssptk sweep`, then a slider over them
         from ssptk.notebook.widgets import from_runs
 

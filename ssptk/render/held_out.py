@@ -12,10 +12,10 @@ from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.style import NotebookFigure, color, set_loss_scale
 
-__all__ = ["held_out_figure", "has_held_out"]
+__all__ = ["has_held_out", "held_out_figure", "held_out_points"]
 
 
-def _curves(value: Any) -> list[tuple[pd.DataFrame, pd.Series]]:
+def held_out_points(value: Any) -> list[tuple[pd.DataFrame, pd.Series]]:
     """``(curve, minibatches at each point)`` of every repetition of one label that logged evaluations."""
     out = []
     for run in Repeats.of(value):
@@ -35,7 +35,7 @@ def _curves(value: Any) -> list[tuple[pd.DataFrame, pd.Series]]:
 
 def has_held_out(runs: Mapping[str, Any]) -> bool:
     """Whether any run of ``runs`` (label -> run tuple or :class:`Repeats`) logged held-out evaluations."""
-    return any(_curves(v) for v in runs.values())
+    return any(held_out_points(v) for v in runs.values())
 
 
 def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Figure:
@@ -47,7 +47,7 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
     fig.suptitle("held-out loss (worker 0's evaluations every --eval-every updates, and the final one)")
     losses = []
     for i, (label, value) in enumerate(runs.items()):
-        curves = _curves(value)
+        curves = held_out_points(value)
         lw = 0.9 if len(curves) > 1 else 1.5
         for r, (curve, minibatches) in enumerate(curves):
             name = str(label) if r == 0 else None

@@ -18,13 +18,17 @@ from ssptk.core.errors import UsageError
 from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
+from ssptk.render.predicted import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.rundir import RunDir, load_run
 from ssptk.rundir.space import write_whole
 
-__all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
+__all__ = ["PREDICTED_DIR", "Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
+
+#: Where ``compare --predict`` puts its predicted runs: ``OUT/predicted/<label>/``.
+PREDICTED_DIR = "predicted"
 
 
 def comparison_title(labels: Iterable[str]) -> str:
@@ -57,10 +61,12 @@ class Report:
 
     def __init__(self, title: str, table: pd.DataFrame,
                  figures: Sequence[tuple[str, Figure]] = (), notes: Sequence[str] = (),
-                 runs_table: pd.DataFrame | None = None) -> None:
+                 runs_table: pd.DataFrame | None = None, predicted: pd.DataFrame | None = None) -> None:
         self.title = title
         self.table = table
         self.runs_table = runs_table
+        #: with predicted runs: :func:`ssptk.analysis.predicted_table` (shown under the table)
+        self.predicted = predicted
         self.figures: list[tuple[str, Figure]] = list(figures)
         self.notes: list[str] = list(notes)
         self._png: dict[int, str] = {}
@@ -78,6 +84,9 @@ class Report:
                  '<div class="table-wrap">' + shown_cells(self.table)[0].to_html(index=False, border=0, escape=True)
                  + "</div>"]
         parts += [f'<p class="notes">{html.escape(note)}</p>' for note in self.notes]
+        if self.predicted is not None:
+            parts += ["<h2>Predicted and measured</h2>", '<div class="table-wrap">'
+                      + shown_cells(self.predicted)[0].to_html(index=False, border=0, escape=True) + "</div>"]
         for caption, fig in self.figures:
             parts.append(f'<figure><img alt="{html.escape(caption, quote=True)}" '
                          f'src="data:image/png;base64,{self._image(fig)}">'
@@ -100,6 +109,8 @@ class Report:
 
     def __str__(self) -> str:
         lines = [self.title, "=" * len(self.title), format_table(self.table)]
+        if self.predicted is not None:
+            lines += ["", "Predicted and measured", format_table(self.predicted)]
         return "\n".join(lines + [f"\n{n}" if i == 0 else n for i, n in enumerate(self.notes)])
 
     def __repr__(self) -> str:
@@ -107,7 +118,8 @@ class Report:
 
 
 def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk comparison",
-                 target: float | None = None, per_run: bool = True) -> Report:
+                 target: float | None = None, per_run: bool = True,
+                 predicted: Mapping[str, RunTuple] | None = None) -> Report:
     """Build a :class:`Report` from ``label -> (steps, events, config, summary)``.
 
     The table is :func:`ssptk.analysis.compare_table` (``target`` as there); figures are a
@@ -119,6 +131,10 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     :func:`ssptk.analysis.aggregate_repeats` of :func:`ssptk.analysis.repeat_table` (one target for
     every run; the latter is ``Report.runs_table``), the overview overlays every repetition, and the
     per-run figure shows each label's first repetition.
+
+    ``predicted``: label -> a predicted run of the same options (``compare --predict``): the report adds
+    :func:`ssptk.analysis.predicted_table` (``Report.predicted``, against the measured runs' target), what it
+    says in words, and a figure of the predictions drawn over the measured runs.
     """
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     runs_table = None
@@ -141,6 +157,12 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
         figures.append((caption, comparison_figure(runs)))
+    compared = None
+    if predicted:
+        compared = an.predicted_table(table, predicted)
+        notes += predicted_lines(compared)
+        figures.append(("Predicted (dashed) and measured (solid): the simulator's schedule replayed with the "
+                        "model's gradients, against what the cluster did", predicted_figure(runs, predicted, compared)))
     if runs and has_held_out(runs):
         on = table.attrs.get("target_on") == "held-out"
         figures.append(("Held-out loss during training" + (" (what the target is measured on)" if on else ""),
@@ -157,7 +179,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
             steps, events, config, _summary = reps[0]
             caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
             figures.append((caption, run_figure(steps, events, config)))
-    return Report(title, table, figures, notes, runs_table)
+    return Report(title, table, figures, notes, runs_table, compared)
 
 
 def write_metrics_csv(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
@@ -210,4 +232,6 @@ def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
         return Repeats(load_run(p) for p in _rep_dirs(path))
 
     runs = {label: runs_of(directory / d) for label, d in by_label.items()}
-    return build_report(runs, title or comparison_title(runs), target, per_run)
+    ahead = directory / PREDICTED_DIR  # compare --predict: DIR/predicted/<label>/
+    predicted = {label: load_run(ahead / d) for label, d in by_label.items() if RunDir(ahead / d).is_run()}
+    return build_report(runs, title or comparison_title(runs), target, per_run, predicted or None)

@@ -130,11 +130,37 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     return "\n".join([text, "", *legend])
 
 
-def terminal_text(table: pd.DataFrame, width: int = 100) -> str:
+def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame | None = None) -> str:
     """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line` and
-    :func:`target_lines`, wrapped at ``width``."""
+    :func:`target_lines`, wrapped at ``width``; with ``predicted`` (``compare --predict``) its table of
+    predicted against measured figures under them."""
     lines = [takeaway_line(table), *target_lines(table)]
-    return "\n".join([terminal_table(table, width), "", *(textwrap.fill(line, width) for line in lines if line)])
+    out = [terminal_table(table, width), "", *(textwrap.fill(line, width) for line in lines if line)]
+    if predicted is not None:
+        out += ["", predicted_text(predicted, width)]
+    return "\n".join(out)
+
+
+#: Short headers of the predicted-and-measured table on a terminal.
+_PREDICTED_HEADERS = {"label": "label", "steps_to_target": "mb to target", "steps_to_target_predicted": "predicted",
+                      "predicted_over_measured": "pred/meas", "time_to_target_s": "s to target",
+                      "time_to_target_s_predicted": "predicted", "diverged": "diverged",
+                      "diverged_predicted": "predicted"}
+
+
+def predicted_text(table: pd.DataFrame, width: int = 100) -> str:
+    """The predicted-and-measured table (:func:`ssptk.analysis.predicted_table`) for a terminal."""
+    from ssptk.render.predicted import predicted_lines
+
+    columns = list(_PREDICTED_HEADERS)
+    shown = table[columns].copy()
+    shown["predicted_over_measured"] = shown["predicted_over_measured"].round(2)
+    for col in ("diverged", "diverged_predicted"):
+        shown[col] = ["yes" if v is True else "" for v in shown[col]]
+    cells, numeric = shown_cells(shown)
+    body = _aligned(cells, numeric, columns, _PREDICTED_HEADERS)
+    return "\n".join(["predicted (the simulator's replay) and measured:", body, "",
+                      *(textwrap.fill(line, width) for line in predicted_lines(table))])
 
 
 def _aligned(cells: pd.DataFrame, numeric: Mapping[Any, bool], columns: list[Any],

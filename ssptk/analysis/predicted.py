@@ -1,0 +1,65 @@
+"""Predicted against measured: one row per label of a comparison whose runs were also predicted.
+
+Both sides are :func:`ssptk.analysis.compare_table` rows measured against **one target**, the measured runs'
+(a prediction never moves the bar the real runs are held to). ``steps_to_target`` (minibatches) does not
+depend on the simulated clock, so it is the figure a prediction is judged by; ``time_to_target_s`` also rests
+on the per-step overhead the prediction was simulated with (each real run's own, calibrated).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ssptk.analysis.compare import RunTuple, compare_table
+
+__all__ = ["PREDICTED_COLUMNS", "best_label", "predicted_table"]
+
+#: Columns of :func:`predicted_table`.
+PREDICTED_COLUMNS: tuple[str, ...] = (
+    "label", "steps_to_target", "steps_to_target_predicted", "predicted_over_measured", "time_to_target_s",
+    "time_to_target_s_predicted", "final_loss", "final_loss_predicted", "diverged", "diverged_predicted",
+)
+
+
+def predicted_table(measured: pd.DataFrame, predicted: Mapping[str, RunTuple]) -> pd.DataFrame:
+    """Each label of ``measured`` (a comparison table) beside its prediction (``label -> run tuple``), both
+    against ``measured.attrs["target"]``. ``predicted_over_measured``: minibatches to target, predicted /
+    measured (missing when either did not reach it). ``attrs``: ``target``, ``target_on``, ``best`` and
+    ``best_predicted`` (the label first to the target in time, measured and predicted)."""
+    target = measured.attrs.get("target")
+    pred = compare_table(predicted, target) if predicted and target is not None else None
+    rows: list[dict[str, Any]] = []
+    for row in measured.to_dict("records"):
+        label = row["label"]
+        p = {} if pred is None else next((r for r in pred.to_dict("records") if r["label"] == label), {})
+        a, b = row.get("steps_to_target"), p.get("steps_to_target")
+        rows.append({
+            "label": label, "steps_to_target": a, "steps_to_target_predicted": b,
+            "predicted_over_measured": float(b) / float(a) if _num(a) and _num(b) else None,  # type: ignore[arg-type]
+            "time_to_target_s": row.get("time_to_target_s"), "time_to_target_s_predicted": p.get("time_to_target_s"),
+            "final_loss": row.get("final_loss"), "final_loss_predicted": p.get("final_loss"),
+            "diverged": bool(row.get("diverged")), "diverged_predicted": bool(p.get("diverged")) if p else None,
+        })
+    table = pd.DataFrame(rows, columns=list(PREDICTED_COLUMNS))
+    for col in ("predicted_over_measured", "time_to_target_s", "time_to_target_s_predicted", "final_loss",
+                "final_loss_predicted"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
+    for col in ("steps_to_target", "steps_to_target_predicted"):
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
+    table.attrs.update(target=target, target_on=measured.attrs.get("target_on"),
+                       best=best_label(table, "time_to_target_s"),
+                       best_predicted=best_label(table, "time_to_target_s_predicted"))
+    return table
+
+
+def best_label(table: pd.DataFrame, column: str) -> str | None:
+    """The label with the least ``column`` (``None`` when no row has it)."""
+    values = pd.to_numeric(table[column], errors="coerce").to_numpy(dtype="float64")
+    return None if np.isnan(values).all() else str(table["label"].iloc[int(np.nanargmin(values))])
+
+
+def _num(x: Any) -> bool:
+    return x is not None and not pd.isna(x) and float(x) > 0

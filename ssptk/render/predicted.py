@@ -1,0 +1,106 @@
+"""Predicted runs drawn over the measured ones: where the simulator's replay agrees with reality, and where not."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ssptk import analysis as an
+from ssptk.render.figures import Repeats
+from ssptk.render.held_out import held_out_points
+from ssptk.render.style import NotebookFigure, color, set_loss_scale
+
+__all__ = ["predicted_figure", "predicted_lines"]
+
+
+def _curve(run: Any, held_out: bool) -> tuple[Any, Any]:
+    """``(minibatches, loss)`` of one run tuple: its held-out evaluations, or its smoothed overall training
+    loss; ``(None, None)`` when it has none."""
+    if not isinstance(run, tuple) or run[0] is None or run[0].empty:
+        return None, None
+    if held_out:
+        points = held_out_points(run)
+        return (points[0][1], points[0][0]["eval_loss"]) if points else (None, None)
+    steps, events = run[0], run[1]
+    df = an.prepare_steps(steps, an.start_time(events))
+    c = an.loss_curves(df, by="samples", smooth=an.smoothing_window(df["worker"].nunique()))
+    c = c[c["worker"] == an.ALL_WORKERS]
+    return c["samples"], c["smoothed"]
+
+
+def predicted_figure(runs: Mapping[str, Any], predicted: Mapping[str, Any], table: pd.DataFrame) -> Figure:
+    """Two panels: each label's smoothed training loss against minibatches, measured (solid, its first run)
+    and predicted (dashed, same colour), with the target; and minibatches to that target, measured beside
+    predicted (:func:`ssptk.analysis.predicted.predicted_table` is ``table``), a missing bar said in words."""
+    fig = NotebookFigure(figsize=(13, 4.4), layout="constrained")
+    ax_loss, ax_bar = fig.subplots(1, 2, width_ratios=[3, 2])
+    labels = list(runs)
+    n = len(labels)
+    held_out = table.attrs.get("target_on") == "held-out"  # then the loss the target is on is drawn
+    drawn: list[pd.Series] = []
+    for i, label in enumerate(labels):
+        c = color(i, n)
+        for value, style, name in ((Repeats.of(runs[label])[:1], "-", label),
+                                   ([predicted.get(label)], "--", f"{label} predicted")):
+            x, y = _curve(value[0] if value else None, held_out)
+            if x is not None:
+                ax_loss.plot(x, y, style, color=c, lw=1.4, label=name, marker="." if held_out else None)
+                drawn.append(y)
+    target = table.attrs.get("target")
+    if target is not None:
+        ax_loss.axhline(target, color="0.3", lw=0.8, ls=":", label=f"target {target:.3g}")
+    set_loss_scale(ax_loss, drawn)
+    which = "held-out loss" if held_out else "training loss (smoothed)"
+    ax_loss.set(title=f"{which.split(' (')[0]} vs minibatches: measured (solid) and predicted (dashed)",
+                xlabel="minibatches processed", ylabel=which)
+    ax_loss.legend(fontsize="small", ncol=2)
+    _bars(ax_bar, table, n)
+    return fig
+
+
+def _bars(ax: Axes, table: pd.DataFrame, n: int) -> None:
+    """Minibatches to the target per label: measured and predicted side by side."""
+    x = np.arange(len(table))
+    top = 0.0
+    for k, (col, hatch, name) in enumerate((("steps_to_target", "", "measured"),
+                                            ("steps_to_target_predicted", "//", "predicted"))):
+        values = pd.to_numeric(table[col], errors="coerce").to_numpy(dtype="float64")
+        colors = [color(i, n) for i in range(len(table))]
+        ax.bar(x + (k - 0.5) * 0.38, np.nan_to_num(values), width=0.36, color=colors, hatch=hatch,
+               edgecolor="white" if not hatch else "0.2", alpha=1.0 if not hatch else 0.55, label=name)
+        top = max(top, float(np.nanmax(values)) if not np.isnan(values).all() else 0.0)
+    for k, col, div in ((0, "steps_to_target", "diverged"), (1, "steps_to_target_predicted", "diverged_predicted")):
+        for i, (v, d) in enumerate(zip(table[col], table[div])):
+            if pd.isna(v):
+                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, "diverged" if d else "not reached",
+                        rotation=90, ha="center", va="bottom", fontsize=8, color="0.25")
+    on = "held-out" if table.attrs.get("target_on") == "held-out" else "training"
+    ax.set(title=f"minibatches to the {on} target (lower is better)", ylabel="minibatches", xticks=x)
+    ax.set_xticklabels(table["label"].astype(str), rotation=30 if len(table) > 5 else 0, ha="right"
+                       if len(table) > 5 else "center")
+    ax.legend(fontsize="small")
+
+
+def predicted_lines(table: pd.DataFrame) -> list[str]:
+    """What the prediction table says, in sentences for the report and the terminal."""
+    if not len(table):
+        return []
+    ratios = pd.to_numeric(table["predicted_over_measured"], errors="coerce").dropna()
+    lines = ["Predicted (dashed): each run's options replayed by the simulator with the model's real gradients, "
+             "its clock simulated with the run's own calibrated per-step overhead; minibatches to the target do "
+             "not depend on that clock."]
+    if len(ratios):
+        lines.append(f"Minibatches to the target, predicted / measured: {', '.join(f'{r:.2f}' for r in ratios)} "
+                     f"({int(((ratios - 1).abs() <= 0.2).sum())} of {len(ratios)} within 20%).")
+    mismatch = [str(r["label"]) for r in table.to_dict("records")
+                if r["diverged_predicted"] is not None and bool(r["diverged"]) != bool(r["diverged_predicted"])]
+    if mismatch:
+        lines.append(f"Diverged in one but not the other: {', '.join(mismatch)}.")
+    best, best_p = table.attrs.get("best"), table.attrs.get("best_predicted")
+    if best or best_p:
+        lines.append(f"First to the target: measured {best or 'none'}, predicted {best_p or 'none'}.")
+    return lines
