@@ -282,6 +282,7 @@ sys.modules.setdefault("run", sys.modules[__name__])
 from bench_floor import bench_async_floor  # noqa: E402
 from bench_layouts import bench_scale_layouts  # noqa: E402
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64  # noqa: E402
+from bench_predict import bench_predict_speed, bench_predicted_vs_real  # noqa: E402
 from bench_sim import bench_sim_vs_real  # noqa: E402
 from bench_soak import bench_soak  # noqa: E402
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
@@ -301,6 +302,8 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_async_floor,
     bench_tradeoff,
     bench_soak,
+    bench_predict_speed,
+    bench_predicted_vs_real,
 ]
 
 

@@ -118,7 +118,7 @@ def _dtrain(line: str, cell: str | None) -> Any:
     if args.command == "sweep":  # the same runs as `ssptk sweep`, then a slider over them
         from ssptk.notebook.widgets import from_runs
 
-        return from_runs(result.all_runs)
+        return from_runs(result.all_runs, predicted=result.predicted)
     return result
 
 

@@ -11,17 +11,28 @@ price of all three. ipywidgets is imported lazily; without it the widgets raise 
 """
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
 from ssptk.experiment.sweep import staleness_values
+from ssptk.notebook.predictions import PREDICTED
+from ssptk.notebook.runner import (
+    RUNNER_OPTIONS,
+    Key,
+    ObserverFactory,
+    Runner,
+    cache_key,
+    default_runner,
+    ipywidgets,
+    split_runner_options,
+)
+from ssptk.notebook.sweep_view import SweepResult, from_runs, sweep
 from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import summary_line
 
@@ -32,49 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Explorer", "SweepResult", "cache_key", "default_runner", "from_runs", "staleness_explorer", "sweep"]
 
-Key = tuple[tuple[str, Any], ...]
-Runner = Callable[..., "RunResult"]
-ObserverFactory = Callable[[str], Any]
-RUNNER_OPTIONS = ("warm", "model_source")  # passed to the runner as given; not in the cache key
-
-
-def _ipywidgets() -> Any:
-    try:
-        import ipywidgets
-    except ImportError:
-        raise UsageError("the staleness widgets need ipywidgets: pip install 'ssptk[notebook]'") from None
-    return ipywidgets
-
-
-def cache_key(options: Mapping[str, Any]) -> Key:
-    """A run's cache key: ``resolve(**options).to_dict()`` without ``out``, as a hashable sorted tuple
-    (raises :class:`UsageError` for bad options, like :func:`ssptk.core.options.resolve`)."""
-    d = resolve(**{k: v for k, v in options.items() if k != "out"}).to_dict()
-    return tuple(sorted((k, tuple(map(tuple, v)) if k == "straggler" else v) for k, v in d.items() if k != "out"))
-
-
-def default_runner(**kwargs: Any) -> RunResult:
-    """:func:`ssptk.api.run` with ``out=None`` (a new directory each time); ``warm=True`` where run has it."""
-    from ssptk import api
-
-    if "warm" not in kwargs and "warm" in inspect.signature(api.run).parameters:
-        kwargs["warm"] = True
-    return api.run(**{"out": None, **kwargs})
-
-
 def _error_line(exc: BaseException) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, RunFailed):
         return f"run failed: {text}"
     return text if isinstance(exc, UsageError) else f"error: {type(exc).__name__}: {text}"
-
-
-def _split(run_options: dict[str, Any], what: str, names: tuple[str, ...] = RUNNER_OPTIONS) -> dict[str, Any]:
-    """Check ``mode`` (ssp only) and take ``names`` (the runner's own options) out of ``run_options``."""
-    mode = run_options.pop("mode", "ssp")
-    if mode not in ("ssp", None):
-        raise UsageError(f"{what} runs mode ssp only, not {mode!r}: drop --mode")
-    return {k: run_options.pop(k) for k in names if k in run_options}
 
 
 #: Every explorer's finished runs in this kernel, by :func:`cache_key`: a new explorer (the cell run again)
@@ -98,7 +71,7 @@ class Explorer(StaticView):
     def __init__(self, values: list[int], base: dict[str, Any], workers: int, straggler: float | None,
                  runner: Runner | None = None, observer_factory: ObserverFactory | None = None,
                  extra: Mapping[str, Any] | None = None) -> None:
-        w = _ipywidgets()
+        w = ipywidgets()
         super().__init__()
         # runs made by an earlier explorer with the same options (re-running the cell keeps them)
         self.results: dict[Key, RunResult] = {}
@@ -120,6 +93,13 @@ class Explorer(StaticView):
             value=straggler, min=0.0, max=max(0.2, 2 * straggler), step=0.005, readout_format=".3f",
             description="straggler: worker N-1 + s", style=style)
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
+        self.predict_button = w.Button(description="Predict every S", icon="forward",
+                                       tooltip="predict this N and straggler at every staleness of the slider: the "
+                                               "simulator's schedule replayed with the model's gradients, no cluster")
+        #: Predicted runs (:func:`ssptk.notebook.predictions.predict_staleness`), drawn dashed beside the real ones.
+        self.predicted: dict[Key, RunResult] = {}
+        #: What staleness costs and buys, predicted for every staleness of the slider (after Predict).
+        self.predicted_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
         self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="180px", visibility="hidden"))
         self._status = w.Label(value="")
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
@@ -127,14 +107,17 @@ class Explorer(StaticView):
         self.tradeoff_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
         self._controls = [c for c in (self.staleness_slider, self.workers_slider, self.straggler_slider)
                           if c is not None]
-        self.widget = w.VBox([w.HBox([*self._controls, self.run_button]), w.HBox([self._status, self.progress]),
-                              self.image, self.tradeoff_image])
+        self.widget = w.VBox([w.HBox([*self._controls, self.run_button, self.predict_button]),
+                              w.HBox([self._status, self.progress]), self.image, self.tradeoff_image,
+                              self.predicted_image])
         for slider in self._controls:
             slider.observe(lambda _change: self._refresh(), names="value")
-        self._controls.append(self.run_button)
+        self._controls += [self.run_button, self.predict_button]
         self.run_button.on_click(lambda _button: self._run(force=False, reraise=False))
+        self.predict_button.on_click(lambda _button: self._predict_all(reraise=False))
         family = _family(cache_key(self.options()))
         self.results = {k: r for k, r in _RUNS.items() if _family(k) == family}
+        self.predicted = {k: r for k, r in PREDICTED.items() if _family(k) == family}
         self._refresh()
 
     @property
@@ -199,6 +182,12 @@ class Explorer(StaticView):
         note = self._running or (None if current in self.results else
                                  ("not run yet: press Run" if current else self.status))
         runs = {labels[k]: self._frames_of(k, self.results[k]) for k in keys}
+        for k, result in self._predicted_here().items():  # dashed, after the real runs; "run too" where both are
+            name = f"{labels.get(k) or self._labels([k])[k]} predicted" + (" (run too)" if k in self.results else "")
+            runs[name] = self._frames_of(("predicted", k), result)
+            colors[name] = colors.get(labels.get(k, ""), None) or staleness_looks(
+                {name: (dict(k)["staleness"], 0)}, self._values)[0][name]
+            styles[name] = "--"
         highlight = labels[current] if current is not None and current in self.results else None
         if running is not None and self._live is not None:
             import pandas as pd
@@ -211,7 +200,63 @@ class Explorer(StaticView):
     def _view_key(self) -> Any:
         current = self.key(strict=False)
         return (tuple(self._shown()), current, self._title(), self.status if current is None else None,
-                self._running)
+                self._running, tuple(self._predicted_here()))
+
+    def _predicted_here(self) -> dict[Key, RunResult]:
+        """The predictions made for the sliders' current workers and straggler, by staleness."""
+        here = self.key(strict=False)
+        if here is None:
+            return {}
+        same = {n: v for n, v in here if n in ("workers", "straggler")}
+        return dict(sorted(((k, r) for k, r in self.predicted.items()
+                            if all(dict(k)[n] == v for n, v in same.items())), key=lambda kr: dict(kr[0])["staleness"]))
+
+    def predict(self) -> dict[Key, RunResult]:
+        """What the Predict button does: every staleness of the slider, predicted for the current workers and
+        straggler (cached), their clock from the real runs' calibrated overhead where there are any."""
+        return self._predict_all(reraise=True)
+
+    def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
+        from ssptk.notebook.predictions import calibrated_overhead, predict_staleness
+
+        def progress(done: int, total: int) -> None:
+            self.progress.max, self.progress.value = total, done
+            self._status.value = f"predicting every staleness: {done}/{total} runs"
+
+        self._busy(True)
+        self._status.value = f"predicting every staleness ({len(self._values)} runs, one process)"
+        try:
+            made = predict_staleness(self.options(), self._values, calibrated_overhead(self.results.values()),
+                                     self._extra.get("out"), progress)
+        except BaseException as e:  # predict() raises it again; the button shows one line
+            self._busy(False)
+            self._status.value = f"prediction: {_error_line(e)}"
+            if reraise or not isinstance(e, (RunFailed, UsageError)):
+                raise
+            return {}
+        self._busy(False)
+        self.predicted.update(made)
+        self._refresh()
+        self._update_displays()
+        return made
+
+    def predicted_png(self) -> bytes:
+        """What staleness costs and buys, predicted for every staleness of the slider (empty before Predict)."""
+        runs = self._predicted_here()
+        key = ("predicted-tradeoff", tuple(runs))
+        if key not in self._png:
+            from ssptk import analysis as an
+            from ssptk.render.style import figure_png
+            from ssptk.render.tradeoff import tradeoff_figure
+
+            self._png[key] = b""
+            if len(runs) > 1:
+                table = an.compare_table({f"S={dict(k)['staleness']}": (r.df, r.events, r.config, r.summary)
+                                          for k, r in runs.items()})
+                fig = tradeoff_figure(table, table.attrs.get("target"))
+                fig.suptitle("predicted for every staleness (the simulator's replay, no cluster)")
+                self._png[key] = figure_png(fig, dpi=80)
+        return self._png[key]
 
     def _caption(self) -> str:
         return self.status
@@ -230,6 +275,9 @@ class Explorer(StaticView):
         tradeoff = self.tradeoff_png()
         self.tradeoff_image.value = tradeoff
         self.tradeoff_image.layout.display = "" if tradeoff else "none"
+        predicted = self.predicted_png()
+        self.predicted_image.value = predicted
+        self.predicted_image.layout.display = "" if predicted else "none"
 
     def run(self, staleness: int | None = None, *, force: bool = False) -> RunResult | None:
         """What the Run button does, after :meth:`select` of ``staleness`` when given.
@@ -319,7 +367,7 @@ def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float
     Bad options raise :class:`UsageError` here.
     """
     values = staleness_values(staleness)
-    extra = _split(run_options, "the staleness explorer", (*RUNNER_OPTIONS, "out"))
+    extra = split_runner_options(run_options, "the staleness explorer", (*RUNNER_OPTIONS, "out"))
     base: dict[str, Any] = {"model": model, **run_options}
     if isinstance(straggler, (int, float)) and not isinstance(straggler, bool):
         if straggler < 0:
@@ -329,87 +377,3 @@ def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float
     cache_key({**base, "mode": "ssp", "staleness": values[0], "workers": workers})  # bad options fail here
     return Explorer(values, base, int(workers), None if straggler is None else float(straggler), runner,
                     observer_factory, extra)
-
-
-class SweepResult(StaticView):
-    """Finished runs by label, and a slider (``widget``) that scrubs through them without training."""
-
-    def __init__(self, results: Mapping[str, RunResult], title: str = "ssptk staleness sweep") -> None:
-        if not results:
-            raise UsageError("no runs to show")
-        super().__init__()
-        self.results: dict[str, RunResult] = dict(results)
-        self.title = title
-        self.selected: str = next(iter(self.results))
-        self._widget: Any = None
-
-    @property
-    def widget(self) -> Any:
-        """A slider over the runs, the selected run's summary line, and the overlay image."""
-        if self._widget is None:
-            w = _ipywidgets()
-            self.slider = w.SelectionSlider(options=list(self.results), value=self.selected, description="run")
-            self.line = w.Label(value=self.summary())
-            self.image = w.Image(value=self.png(), format="png", layout=w.Layout(max_width="100%"))
-            self.slider.observe(lambda change: self.select(change["new"]), names="value")
-            self._widget = w.VBox([self.slider, self.line, self.image])
-        return self._widget
-
-    def select(self, label: str) -> None:
-        """Highlight run ``label`` (and move the slider when the widget exists)."""
-        if label not in self.results:
-            raise UsageError(f"no run {label!r}: choose one of {', '.join(self.results)}")
-        self.selected = label
-        if self._widget is not None:
-            self.slider.value, self.line.value, self.image.value = label, self.summary(), self.png()
-
-    def summary(self, label: str | None = None) -> str:
-        """One line for run ``label`` (default: the selected one): steps/s, max skew, final loss, wait."""
-        label = self.selected if label is None else label
-        return summary_line(label, self.results[label].summary)
-
-    def figure(self, label: str | None = None) -> Figure:
-        """Every run overlaid, ``label`` (default: the selected one) highlighted."""
-        from ssptk.render.overlay import overlay_figure
-
-        runs = {lab: self._frames_of(lab, r) for lab, r in self.results.items()}
-        return overlay_figure(runs, self.selected if label is None else label, title=self.title)
-
-    def _view_key(self) -> str:
-        return self.selected
-
-    def _runs(self) -> dict[str, RunResult]:
-        return self.results
-
-    def _caption(self) -> str:
-        return self.summary()
-
-    def __repr__(self) -> str:
-        return f"SweepResult({', '.join(self.results)}; selected {self.selected})"
-
-
-def from_runs(results: Mapping[str, RunResult], title: str = "ssptk runs") -> SweepResult:
-    """A :class:`SweepResult` viewer of existing runs (``label -> RunResult``), in the given order."""
-    return SweepResult(results, title)
-
-
-def sweep(staleness: int | str | Iterable[int] = (0, 1, 2, 4, 8), runner: Runner | None = None, *,
-          progress: Callable[[str, int, int], None] | None = None,
-          observer_factory: ObserverFactory | None = None, **run_options: Any) -> SweepResult:
-    """Run mode ssp once per staleness value (labels ``ssp:S``) and return a :class:`SweepResult`.
-
-    The same sweep as ``ssptk sweep`` (:func:`ssptk.experiment.sweep.sweep`): every option is checked before
-    the first run, runs go to ``out/ssp-S/`` (``out`` default ``runs/<timestamp>-compare``) with the
-    comparison's ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed``
-    in the table). ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run,
-    passed as ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
-    """
-    from ssptk.experiment.sweep import sweep as run_sweep
-
-    values = staleness_values(staleness)
-    extra = _split(run_options, "a staleness sweep")
-    if extra.get("model_source") is not None:
-        raise UsageError("a staleness sweep takes a model by name (--model package.module:function), not model code")
-    result = run_sweep(values, runner=runner or default_runner, progress=progress, observer=observer_factory,
-                       warm=bool(extra.get("warm", True)), **run_options)
-    return SweepResult(result.runs, f"ssptk staleness sweep: {', '.join(result.runs)}")

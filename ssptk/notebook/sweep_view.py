@@ -1,0 +1,115 @@
+"""Finished runs behind a slider (:class:`SweepResult`): what ``%dtrain sweep`` and :func:`sweep` show, and
+:func:`from_runs` for any runs. The slider only scrubs: nothing is trained. Predicted runs of the same labels
+(``--predict``) are drawn with them, dashed."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ssptk.core.errors import UsageError
+from ssptk.experiment.sweep import staleness_values
+from ssptk.notebook.runner import ObserverFactory, Runner, default_runner, ipywidgets, split_runner_options
+from ssptk.notebook.views import StaticView
+from ssptk.render.overlay import summary_line
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ssptk.experiment.result import RunResult
+
+__all__ = ["SweepResult", "from_runs", "sweep"]
+
+class SweepResult(StaticView):
+    """Finished runs by label, and a slider (``widget``) that scrubs through them without training."""
+
+    def __init__(self, results: Mapping[str, RunResult], title: str = "ssptk staleness sweep",
+                 predicted: Mapping[str, RunResult] | None = None) -> None:
+        if not results:
+            raise UsageError("no runs to show")
+        super().__init__()
+        self.results: dict[str, RunResult] = dict(results)
+        #: label -> its predicted run (``--predict``), drawn dashed in the label's colour
+        self.predicted: dict[str, RunResult] = dict(predicted or {})
+        self.title = title
+        self.selected: str = next(iter(self.results))
+        self._widget: Any = None
+
+    @property
+    def widget(self) -> Any:
+        """A slider over the runs, the selected run's summary line, and the overlay image."""
+        if self._widget is None:
+            w = ipywidgets()
+            self.slider = w.SelectionSlider(options=list(self.results), value=self.selected, description="run")
+            self.line = w.Label(value=self.summary())
+            self.image = w.Image(value=self.png(), format="png", layout=w.Layout(max_width="100%"))
+            self.slider.observe(lambda change: self.select(change["new"]), names="value")
+            self._widget = w.VBox([self.slider, self.line, self.image])
+        return self._widget
+
+    def select(self, label: str) -> None:
+        """Highlight run ``label`` (and move the slider when the widget exists)."""
+        if label not in self.results:
+            raise UsageError(f"no run {label!r}: choose one of {', '.join(self.results)}")
+        self.selected = label
+        if self._widget is not None:
+            self.slider.value, self.line.value, self.image.value = label, self.summary(), self.png()
+
+    def summary(self, label: str | None = None) -> str:
+        """One line for run ``label`` (default: the selected one): steps/s, max skew, final loss, wait."""
+        label = self.selected if label is None else label
+        return summary_line(label, self.results[label].summary)
+
+    def figure(self, label: str | None = None) -> Figure:
+        """Every run overlaid, ``label`` (default: the selected one) highlighted."""
+        from ssptk.render.overlay import overlay_figure
+        from ssptk.render.style import default_colors
+
+        runs = {lab: self._frames_of(lab, r) for lab, r in self.results.items()}
+        colors = default_colors(list(runs))
+        styles = {}
+        for lab, r in self.predicted.items():
+            runs[f"{lab} predicted"] = self._frames_of(("predicted", lab), r)
+            colors[f"{lab} predicted"], styles[f"{lab} predicted"] = colors.get(lab, "0.5"), "--"
+        return overlay_figure(runs, self.selected if label is None else label, colors=colors, styles=styles,
+                              title=self.title)
+
+    def _view_key(self) -> str:
+        return self.selected
+
+    def _runs(self) -> dict[str, RunResult]:
+        return self.results
+
+    def _caption(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return f"SweepResult({', '.join(self.results)}; selected {self.selected})"
+
+
+def from_runs(results: Mapping[str, RunResult], title: str = "ssptk runs",
+              predicted: Mapping[str, RunResult] | None = None) -> SweepResult:
+    """A :class:`SweepResult` viewer of existing runs (``label -> RunResult``), in the given order, with their
+    predicted runs (``label -> RunResult``) drawn dashed."""
+    return SweepResult(results, title, predicted)
+
+
+def sweep(staleness: int | str | Iterable[int] = (0, 1, 2, 4, 8), runner: Runner | None = None, *,
+          progress: Callable[[str, int, int], None] | None = None,
+          observer_factory: ObserverFactory | None = None, **run_options: Any) -> SweepResult:
+    """Run mode ssp once per staleness value (labels ``ssp:S``) and return a :class:`SweepResult`.
+
+    The same sweep as ``ssptk sweep`` (:func:`ssptk.experiment.sweep.sweep`): every option is checked before
+    the first run, runs go to ``out/ssp-S/`` (``out`` default ``runs/<timestamp>-compare``) with the
+    comparison's ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed``
+    in the table). ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run,
+    passed as ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
+    """
+    from ssptk.experiment.sweep import sweep as run_sweep
+
+    values = staleness_values(staleness)
+    extra = split_runner_options(run_options, "a staleness sweep")
+    if extra.get("model_source") is not None:
+        raise UsageError("a staleness sweep takes a model by name (--model package.module:function), not model code")
+    result = run_sweep(values, runner=runner or default_runner, progress=progress, observer=observer_factory,
+                       warm=bool(extra.get("warm", True)), **run_options)
+    return SweepResult(result.runs, f"ssptk staleness sweep: {', '.join(result.runs)}")
