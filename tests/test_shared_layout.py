@@ -41,6 +41,20 @@ def test_async_every_minibatch_once_and_staleness_measured(run_dir: Path) -> Non
     _one_process(run_dir)
 
 
+def test_a_paused_worker_holds_up_no_other(run_dir: Path) -> None:
+    """An injected delay sleeps inside a TensorFlow op, and TensorFlow runs every server of a process on one
+    thread pool (a thread per core by default): with as many sleeping workers as cores, a pool that size
+    stalled the rest of the cluster. Here more workers than cores sleep 0.3 s every step; the one that does not
+    must run free, as it would in a process of its own."""
+    slow = min(8, (os.cpu_count() or 2) + 1)
+    r = ssptk.run(mode="async", workers=slow + 1, steps=12, straggler=[f"{i}:0.3" for i in range(slow)],
+                  out=str(run_dir), stall_timeout=0, **COMMON)
+    df, _ = records(run_dir)
+    steps = df.groupby("worker").size()
+    assert steps[slow] >= 0.6 * len(df), steps.to_dict()  # the free worker did most of the work
+    assert r.summary["wall_s"] < 3.0, r.summary["wall_s"]
+
+
 def test_ssp_bound_holds_under_a_straggler(run_dir: Path) -> None:
     ssptk.run(mode="ssp", staleness=1, workers=3, steps=60, straggler=["2:0.02"], out=str(run_dir), **COMMON)
     df, events = records(run_dir)

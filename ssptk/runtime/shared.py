@@ -53,10 +53,17 @@ class SharedTasks:
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
             print(f"ssptk shared: CUDA_VISIBLE_DEVICES={visible}; {where}", flush=True)
         spec = tf.compat.v1.train.ClusterSpec(cluster)
+        # TensorFlow runs every server's ops on ONE process-wide pool, sized by the first server's config (its
+        # default: a thread per core). An injected delay is an op that sleeps on a pool thread, so with a thread
+        # per core a paused worker stalled every other worker and the PS (8 async workers under pause jitter ran
+        # at a third of the processes layout's speed). A thread per worker more than that: a pause holds up no one.
+        config = tf.compat.v1.ConfigProto(
+            inter_op_parallelism_threads=(os.cpu_count() or 2) + len(cluster.get("worker", [])) + 1)
         self.servers: dict[str, Any] = {}
         for job in ("ps", "worker"):
             for i in range(len(cluster.get(job, []))):
-                self.servers[f"{job}:{i}"] = tf.compat.v1.train.Server(spec, job_name=job, task_index=i, start=True)
+                self.servers[f"{job}:{i}"] = tf.compat.v1.train.Server(spec, job_name=job, task_index=i, start=True,
+                                                                      config=config)
                 print(f"{READY} {job}:{i}", flush=True)
 
     def train(self, spec_of: Callable[[], ModelSpec], opts: RunOptions, run_dir: str, run_id: str,
