@@ -12,8 +12,8 @@ from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.models import ModelSpec
 from ssptk.core.version import __version__
 
-__all__ = ["ModelSpec", "RunFailed", "RunInterrupted", "TaskFailure", "UsageError", "__version__", "compare", "run",
-           "shutdown", "simulate"]
+__all__ = ["ModelSpec", "RunFailed", "RunInterrupted", "TaskFailure", "UsageError", "__version__", "compare",
+           "predict", "run", "shutdown", "simulate"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -30,7 +30,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:  # late imports keep `import ssptk` light (no pandas/TF until needed)
-    if name in ("run", "shutdown", "compare", "simulate"):
+    if name in ("run", "shutdown", "compare", "simulate", "predict"):
         from ssptk import api
 
         return getattr(api, name)

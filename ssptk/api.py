@@ -6,6 +6,7 @@ re-exported here unchanged.
 from __future__ import annotations
 
 from ssptk.experiment.compare import CompareResult, compare, parse_labels
+from ssptk.experiment.compare import predict_comparison as predict
 from ssptk.experiment.predict import simulate
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_before_start, new_run_dir, run, shutdown
@@ -13,4 +14,4 @@ from ssptk.experiment.sweep import sweep
 from ssptk.launch.observers import RunObserver
 
 __all__ = ["CompareResult", "RunObserver", "RunResult", "check_before_start", "compare", "new_run_dir",
-           "parse_labels", "run", "shutdown", "simulate", "sweep"]
+           "parse_labels", "predict", "run", "shutdown", "simulate", "sweep"]

@@ -121,3 +121,17 @@ def test_compare_predict_draws_predictions_over_the_runs(tmp_path: Path) -> None
     assert "predicted (the simulator's replay) and measured:" in rep.stdout
     assert "\npredicted " not in rep.stdout.split("predicted (the simulator")[0]
     assert_gone(str(tmp_path))
+
+
+def test_predict_is_a_comparison_without_a_cluster(tmp_path: Path) -> None:
+    cmp = ssptk.predict(["sync", "ssp:1", "async"], model="linear", workers=3, steps=40, jitter="exp:0.01",
+                        out=str(tmp_path / "p"))
+    assert list(cmp.table["label"]) == ["sync", "ssp:1", "async"] and set(cmp.table["status"]) == {"ok"}
+    assert all(r.summary["predicted"] for r in cmp.runs.values())
+    assert (tmp_path / "p" / "report.html").is_file() and (tmp_path / "p" / "metrics.csv").is_file()
+    assert (tmp_path / "p" / "logs" / "predict.log").is_file()  # one process for the three
+    assert cmp.table.attrs["first_to_target"] in ("sync", "ssp:1", "async")
+    with pytest.raises(ssptk.UsageError, match=r"^bad comparison label 'ssp:-1': use ssp:S with an integer S >= 0"):
+        ssptk.predict(["ssp:-1"], model="linear", out=str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()  # refused before anything was created
+    assert_gone(str(tmp_path))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 import psutil
 import pytest
 from matplotlib.figure import Figure
@@ -403,6 +404,17 @@ def test_explorer_with_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert set(ex.table()["status"]) == {"ok"}
         if "warm" in inspect.signature(api.run).parameters:  # the default runner asked for warm clusters
             assert all(r.config["tasks"]["warm"] for r in ex.results.values())
+        # Predict every S: both slider values predicted in one process, drawn dashed beside the real runs, with
+        # the clock of the real runs' calibrated overhead, and what staleness costs and buys across them
+        made = ex.predict()
+        assert len(made) == 2 and all(r.summary["predicted"] and r.ok for r in made.values())
+        measured = np.median([r.summary["overhead_ms"] for r in ex.results.values()]) / 1000
+        assert all(r.summary["predicted"]["overhead_s"] == pytest.approx(measured) for r in made.values())
+        lines = {ln.get_label(): ln for ln in loss_lines(ex.figure())}
+        assert set(lines) == {"S=0", "S=3", "S=0 predicted (run too)", "S=3 predicted (run too)"}
+        assert lines["S=3 predicted (run too)"].get_linestyle() == "--"
+        assert ex.predicted_image.layout.display == "" and bytes(ex.predicted_image.value).startswith(b"\x89PNG")
+        assert ex.predict() == made  # cached: nothing predicted again
     finally:
         getattr(api, "shutdown", lambda: 0)()  # the default runner keeps warm clusters where run(warm=) exists
         for result in ex.results.values():

@@ -26,8 +26,8 @@ from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import RunDir
 
-__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "run_order",
-           "run_tuple"]
+__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "predict_comparison",
+           "run_order", "run_tuple"]
 
 
 @dataclass
@@ -180,6 +180,34 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
         if predict else None
     return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()},
                            target, predicted)
+
+
+def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
+                       overhead: float | None = None, progress: Callable[[str, int, int], None] | None = None,
+                       target: float | None = None, **common: Any) -> CompareResult:
+    """``ssptk.predict``: a comparison without a cluster. Every label is predicted (the simulator's schedule
+    replayed with the model's real gradients, :mod:`ssptk.experiment.predict`) in one process, into
+    ``out/<label>/`` (default ``runs/<timestamp>-predicted``), and gets the table, ``metrics.csv`` and report of
+    :func:`compare`. ``overhead``: the per-step cost the clocks are simulated with (default
+    :data:`ssptk.experiment.predict.DEFAULT_OVERHEAD_S`; a real run's ``overhead_ms`` / 1000 for times that
+    mean something on that machine). A prediction whose loss became NaN stays in the result, failed."""
+    from ssptk.experiment.predict import plan, predict
+
+    labelled = parse_labels(labels)
+    target = check_target(target)
+    for _label, kw in labelled:  # every option checked before anything is created
+        resolve(**{"stall_timeout": 0, **common, **kw, "out": None})
+    base = RunDir.create(out, "predicted").path
+    plans = [plan(overhead, run_dir=os.path.join(base, label_dir(label)), **{"stall_timeout": 0, **common, **kw})
+             for label, kw in labelled]
+    names = [label for label, _ in labelled]
+
+    def heard(job: int, done: int, total: int) -> None:
+        if progress is not None:
+            progress(names[job], done, total)
+
+    results = predict(plans, log_dir=base, progress=heard, raise_on_failure=False)
+    return _compare_result(base, dict(zip(names, results)), target)
 
 
 def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
