@@ -88,7 +88,9 @@ def bench_predicted_vs_real(ctx: Context) -> list[Row]:
     rows: list[Row] = []
     ctx.note("Each scenario is one `ssptk.compare(labels, predict=True, ...)`: the real runs, then each label "
              "predicted with the same options and seed (the same delays and minibatches), its clock from that "
-             "run's calibrated per-step overhead; both held to the real runs' target.")
+             "run's calibrated per-step overhead; both held to the real runs' target. Loss gap: the median, over the "
+             "minibatches both processed, of |predicted - measured| / measured smoothed training loss (the whole "
+             "curve, where minibatches to target is one crossing).")
     for name, (labels, options) in SCENARIOS.items():
         opts = dict(options, steps=60 if ctx.quick else options["steps"])
         print(f"  {name}", flush=True)
@@ -98,12 +100,14 @@ def bench_predicted_vs_real(ctx: Context) -> list[Row]:
         ctx.note(f"**{name}**: `{opts_text(opts)}`; target "
                  f"{table.attrs.get('target_on')} loss {_num(table.attrs.get('target'), '.4f')}.")
         ctx.note("")
-        ctx.note("| label | minibatches to target, measured | predicted | predicted / measured | seconds to target, "
-                 "measured | predicted | diverged (measured / predicted) | final loss (measured / predicted) |")
-        ctx.note("|---|---:|---:|---:|---:|---:|---|---|")
+        ctx.note("| label | minibatches to target, measured | predicted | predicted / measured | loss gap | seconds "
+                 "to target, measured | predicted | diverged (measured / predicted) | final loss (measured / "
+                 "predicted) |")
+        ctx.note("|---|---:|---:|---:|---:|---:|---:|---|---|")
         for r in table.to_dict("records"):
             ctx.note(f"| {r['label']} | {_num(r['steps_to_target'], '.0f')} | "
                      f"{_num(r['steps_to_target_predicted'], '.0f')} | {_num(r['predicted_over_measured'], '.2f')} | "
+                     f"{_num(None if r['loss_gap'] is None else 100 * r['loss_gap'], '.0f')}% | "
                      f"{_num(r['time_to_target_s'], '.1f')} | {_num(r['time_to_target_s_predicted'], '.1f')} | "
                      f"{_yes(r['diverged'])} / {_yes(r['diverged_predicted'])} | "
                      f"{_num(r['final_loss'], '.3f')} / {_num(r['final_loss_predicted'], '.3f')} |")
@@ -114,9 +118,12 @@ def bench_predicted_vs_real(ctx: Context) -> list[Row]:
         ctx.note("")
         ctx.note(f"First to the target: measured {best}, predicted {best_p}.")
         print(f"    within 20%: {within} of {len(ratios)}; best {best} / {best_p}", flush=True)
+        gaps = pd.to_numeric(table["loss_gap"], errors="coerce").dropna()
         rows += [
             Row(f"predicted_vs_real: {name}: minibatches to target within 20% (of {len(ratios)} reached by both)",
                 within, at_least(len(ratios)), fmt=".0f"),
+            Row(f"predicted_vs_real: {name}: largest loss gap (median relative distance of the training-loss curves)",
+                float(gaps.max()) if len(gaps) else None, fmt=".3f"),
             Row(f"predicted_vs_real: {name}: runs diverging alike (of {len(table)})", same_div, at_least(len(table)),
                 fmt=".0f"),
             Row(f"predicted_vs_real: {name}: the same setting first to the target (1 = yes)",

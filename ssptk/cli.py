@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -371,16 +372,22 @@ def _sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def _predict(args: argparse.Namespace) -> int:
-    """``ssptk sim --model M ...``: a predicted run (its directory, its summary)."""
+def predicted_run(args: argparse.Namespace, progress: Callable[[int, int], None] | None = None) -> Any:
+    """The predicted run of a parsed ``sim --model M ...`` (``ssptk sim``, ``%dtrain sim``): a RunResult."""
     from ssptk.api import simulate
-    from ssptk.render import ProgressBar
 
     opts = from_namespace(args, stall_timeout=0)
-    bar = ProgressBar(f"{opts.label} (predicting) ")
+    return simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
+                    overhead=args.overhead, **_kwargs(opts))
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """``ssptk sim --model M ...``: a predicted run (its directory, its summary)."""
+    from ssptk.render import ProgressBar
+
+    bar = ProgressBar(f"{from_namespace(args, stall_timeout=0).label} (predicting) ")
     try:
-        result = simulate(progress=lambda job, done, total: bar(done, total), overhead=args.overhead,
-                          **_kwargs(opts))
+        result = predicted_run(args, bar)
     finally:
         bar.close()
     print(result)

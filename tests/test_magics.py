@@ -207,6 +207,12 @@ def test_magics_in_a_kernel(kernel, tmp_path: Path) -> None:
     reply, outs = run_cell(kc, "%%dtrain --mode async --workers 2 --steps 30\ndef a(): pass\ndef b(): pass\n")
     assert "name it with --model NAME" in _usage_error(reply, outs)
 
+    # a predicted run comes back like a real one
+    reply, outs = run_cell(kc, "p = %dtrain sim --model linear --mode ssp --staleness 1 --workers 2 --steps 20 --out pr\n"
+                               "print(type(p).__name__, p.summary['predicted'] is not None, len(p.df))")
+    assert not _errors(outs), _errors(outs)
+    assert "RunResult True 40" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
+
 
 @pytest.mark.slow
 def test_the_stop_button_ends_the_run_and_keeps_what_ran(kernel, tmp_path: Path) -> None:

@@ -135,3 +135,16 @@ def test_predict_is_a_comparison_without_a_cluster(tmp_path: Path) -> None:
         ssptk.predict(["ssp:-1"], model="linear", out=str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()  # refused before anything was created
     assert_gone(str(tmp_path))
+
+
+def test_a_user_model_and_backup_workers_are_predicted(tmp_path: Path, user_model_path: str) -> None:
+    """Any model ssptk runs can be predicted (here a user ModelSpec, importable by the predicting process), and
+    sync with --backup drops the late gradients as the engine does (computed and logged, not applied)."""
+    r = ssptk.simulate("sync", workers=3, steps=30, backup=1, model="usermodels:regression", jitter="exp:0.01",
+                       out=str(tmp_path / "u"))
+    df, _ = records(tmp_path / "u")
+    applied = df[df["applied"]]
+    assert r.ok and len(applied) == 30 * 2 and (~df["applied"]).any()
+    assert applied.groupby("global_step")["worker"].nunique().eq(2).all()
+    assert df["loss"].notna().all() and df["loss"].iloc[-10:].mean() < df["loss"].iloc[:10].mean()
+    assert_gone(str(tmp_path))

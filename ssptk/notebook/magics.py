@@ -87,6 +87,10 @@ def _dtrain(line: str, cell: str | None) -> Any:
     args = parse_line(line)
     if args is None:
         return None
+    if args.command == "sim" and args.model is not None:  # res = %dtrain sim --model M ...: the predicted run
+        from ssptk.cli import predicted_run
+
+        return predicted_run(args)
     if args.command in ("sim", "report"):  # print what the CLI prints; mistakes fail the cell
         from ssptk.cli import dispatch
 

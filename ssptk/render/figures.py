@@ -66,11 +66,14 @@ def run_figure(
     fig = NotebookFigure(figsize=(15, 8), layout="constrained")
     axes = fig.subplots(2, 3)
     (ax_loss, ax_prog, ax_skew), (ax_wait, ax_stale, ax_samples) = axes
-    fig.suptitle(run_title(opts) if opts else "run (no config)")
+    predicted = bool((config or {}).get("predicted"))
+    fig.suptitle((run_title(opts) if opts else "run (no config)")
+                 + (" \u00b7 PREDICTED: the simulator's schedule replayed with the model's gradients (simulated clock)"
+                    if predicted else ""))
     if staleness_bound is None:
         staleness_bound = an.staleness_bound(config)
-    titles = ("loss vs wall time", "completed steps per worker", "step skew",
-              "wait and injected delay per worker", "measured staleness", "loss vs minibatches")
+    titles = ("loss vs wall time", "completed steps per worker", "step skew", "wait and injected delay per worker",
+              "staleness (simulated)" if predicted else "measured staleness", "loss vs minibatches")
     if steps is None or steps.empty:
         for ax, title in zip(axes.flat, titles):
             _empty(ax, title)

@@ -96,6 +96,10 @@ def predicted_lines(table: pd.DataFrame) -> list[str]:
     if len(ratios):
         lines.append(f"Minibatches to the target, predicted / measured: {', '.join(f'{r:.2f}' for r in ratios)} "
                      f"({int(((ratios - 1).abs() <= 0.2).sum())} of {len(ratios)} within 20%).")
+    gaps = pd.to_numeric(table["loss_gap"], errors="coerce").dropna() if "loss_gap" in table else pd.Series()
+    if len(gaps):
+        lines.append("Loss gap (the median relative distance between the measured and predicted smoothed training "
+                     f"loss over the minibatches both processed): {', '.join(f'{100 * g:.0f}%' for g in gaps)}.")
     mismatch = [str(r["label"]) for r in table.to_dict("records")
                 if r["diverged_predicted"] is not None and bool(r["diverged"]) != bool(r["diverged_predicted"])]
     if mismatch:

@@ -159,7 +159,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         figures.append((caption, comparison_figure(runs)))
     compared = None
     if predicted:
-        compared = an.predicted_table(table, predicted)
+        compared = an.predicted_table(table, predicted, {label: Repeats.of(v)[0] for label, v in runs.items()
+                                                         if Repeats.of(v)})
         notes += predicted_lines(compared)
         figures.append(("Predicted (dashed) and measured (solid): the simulator's schedule replayed with the "
                         "model's gradients, against what the cluster did", predicted_figure(runs, predicted, compared)))

@@ -143,7 +143,7 @@ def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame
 
 #: Short headers of the predicted-and-measured table on a terminal.
 _PREDICTED_HEADERS = {"label": "label", "steps_to_target": "mb to target", "steps_to_target_predicted": "predicted",
-                      "predicted_over_measured": "pred/meas", "time_to_target_s": "s to target",
+                      "predicted_over_measured": "pred/meas", "loss_gap": "loss gap", "time_to_target_s": "s to target",
                       "time_to_target_s_predicted": "predicted", "diverged": "diverged",
                       "diverged_predicted": "predicted"}
 
@@ -155,6 +155,7 @@ def predicted_text(table: pd.DataFrame, width: int = 100) -> str:
     columns = list(_PREDICTED_HEADERS)
     shown = table[columns].copy()
     shown["predicted_over_measured"] = shown["predicted_over_measured"].round(2)
+    shown["loss_gap"] = [None if pd.isna(v) else f"{100 * v:.0f}%" for v in shown["loss_gap"]]
     for col in ("diverged", "diverged_predicted"):
         shown[col] = ["yes" if v is True else "" for v in shown[col]]
     cells, numeric = shown_cells(shown)
