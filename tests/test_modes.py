@@ -1,4 +1,8 @@
-"""Real clusters (1 PS + N TensorFlow worker processes on localhost) in every mode, checked from the logs."""
+"""Real clusters (1 PS + N TensorFlow worker processes on localhost) in every mode, checked from the logs.
+
+The PS modes run on warm clusters (one of 2 workers, one of 3, shared by this module's tests: each run gets
+fresh variables, counters and queues on the same tasks), so the suite pays TensorFlow's start-up twice, not
+once per test; cold starts are what test_runs_cli, test_reliability and the other files exercise."""
 from __future__ import annotations
 
 import json
@@ -14,13 +18,23 @@ from ssptk.core.delays import DelayModel, parse_jitter
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def warm_clusters():
+    """The module's warm clusters end with it, leaving no serving task."""
+    from conftest import warm_processes
+
+    yield
+    ssptk.shutdown()
+    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
+
+
 def _falls(df, k: int = 20) -> bool:
     loss = df["loss"].to_numpy()
     return bool(np.isfinite(loss).all() and loss[-k:].mean() < 0.2 * loss[:k].mean())
 
 
 def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
-    r = ssptk.run(model="linear", mode="async", workers=3, steps=150, out=str(run_dir))
+    r = ssptk.run(model="linear", mode="async", workers=3, steps=150, out=str(run_dir))  # cold: its own tasks
     df, events = records(run_dir)
     assert len(df) == 450 and sorted(df["minibatch"]) == list(range(450))  # each minibatch exactly once
     assert sorted(df["global_step"]) == list(range(1, 451))  # every update applied, counted once
@@ -42,14 +56,14 @@ def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
 def test_checkpoint_loads_with_plain_tensorflow(run_dir: Path) -> None:
     import tensorflow as tf
 
-    r = ssptk.run(model="linear", mode="async", workers=2, steps=80, out=str(run_dir))
+    r = ssptk.run(model="linear", mode="async", workers=2, steps=80, out=str(run_dir), warm=True)
     reader = tf.train.load_checkpoint(str(run_dir / "model" / "ckpt"))
     assert reader.get_tensor("w") == pytest.approx(r.summary["params"]["w"])
 
 
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_ssp_bound_holds_under_a_straggler(staleness: int, run_dir: Path) -> None:
-    ssptk.run(mode="ssp", staleness=staleness, workers=3, steps=60, straggler=["2:0.02"], out=str(run_dir))
+    ssptk.run(mode="ssp", staleness=staleness, workers=3, steps=60, straggler=["2:0.02"], out=str(run_dir), warm=True)
     df, events = records(run_dir)
     # a wait that ended by the safety time-out means a wake-up was lost
     assert [e["safety_timeouts"] for e in events if e["event"] == "done"] == [0, 0, 0]
@@ -61,13 +75,13 @@ def test_ssp_bound_holds_under_a_straggler(staleness: int, run_dir: Path) -> Non
 
 
 def test_async_skew_grows_far_beyond_the_bound(run_dir: Path) -> None:
-    ssptk.run(mode="async", workers=3, steps=60, straggler=["2:0.02"], out=str(run_dir))
+    ssptk.run(mode="async", workers=3, steps=60, straggler=["2:0.02"], out=str(run_dir), warm=True)
     df, _ = records(run_dir)
     assert max_skew(df, 3) > 10
 
 
 def test_sync_is_lock_step(run_dir: Path) -> None:
-    r = ssptk.run(mode="sync", workers=3, steps=40, straggler=["1:0.01"], out=str(run_dir))
+    r = ssptk.run(mode="sync", workers=3, steps=40, straggler=["1:0.01"], out=str(run_dir), warm=True)
     df, _ = records(run_dir)
     assert df.groupby("worker").size().to_dict() == {0: 40, 1: 40, 2: 40}
     assert max_skew(df, 3) <= 1
@@ -82,7 +96,7 @@ def test_sync_is_lock_step(run_dir: Path) -> None:
 def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
     # 80 updates: the straggler pushes about once per 5-8 updates (it skips ahead when late), so 40 left
     # too few late gradients to count on a loaded machine
-    ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.04"], out=str(run_dir))
+    ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.04"], out=str(run_dir), warm=True)
     df, _ = records(run_dir)
     applied = df[df["applied"]]
     counts = applied.groupby("global_step")["worker"].agg(list)
@@ -108,7 +122,7 @@ def test_allreduce_keras(run_dir: Path) -> None:
 
 
 def test_keras_ssp_learns(run_dir: Path) -> None:
-    r = ssptk.run(model="keras", mode="ssp", staleness=1, workers=2, steps=100, out=str(run_dir))
+    r = ssptk.run(model="keras", mode="ssp", staleness=1, workers=2, steps=100, out=str(run_dir), warm=True)
     df, _ = records(run_dir)
     assert len(df) == 200 and max_skew(df, 2) <= 2
     assert df["loss"].iloc[-20:].mean() < 0.6 * df["loss"].iloc[:20].mean()
@@ -124,7 +138,7 @@ def test_user_model_from_import_path(run_dir: Path, user_model_path: str) -> Non
 
 def test_seeded_delays_repeat_exactly(tmp_path: Path) -> None:
     runs = [ssptk.run(mode="async", workers=2, steps=15, jitter="exp:0.005", straggler=["1:0.002"], seed=11,
-                      out=str(tmp_path / f"r{k}")) for k in range(2)]
+                      out=str(tmp_path / f"r{k}"), warm=True) for k in range(2)]
     frames = [records(Path(r.run_dir))[0].sort_values(["worker", "step"]) for r in runs]
     for w in (0, 1):
         got = [f[f["worker"] == w]["delay_s"].to_numpy() for f in frames]

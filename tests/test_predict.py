@@ -64,10 +64,11 @@ def test_a_diverging_setting_diverges_in_prediction(tmp_path: Path) -> None:
     """The convergence tests' scenario (lr 0.45, mean convention, 4 workers): async diverges, sync does not."""
     common = dict(model="linear", lr=0.45, lr_convention="mean", workers=4, jitter="exp:0.01", steps=150,
                   overhead=0.006)
-    sync = ssptk.simulate("sync", out=str(tmp_path / "sync"), **common)
-    run = ssptk.simulate("async", out=str(tmp_path / "async"), **common)
+    both = ssptk.predict(["sync", "async"], out=str(tmp_path / "both"), **common)  # one predicting process
+    sync, run = both.runs["sync"], both.runs["async"]
     assert not sync.summary["diverged"] and sync.ok
     assert run.summary["diverged"] and run.summary["diverged_at_step"] > 0
+    assert both.table.attrs["first_to_target"] == "sync"  # a diverged run is never ranked
     with pytest.raises(ssptk.RunFailed, match=r"^ssptk: diverged at global step \d+ \(the smoothed training loss"):
         ssptk.simulate("async", out=str(tmp_path / "stop"), stop_on_divergence=True, **common)
     stopped = json.loads((tmp_path / "stop" / "summary.json").read_text())
@@ -97,29 +98,6 @@ def test_cli_sim_with_a_model(tmp_path: Path) -> None:
     # training options without a model: the timing-only simulator cannot honour them
     bad = subprocess.run([*ssptk_cmd(), "sim", "--lr", "0.1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--lr needs --model" in bad.stderr
-    assert_gone(str(tmp_path))
-
-
-def test_compare_predict_draws_predictions_over_the_runs(tmp_path: Path) -> None:
-    out = tmp_path / "cmp"
-    r = subprocess.run([*ssptk_cmd(), "compare", "sync", "async", "--model", "linear", "--workers", "2", "--steps",
-                        "60", "--jitter", "exp:0.005", "--gpus", "none", "--out", str(out), "--predict"],
-                       capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stderr
-    assert "predicted (the simulator's replay) and measured:" in r.stdout
-    assert "Minibatches to the target, predicted / measured:" in r.stdout
-    for label in ("sync", "async"):
-        summary = json.loads((out / "predicted" / label / "summary.json").read_text())
-        real = json.loads((out / label / "summary.json").read_text())
-        assert summary["predicted"]["overhead_s"] == pytest.approx(real["overhead_ms"] / 1000)  # its run's clock
-        assert summary["status"] == "ok"
-    html = (out / "report.html").read_text()
-    assert "Predicted and measured" in html and "Predicted (dashed) and measured (solid)" in html
-    # ssptk report rebuilds it, predictions included; the predicted runs are not mistaken for labels
-    rep = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
-    assert rep.returncode == 0, rep.stderr
-    assert "predicted (the simulator's replay) and measured:" in rep.stdout
-    assert "\npredicted " not in rep.stdout.split("predicted (the simulator")[0]
     assert_gone(str(tmp_path))
 
 

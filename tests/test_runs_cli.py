@@ -47,7 +47,8 @@ def _on_terminal(cmd: list[str], timeout: float) -> tuple[int, str, str]:
 def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     code, stdout, screen = _on_terminal([*ssptk_cmd(), "compare", "sync", "ssp:1", "async", "--workers", "2",
-                                         "--steps", "30", "--straggler", "1:0.01", "--out", str(out)], timeout=400)
+                                         "--steps", "30", "--straggler", "1:0.01", "--out", str(out), "--predict"],
+                                        timeout=400)
     assert code == 0, screen
     # on a terminal: each run's progress line, from its cluster's start to its last minibatch
     for label in ("sync", "ssp:1", "async"):
@@ -59,14 +60,29 @@ def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: 
     assert [line.split()[0] for line in lines[2:5]] == ["sync", "ssp:1", "async"]
     assert any(line.startswith("max skew: most minus least completed steps") for line in lines)
     assert f"report: {out / 'report.html'}" in stdout
-    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "report.html", "ssp-1", "sync"]
+    assert sorted(os.listdir(out)) == [".ssptk-run", "async", "metrics.csv", "predicted", "report.html", "ssp-1",
+                                       "sync"]
+    # --predict: each label predicted (one process, its own progress line) with its run's calibrated overhead,
+    # held to the runs' target, in the table under the comparison and in the report
+    assert re.search(r"async \(predicted\) \[#{30}\] \d+/\d+", screen), screen
+    assert "predicted (the simulator's replay) and measured:" in stdout
+    assert "Minibatches to the target, predicted / measured:" in stdout
+    for label in ("sync", "ssp-1", "async"):
+        predicted = json.loads((out / "predicted" / label / "summary.json").read_text())
+        real = json.loads((out / label / "summary.json").read_text())
+        assert predicted["predicted"]["overhead_s"] == pytest.approx(real["overhead_ms"] / 1000)
+        assert predicted["status"] == "ok"
     csv = (out / "metrics.csv").read_text().splitlines()
     assert csv[0].startswith("label,mode,staleness") and len(csv) == 4
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "ssp:1" in html
+    assert "Predicted and measured" in html and "Predicted (dashed) and measured (solid)" in html
     (out / "report.html").unlink()
     p = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and (out / "report.html").exists() and "ssp:1" in p.stdout
+    # the predictions come back with the rebuilt report, and are not mistaken for labels of their own
+    assert "predicted (the simulator's replay) and measured:" in p.stdout
+    assert "\npredicted " not in p.stdout.split("predicted (the simulator")[0]
     assert_gone(str(tmp_path))
 
 
