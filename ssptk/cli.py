@@ -111,7 +111,11 @@ def build_parser(notebook: bool = False) -> _Parser:
         r.add_argument("--background", action="store_true",
                        help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator, no cluster: its timing; with "
-                                   "--model also its loss (the schedule replayed with the model's real gradients)")
+                                   "--model also its loss (the schedule replayed with the model's real gradients)",
+                       description="Without --model: the timing only (steps/s, waiting, skew, staleness), in "
+                                   "milliseconds, nothing written. With --model: a predicted run, loss included: "
+                                   "the schedule replayed with the model's real gradients in one TensorFlow process "
+                                   "(seconds), left in --out like a real run (summary.json says predicted).")
     add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
     s.add_argument("--overhead", type=float, default=None, metavar="SECONDS",
                    help="fixed per-step cost, e.g. a real run's overhead_ms / 1000 from its summary (default: 0; "
