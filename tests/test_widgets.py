@@ -24,7 +24,7 @@ from ssptk import api
 from ssptk.api import RunResult
 from ssptk.core.errors import RunFailed, TaskFailure, UsageError
 from ssptk.core.options import OPTIONS, resolve
-from ssptk.notebook import widgets
+from ssptk.notebook import predictions, widgets
 from ssptk.render import figure_png
 from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
 
@@ -80,6 +80,8 @@ class FakeRunner:
 def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test as in a new kernel: no runs left by an earlier test's explorer."""
     monkeypatch.setattr(widgets, "_RUNS", {})
+    monkeypatch.setattr(predictions, "PREDICTED", {})
+    monkeypatch.setattr(widgets, "PREDICTED", predictions.PREDICTED)
 
 
 @pytest.fixture
@@ -289,6 +291,47 @@ def test_summary_line() -> None:
 
 
 # --- sweep viewer -----------------------------------------------------------------------------------
+
+def test_predictions_are_drawn_dashed_beside_the_runs(tmp_path: Path) -> None:
+    """%dtrain sweep --predict: each label's prediction in its colour, dashed, on the same slider view."""
+    runs = {f"ssp:{s}": make_run(tmp_path / f"r{s}", staleness=s, workers=2) for s in (0, 4)}
+    view = widgets.from_runs(runs, predicted={"ssp:0": make_run(tmp_path / "p0", staleness=0, workers=2)})
+    lines = {ln.get_label(): ln for ln in loss_lines(view.figure())}
+    assert set(lines) == {"ssp:0", "ssp:4", "ssp:0 predicted"}
+    assert lines["ssp:0 predicted"].get_linestyle() == "--" and lines["ssp:0"].get_linestyle() == "-"
+    assert lines["ssp:0 predicted"].get_color() == lines["ssp:0"].get_color()
+
+
+def test_the_explorer_predicts_every_staleness_and_marks_what_was_run(fake: FakeRunner, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict] = []
+
+    def predict_staleness(options: dict, values: list, overhead: Any = None, out: Any = None,
+                          progress: Any = None) -> dict:
+        asked.append({"values": list(values), "overhead": overhead})
+        made = {}
+        for s in values:
+            key = widgets.cache_key({**options, "staleness": s})
+            made[key] = predictions.PREDICTED[key] = make_run(tmp_path / f"pred-{len(asked)}-{s}",
+                                                              **{**options, "staleness": s})
+        return made
+
+    monkeypatch.setattr(predictions, "predict_staleness", predict_staleness)
+    ex = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    assert ex.predicted_image.layout.display == "none"
+    ex.run(2)
+    made = ex.predict()
+    assert asked == [{"values": [0, 2, 4], "overhead": None}]  # fake runs have no calibrated overhead
+    assert len(made) == 3 and ex.predicted_image.layout.display == ""
+    assert bytes(ex.predicted_image.value).startswith(PNG_MAGIC)
+    lines = {ln.get_label(): ln for ln in loss_lines(ex.figure())}
+    assert set(lines) == {"S=2", "S=0 predicted", "S=2 predicted (run too)", "S=4 predicted"}
+    assert all(lines[name].get_linestyle() == "--" for name in lines if "predicted" in name)
+    ex.workers_slider.value = 4  # another cluster size: its predictions are not drawn for this one
+    assert not [ln for ln in loss_lines(ex.figure()) if "predicted" in ln.get_label()]
+    again = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    assert len(again.predicted) == 3  # the cell run again keeps the kernel's predictions
+
 
 def test_sweep_scrubs_without_training(fake: FakeRunner) -> None:
     observers: list[str] = []
