@@ -126,3 +126,19 @@ def test_a_user_model_and_backup_workers_are_predicted(tmp_path: Path, user_mode
     assert applied.groupby("global_step")["worker"].nunique().eq(2).all()
     assert df["loss"].notna().all() and df["loss"].iloc[-10:].mean() < df["loss"].iloc[:10].mean()
     assert_gone(str(tmp_path))
+
+
+def test_a_cancelled_prediction_stops_its_process_and_says_so(tmp_path: Path) -> None:
+    """The stop button (``cancel``) or Ctrl-C during a prediction: the predicting process is stopped, nothing is
+    left running, and the run's summary says it was interrupted (as a real run's does)."""
+    import threading
+
+    from ssptk.experiment.predict import plan, predict
+
+    cancel = threading.Event()
+    p = plan(None, mode="async", workers=4, steps=3000, model="digits", out=str(tmp_path / "c"), stall_timeout=0)
+    with pytest.raises(ssptk.RunInterrupted):
+        predict([p], progress=lambda job, done, total: cancel.set(), cancel=cancel)  # stop at the first wave
+    summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["predicted"]
+    assert_gone(str(tmp_path))

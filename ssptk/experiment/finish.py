@@ -1,15 +1,16 @@
 """What a run leaves when it ends: ``summary.json`` and TensorBoard event files, from its logs."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.summary import run_summary
-from ssptk.core.errors import DiskFull, TaskFailure, UsageError
+from ssptk.core.errors import DiskFull, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 
-__all__ = ["finish_run", "summary_from_logs", "write_tensorboard"]
+__all__ = ["finish_run", "interruption", "summary_from_logs", "write_tensorboard"]
 
 
 def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
@@ -27,6 +28,14 @@ def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
         return summary, failure
     write_tensorboard(run_dir, loaded)
     return summary, failure
+
+
+def interruption(e: KeyboardInterrupt) -> TaskFailure:
+    """What an interrupted run's summary records: who stopped it (``SIGINT`` for Ctrl-C, ``SIGTERM``, ``SIGHUP``,
+    or ``None`` for the notebook's stop button), with the status ``interrupted``."""
+    sig = e.signal if isinstance(e, RunInterrupted) else "SIGINT"
+    why = "interrupted by the user" if sig in (None, "SIGINT") else f"stopped by {sig}"
+    return replace(TaskFailure.of("ssptk", why), status="interrupted", signal=sig)
 
 
 def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:

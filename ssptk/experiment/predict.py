@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ssptk.core.errors import RunFailed, TaskFailure, UsageError
+from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, resolve
-from ssptk.experiment.finish import finish_run
+from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
 from ssptk.launch.predict import PredictProgress, run_predictor
@@ -67,7 +67,15 @@ def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: Pr
         RunDir(p.run_dir).write_config(p.opts, {}, {}, launched=t0, tasks={"warm": False, "layout": "predicted"},
                                        predicted={"overhead_s": p.overhead})
     jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0} for p in plans]
-    failure = run_predictor(log_dir or plans[0].run_dir, jobs, progress, cancel)
+    try:
+        failure = run_predictor(log_dir or plans[0].run_dir, jobs, progress, cancel)
+    except KeyboardInterrupt as e:  # Ctrl-C, a signal or ``cancel``: the process is stopped; summaries say so
+        stop = interruption(e)
+        for p in plans:
+            finish_run(p.run_dir, p.opts, stop)
+        if isinstance(e, RunInterrupted):
+            raise
+        raise RunInterrupted("interrupted; the predicting process was stopped", signal=stop.signal) from None
     results = []
     for p in plans:
         summary, own = finish_run(p.run_dir, p.opts, failure or stopped(p.run_dir))

@@ -11,12 +11,12 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, resolve, to_argv
-from ssptk.experiment.finish import finish_run
+from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, notify_starting
 from ssptk.launch.supervisor import Outcome, supervise
@@ -164,14 +164,13 @@ def execute(prepared: PreparedRun, *, progress: ProgressFn | None = None, observ
     try:
         outcome = run_tasks(opts, run_dir, gpus, observers, total, launched, cancel)
     except KeyboardInterrupt as e:  # Ctrl-C, a signal, or the cancel event: the logs and summary are kept
-        sig = e.signal if isinstance(e, RunInterrupted) else "SIGINT"
-        why = "interrupted by the user" if sig in (None, "SIGINT") else f"stopped by {sig}"
-        finish_run(run_dir, opts, replace(TaskFailure.of("ssptk", why), status="interrupted", signal=sig))
+        stop = interruption(e)
+        finish_run(run_dir, opts, stop)
         for o in observers:
             o.finished(None)
         if isinstance(e, RunInterrupted):
             raise
-        raise RunInterrupted("interrupted; every task was stopped and the logs kept", signal=sig) from None
+        raise RunInterrupted("interrupted; every task was stopped and the logs kept", signal=stop.signal) from None
     failure = outcome.failure
     if failure is None and not RunDir(run_dir).final():  # the summary and the exit code must agree
         failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
