@@ -72,7 +72,7 @@ def compare_table(
     ``final_loss``), reached at the first ``eval`` record at or below it (:mod:`ssptk.analysis.held_out`).
     ``attrs``: ``target`` (``None`` when no run converged), ``target_auto`` (chosen automatically or
     given), ``target_on`` (``"held-out"`` or ``"training"``), ``first_to_target`` (the label that reached
-    it in the least time, or ``None``).
+    it in the least time, or ``None``), ``predicted`` (every run is a predicted one, ``ssptk.predict``).
     """
     rows: list[dict[str, Any]] = []
     prepared: dict[str, tuple[pd.DataFrame, int]] = {}
@@ -124,6 +124,9 @@ def compare_table(
     table.attrs["target_auto"] = auto
     table.attrs["target_on"] = "held-out" if held_out else "training"
     table.attrs["first_to_target"] = first_to_target(table)
+    # predicted runs (ssptk.predict): say so wherever the table is shown; their clock is simulated
+    table.attrs["predicted"] = bool(runs) and all(isinstance(r[2], Mapping) and r[2].get("predicted")
+                                                  for r in runs.values())
     return table
 
 

@@ -212,6 +212,9 @@ def target_lines(table: pd.DataFrame) -> list[str]:
     """One line on the loss target (which, how it was chosen, who reached it first) and, when some runs
     diverged, one naming them: what the report and the CLI print under the table."""
     lines = []
+    if table.attrs.get("predicted"):
+        lines.append("PREDICTED: no cluster ran; every run is the simulator's schedule replayed with the model's real "
+                     "gradients, its steps/s and seconds from a simulated clock (see each summary's overhead_ms).")
     target = table.attrs.get("target")
     held_out = table.attrs.get("target_on") == "held-out"
     what = "held-out loss" if held_out else "training loss"
