@@ -117,6 +117,9 @@ def build_parser(notebook: bool = False) -> _Parser:
                                    "the schedule replayed with the model's real gradients in one TensorFlow process "
                                    "(seconds), left in --out like a real run (summary.json says predicted).")
     add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
+    s.add_argument("--target", type=float, default=None, metavar="LOSS",
+                   help="with --model: also predict the time and minibatches to this loss (held-out with "
+                        "--eval-every, else the smoothed training loss)")
     s.add_argument("--overhead", type=float, default=None, metavar="SECONDS",
                    help="fixed per-step cost, e.g. a real run's overhead_ms / 1000 from its summary (default: 0; "
                         "with --model 0.005)")
@@ -362,7 +365,7 @@ def _sim(args: argparse.Namespace) -> int:
 
     if args.model is not None:
         return _predict(args)
-    given = [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]
+    given = [o for o in (*_TRAINING_ONLY, "target") if getattr(args, o, None) not in (None, False)]
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only the "
                          "timing (add --model linear, keras, digits or your own to predict the loss too)")
@@ -382,7 +385,7 @@ def predicted_run(args: argparse.Namespace, progress: Callable[[int, int], None]
 
     opts = from_namespace(args, stall_timeout=0)
     return simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
-                    overhead=args.overhead, **_kwargs(opts))
+                    overhead=args.overhead, target=args.target, **_kwargs(opts))
 
 
 def _predict(args: argparse.Namespace) -> int:

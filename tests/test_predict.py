@@ -79,12 +79,16 @@ def test_a_diverging_setting_diverges_in_prediction(tmp_path: Path) -> None:
 def test_cli_sim_with_a_model(tmp_path: Path) -> None:
     out = tmp_path / "p"
     r = subprocess.run([*ssptk_cmd(), "sim", "--model", "digits", "--mode", "ssp", "--staleness", "2", "--workers",
-                        "4", "--steps", "40", "--eval-every", "40", "--out", str(out)],
+                        "4", "--steps", "40", "--eval-every", "40", "--target", "1.5", "--out", str(out)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "PREDICTED" in r.stdout and "predicted by the simulator" in r.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["predicted"]["overhead_s"] == 0.005 and summary["final_accuracy"] > 0.5
+    # --target: the predicted time and minibatches to it (held-out: the run evaluates every 40 updates)
+    assert summary["target"] == 1.5 and summary["target_on"] == "held-out"
+    assert summary["steps_to_target"] in (40, 80, 120, 160) and summary["time_to_target_s"] > 0
+    assert "target    held-out loss 1.5: reached in" in r.stdout
     _, events = records(out)
     assert [e["global_step"] for e in events if e["event"] == "eval"] == [40, 80, 120, 160]
     rep = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
@@ -98,6 +102,8 @@ def test_cli_sim_with_a_model(tmp_path: Path) -> None:
     # training options without a model: the timing-only simulator cannot honour them
     bad = subprocess.run([*ssptk_cmd(), "sim", "--lr", "0.1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--lr needs --model" in bad.stderr
+    bad = subprocess.run([*ssptk_cmd(), "sim", "--target", "0.1"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--target needs --model" in bad.stderr
     assert_gone(str(tmp_path))
 
 
@@ -109,6 +115,7 @@ def test_predict_is_a_comparison_without_a_cluster(tmp_path: Path) -> None:
     assert (tmp_path / "p" / "report.html").is_file() and (tmp_path / "p" / "metrics.csv").is_file()
     assert (tmp_path / "p" / "logs" / "predict.log").is_file()  # one process for the three
     assert cmp.table.attrs["first_to_target"] in ("sync", "ssp:1", "async")
+    assert "PREDICTED: no cluster ran" in str(cmp)  # said under the table
     with pytest.raises(ssptk.UsageError, match=r"^bad comparison label 'ssp:-1': use ssp:S with an integer S >= 0"):
         ssptk.predict(["ssp:-1"], model="linear", out=str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()  # refused before anything was created

@@ -101,14 +101,18 @@ def stopped(run_dir: str) -> TaskFailure | None:
 
 def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str | None = None,
              overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
-             raise_on_failure: bool = True, **options: Any) -> Any:
+             raise_on_failure: bool = True, target: float | None = None, **options: Any) -> Any:
     """``ssptk.simulate``. Without ``model``: the timing-only discrete-event simulator
     (:func:`ssptk.sim.simulate`, a :class:`~ssptk.sim.SimResult`; ``overhead`` defaults to 0). With ``model``
     (any model ``ssptk run`` takes, and its options: ``lr``, ``batch``, ``eval_every``, ``data_split``,
     ``lr_staleness``, ``out``, ...): a predicted run, a :class:`~ssptk.experiment.result.RunResult` whose
     ``df`` has every minibatch's predicted loss, ``summary`` its final held-out loss and accuracy and whether
-    it diverged; ``overhead`` (seconds per step, default :data:`DEFAULT_OVERHEAD_S`) sets its clock."""
+    it diverged; ``overhead`` (seconds per step, default :data:`DEFAULT_OVERHEAD_S`) sets its clock;
+    ``target`` (a loss: held-out with ``eval_every``, else smoothed training loss) adds the predicted time and
+    minibatches to it to the summary (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
     if model is None:
+        if target is not None:
+            raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
         from ssptk.sim import simulate as timing
 
         return timing(mode, workers, steps, overhead=0.0 if overhead is None else overhead, **options)
@@ -117,5 +121,23 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
 
         mode, options["staleness"] = parse_label(str(mode))
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
+    from ssptk.experiment.compare import check_target
+
+    target = check_target(target)
     p = plan(overhead, mode=mode, workers=workers, steps=steps, model=model, **options)
-    return predict([p], progress=progress, raise_on_failure=raise_on_failure)[0]
+    result = predict([p], progress=progress, raise_on_failure=raise_on_failure)[0]
+    if target is not None:
+        _to_target(result, target)
+    return result
+
+
+def _to_target(result: RunResult, target: float) -> None:
+    """Add the predicted time and minibatches to ``target`` to the run's summary (and its summary.json)."""
+    from ssptk.analysis import compare_table
+
+    table = compare_table({result.options.label: (result.df, result.events, result.config, result.summary)}, target)
+    row = table.iloc[0]
+    result.summary.update(target=float(target), target_on=table.attrs.get("target_on"),
+                          time_to_target_s=None if row.isna()["time_to_target_s"] else float(row["time_to_target_s"]),
+                          steps_to_target=None if row.isna()["steps_to_target"] else int(row["steps_to_target"]))
+    RunDir(result.run_dir).write_summary(result.summary)

@@ -43,6 +43,11 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
                      f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead: measured / ideal "
                      f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
+    if s.get("target") is not None:
+        reached = (f"reached in {_fmt(s.get('time_to_target_s'), '.2f')} s, "
+                   f"{_fmt(s.get('steps_to_target'))} minibatches" if s.get("steps_to_target") is not None
+                   else "not reached")
+        lines.append(f"target    {s.get('target_on') or 'training'} loss {_fmt(s['target'])}: {reached}")
     if s.get("predicted"):
         lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
                      f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead")
