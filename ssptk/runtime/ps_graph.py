@@ -91,8 +91,11 @@ def _wake_satisfied(tf: Any, want: Any, wake: list[Any], index: int, clocks: Any
     cleared = want.scatter_mul(tf.IndexedSlices(1 - tf.cast(ready, tf.int64), tf.range(n, dtype=tf.int64)))
     with tf.control_dependencies([cleared]):
         tokens = tf.cast(ready, tf.int32)
-        return tf.group(*[wake[j].enqueue_many(tf.ones(tf.reshape(tokens[j], [1]), tf.int32))
-                          for j in range(n) if j != index])
+        # One split hands each peer a vector of 0 or 1 tokens: one op per peer (its enqueue) instead of five.
+        # Every worker's graph holds this for every peer, twice, and building those graphs, one after another
+        # under the GIL in the shared layout, was most of SSP's start-up with dozens of workers.
+        parts = tf.split(tf.ones(tf.reshape(tf.reduce_sum(tokens), [1]), tf.int32), tokens, num=n)
+        return tf.group(*[wake[j].enqueue_many(parts[j]) for j in range(n) if j != index])
 
 
 def _ssp_wait_ops(tf: Any, v1: Any, extra: dict[str, Any], clock: Any, want: Any, wake: list[Any],
