@@ -383,3 +383,16 @@ def to_argv(o: RunOptions) -> list[str]:
         elif value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+def check_target(target: Any) -> float | None:
+    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
+    if target is None:
+        return None
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(target, bool) or not math.isfinite(value):
+        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
+    return value

@@ -9,7 +9,6 @@ Layout of a comparison directory ``OUT``: ``OUT/<label>/`` per label (``ssp:2`` 
 from __future__ import annotations
 
 import inspect
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.core.errors import RunFailed, UsageError
-from ssptk.core.options import label_dir, parse_label, resolve
+from ssptk.core.options import check_target, label_dir, parse_label, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
@@ -108,19 +107,6 @@ def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[st
     if not out:
         raise UsageError("nothing to compare: give modes like sync ssp:2 async")
     return out
-
-
-def check_target(target: Any) -> float | None:
-    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
-    if target is None:
-        return None
-    try:
-        value = float(target)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(target, bool) or not math.isfinite(value):
-        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
-    return value
 
 
 def check_repeat(repeat: Any) -> int:

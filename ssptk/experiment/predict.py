@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, resolve
+from ssptk.core.options import RunOptions, check_target, resolve
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
@@ -121,8 +121,6 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
 
         mode, options["staleness"] = parse_label(str(mode))
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
-    from ssptk.experiment.compare import check_target
-
     target = check_target(target)
     p = plan(overhead, mode=mode, workers=workers, steps=steps, model=model, **options)
     result = predict([p], progress=progress, raise_on_failure=raise_on_failure)[0]
