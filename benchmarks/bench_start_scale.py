@@ -319,13 +319,21 @@ def bench_cold_start(ctx: Context) -> list[Row]:
     common = dict(model="linear", mode="ssp", staleness=2, workers=3, steps=40 if ctx.quick else 100, seed=0)
     probe = Probe()
     runs: list[dict[str, Any]] = []
+    eager: list[dict[str, Any]] = []  # the same run with TensorFlow's own eager import of Keras 3
     imports: dict[str, list[float | None]] = {"3 together": [], "3 in a row": [], "4 together": []}
     for r in range(ctx.repeat):
         print(f"  round {r + 1}/{ctx.repeat}", flush=True)
-        steps = ["ssptk", "imports"] if r % 2 == 0 else ["imports", "ssptk"]
+        steps = ["ssptk", "eager", "imports"] if r % 2 == 0 else ["imports", "eager", "ssptk"]
         for what in steps:
             if what == "ssptk":
                 runs.append(ctx.run("cold", observer=probe, inspect=probe.inspect, **common))
+                continue
+            if what == "eager":
+                os.environ["SSPTK_EAGER_KERAS"] = "1"
+                try:
+                    eager.append(ctx.run("cold, eager Keras", observer=probe, inspect=probe.inspect, **common))
+                finally:
+                    del os.environ["SSPTK_EAGER_KERAS"]
                 continue
             for label, (k, conc) in (("3 together", (3, True)), ("3 in a row", (3, False)),
                                      ("4 together", (4, True)))[:: 1 if r % 2 == 0 else -1]:
@@ -344,6 +352,9 @@ def bench_cold_start(ctx: Context) -> list[Row]:
              "hide the contention. ssptk actually starts four TensorFlow processes (the PS too): the row "
              "against four imports together says what the start-up adds beyond TensorFlow itself.")
     ctx.note("ssptk first_step_s of each run: " + _vals(runs, "first_step_s", ".2f"))
+    ctx.note("The same run with `SSPTK_EAGER_KERAS=1` (the tasks' `import tensorflow` loads Keras 3 as "
+             "TensorFlow does by default; ssptk skips it, `ssptk/runtime/tf_import.py`), first_step_s: "
+             + _vals(eager, "first_step_s", ".2f"))
     for k, vs in imports.items():
         ctx.note(f"bare imports, {k}, seconds: " + ", ".join(_f(v, ".2f") for v in vs))
     parts = [("to_spawn_s", "run() call to spawning the tasks (options, run dir)"),
@@ -360,6 +371,10 @@ def bench_cold_start(ctx: Context) -> list[Row]:
         Row(f"{n}: ssptk to first step / 4 bare TF imports together (medians)", ratio(median(first), conc4)),
         Row(f"{n}: ssptk to first step / 3 bare TF imports in a row (medians)", ratio(median(first), seq3)),
         Row(f"{n}: ssptk run() to first step, median (s)", median(first), fmt=".2f"),
+        Row(f"{n}: ssptk to first step, Keras 3 skipped / loaded as TensorFlow does (medians)",
+            ratio(median(first), median(rates(eager, "first_step_s")))),
+        Row(f"{n}: ssptk run() to first step with SSPTK_EAGER_KERAS=1, median (s)",
+            median(rates(eager, "first_step_s")), fmt=".2f"),
         Row(f"{n}: 3 bare TF imports together, median (s)", conc3, fmt=".2f"),
         Row(f"{n}: 4 bare TF imports together, median (s)", conc4, fmt=".2f"),
         Row(f"{n}: 3 bare TF imports in a row, median (s)", seq3, fmt=".2f"),

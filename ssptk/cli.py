@@ -8,6 +8,7 @@ signal's number when SIGINT (130), SIGTERM (143) or SIGHUP (129) stopped it.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -196,9 +197,22 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.first is None:
             self.first = name
+            _say(f"\nssptk: {name}: stopping every task and writing the summary\n")
             raise RunInterrupted(f"stopped by {name}", signal=name)
-        print(f"\nssptk: {name}: already stopping (after {self.first}); the summary is being written",
-              file=sys.stderr)
+        _say(f"\nssptk: {name}: already stopping (after {self.first}); the summary is being written\n")
+
+
+def _say(text: str) -> None:
+    """Write to stderr from a signal handler: straight to the file descriptor, because the handler may run
+    while the progress bar is inside a write to ``sys.stderr`` (a buffered stream refuses re-entry)."""
+    try:
+        sys.stderr.flush()
+    except (OSError, RuntimeError, ValueError):
+        pass
+    try:
+        os.write(sys.stderr.fileno(), text.encode())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _print_failure(e: RunFailed) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -165,14 +166,26 @@ def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path: Path, sig: signal
 def test_a_second_ctrl_c_during_the_shutdown_keeps_the_summary(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = _start_long_run(out)
+    assert proc.stderr is not None
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True)
+    reader.start()
     proc.send_signal(signal.SIGTERM)
+    # Only once SIGTERM was taken: two signals pending at once are handled in signal-number order (SIGINT
+    # first), whatever order they came in.
+    seen = []
+    while not any("SIGTERM: stopping every task" in line for line in seen):
+        seen.append(lines.get(timeout=60))
     for _ in range(5):  # while the tasks are being stopped and the summary written
-        time.sleep(0.05)
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+        time.sleep(0.05)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(seen) + "".join(lines.get() for _ in range(lines.qsize()))
     assert proc.returncode == 143, (proc.returncode, err[-2000:])
     assert "Traceback" not in err, err
+    assert "SIGINT: already stopping (after SIGTERM)" in err, f"no SIGINT came during the shutdown: {err}"
     summary = _summary(out)
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
     assert_gone(str(out))

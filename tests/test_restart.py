@@ -117,7 +117,7 @@ def test_restart_attempts_count_each_workers_restarts(run_dir: Path) -> None:
 
     def kill_in_turn() -> None:
         # (worker, step records in its log first, whether to kill its restarted process)
-        plan = [(1, 20, False), (2, 40, False), (1, 80, True)]
+        plan = [(1, 10, False), (2, 20, False), (1, 40, True)]
         deadline = time.monotonic() + 180
         for worker, after, rejoined in plan:
             log = run_dir / "workers" / f"worker-{worker}.jsonl"
@@ -134,7 +134,8 @@ def test_restart_attempts_count_each_workers_restarts(run_dir: Path) -> None:
 
     killer = threading.Thread(target=kill_in_turn)
     killer.start()
-    r = ssptk.run(mode="async", workers=3, steps=700, restart_failed=3, out=str(run_dir),
+    # 40 ms steps: 450 outlast three restarts (TensorFlow's start-up each) with room on a loaded machine
+    r = ssptk.run(mode="async", workers=3, steps=450, restart_failed=3, out=str(run_dir),
                   straggler=["0:0.04", "1:0.04", "2:0.04"], raise_on_failure=False)
     killer.join()
     assert killed == [1, 2, 1], f"the kills did not happen as planned ({killed}): the test proves nothing"
