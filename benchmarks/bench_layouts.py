@@ -18,8 +18,8 @@ from run import HERE, Context, Row, _f, at_most, median, rates
 MB = 1024 * 1024
 COUNTS = (1, 2, 4, 8, 16, 32, 64)
 QUICK_COUNTS = (1, 4, 16)
-#: The processes layout stops here: each task is a TensorFlow process of ~320 MB PSS (~680 MB RSS), so 64
-#: of them (~21 GB PSS) would not fit this 23 GB machine next to anything else.
+#: The processes layout stops here: each task is a TensorFlow process of ~280 MB PSS (~640 MB RSS), so 64
+#: of them (~18 GB PSS) would leave this 23 GB machine too little for anything else.
 PROCESSES_MAX = 32
 MINIBATCHES = 4000  # per run, whatever the worker count (at least 20 steps per worker): seconds of training
 PLOT = os.path.join(HERE, "scale_layouts.png")
@@ -111,8 +111,8 @@ def bench_scale_layouts(ctx: Context) -> list[Row]:
                                                       inspect=probe.inspect, **kw)
     ctx.note(f"Options: model linear, {MINIBATCHES} minibatches per run (steps = max(20, {MINIBATCHES} / N)), "
              f"`gpus none`, modes {', '.join(modes)}; workers {', '.join(map(str, counts))} (the processes layout "
-             f"to {PROCESSES_MAX}: 64 TensorFlow processes of ~320 MB PSS each would not fit this machine); every "
-             f"configuration once per round, alternating in ABBA order, {ctx.repeat} round(s).")
+             f"to {PROCESSES_MAX}: 64 TensorFlow processes of ~280 MB PSS each would leave this machine too "
+             f"little); every configuration once per round, alternating in ABBA order, {ctx.repeat} round(s).")
     ctx.note("start = `first_step_s` (the `ssptk.run()` call to the first step record: options, run directory, "
              "spawning, TensorFlow import, servers, graphs, session, start barrier). Memory = every task "
              "process of the run (psutil, found by the run directory on their command line): peak RSS sampled "
