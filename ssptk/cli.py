@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         name = getattr(e, "signal", None) or "SIGINT"
         why = "interrupted" if name == "SIGINT" else f"stopped by {name}"
-        print(f"\nssptk: {why}; every task was stopped, the logs and summary kept", file=sys.stderr)
+        print(f"ssptk: {why}; every task was stopped, the logs and summary kept", file=sys.stderr)
         return 128 + int(signal.Signals[name])
 
 
