@@ -4,7 +4,7 @@ two worker processes), against ssptk async on the same cluster shape, alternatin
 ssptk async >= 0.9 of the floor's steps/s, with every step record, the measured staleness and the
 minibatch claims that the floor does not have.
 
-Imported by ``run.py`` (its ``BENCHMARKS``).
+Listed in ``run.py``'s ``BENCHMARKS``; the helpers are :mod:`harness`'s.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from run import Context, Row, _f, at_least, best, median, rates, ratio
+from harness import Context, Row, at_least, best, fmt_value, median, rates, ratio
 
 WORKERS, STEPS, BATCH = 2, 1500, 8
 
@@ -96,7 +96,7 @@ def bench_async_floor(ctx: Context) -> list[Row]:
         for label in order:
             if label == "bare":
                 s = bare_async(WORKERS, steps, BATCH)
-                print(f"    bare       {_f(s.get('steps_per_s'), '8.1f')} steps/s", flush=True)
+                print(f"    bare       {fmt_value(s.get('steps_per_s'), '8.1f')} steps/s", flush=True)
                 res[label].append(s)
             else:
                 res[label].append(ctx.run(f"ssptk {label}", layout=label, **common))
@@ -108,7 +108,7 @@ def bench_async_floor(ctx: Context) -> list[Row]:
              "`--issync=0`). Its steps/s = all steps / (last worker's end - first worker's start after "
              "initialisation); ssptk's is the summary's (first start to last step).")
     for k, v in res.items():
-        ctx.note(f"{k} steps/s: " + ", ".join(_f(s.get("steps_per_s"), ".1f") for s in v))
+        ctx.note(f"{k} steps/s: " + ", ".join(fmt_value(s.get("steps_per_s"), ".1f") for s in v))
     n = "async_floor"
     floor = rates(res["bare"])
     rows = []

@@ -2,7 +2,7 @@
 start-up (``run()`` to the first step), peak memory of all the run's task processes (RSS, and PSS once
 mid-training), and steps/s, for async and ssp:2. Writes ``benchmarks/scale_layouts.png``.
 
-Imported by ``run.py`` (its ``BENCHMARKS``). Targets (issue 13): 32 workers start in under 30 s and stay
+Listed in ``run.py``'s ``BENCHMARKS``. Targets (issue 13): 32 workers start in under 30 s and stay
 under 3 GB RSS; 64 workers run.
 """
 from __future__ import annotations
@@ -12,8 +12,7 @@ import threading
 import time
 from typing import Any
 
-import run as _run
-from run import HERE, Context, Row, _f, at_most, median, rates
+from harness import HERE, Context, Row, at_most, fmt_value, median, rates, ratio
 
 MB = 1024 * 1024
 COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -127,7 +126,7 @@ def bench_scale_layouts(ctx: Context) -> list[Row]:
                 s = res.get(f"{layout} n={n} {m}")
                 if s is None:
                     continue
-                cells = [_f(median(rates(s, k)), f) for k, f in
+                cells = [fmt_value(median(rates(s, k)), f) for k, f in
                          (("first_step_s", ".1f"), ("peak_rss_mb", ".0f"), ("pss_mb", ".0f"), ("steps_per_s", ".1f"))]
                 failed = sum(1 for x in s if x.get("status") != "ok")
                 table.append(f"| {n} | {layout} | {m} | " + " | ".join(cells) + " |"
@@ -154,12 +153,12 @@ def bench_scale_layouts(ctx: Context) -> list[Row]:
             continue
         for m in modes:
             rows.append(Row(f"{name}: {n} workers {m}, steps/s shared/processes (medians)",
-                            _run.ratio(median(rates(res[f"shared n={n} {m}"])),
-                                       median(rates(res[f"processes n={n} {m}"]))), fmt=".2f"))
+                            ratio(median(rates(res[f"shared n={n} {m}"])),
+                                  median(rates(res[f"processes n={n} {m}"]))), fmt=".2f"))
         rows += [Row(f"{name}: {n} workers, start shared/processes (medians)",
-                     _run.ratio(median(rates(s, "first_step_s")), median(rates(p, "first_step_s"))), fmt=".2f"),
+                     ratio(median(rates(s, "first_step_s")), median(rates(p, "first_step_s"))), fmt=".2f"),
                  Row(f"{name}: {n} workers, PSS shared/processes (medians)",
-                     _run.ratio(median(rates(s, "pss_mb")), median(rates(p, "pss_mb"))), fmt=".2f")]
+                     ratio(median(rates(s, "pss_mb")), median(rates(p, "pss_mb"))), fmt=".2f")]
     return rows
 
 

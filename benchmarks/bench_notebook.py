@@ -1,13 +1,13 @@
 """Benchmarks of the notebook layer: what the live dashboard costs a run.
 
-Imported by ``run.py``, which lists them in its ``BENCHMARKS``; the helpers (``Row``, targets, the
-context) are ``run.py``'s.
+Listed in ``run.py``'s ``BENCHMARKS``; the helpers (``Row``, targets, the context) are
+:mod:`harness`'s.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from run import Context, Row, _f, at_least, best, median, rates, ratio
+from harness import Context, Row, at_least, best, fmt_value, median, rates, ratio
 
 
 def bench_dashboard_overhead(ctx: Context) -> list[Row]:
@@ -49,8 +49,8 @@ def _overhead(ctx: Context, common: dict[str, Any], n: str) -> list[Row]:
                 frames.append(dash.redraws)
     ctx.note(f"Options: {', '.join(f'{k}={v}' for k, v in common.items())}; dashboard refresh 1 s, alternating, "
              f"{ctx.repeat} round(s).")
-    ctx.note("steps/s with the dashboard: " + ", ".join(_f(v, ".1f") for v in rates(on)))
-    ctx.note("steps/s without: " + ", ".join(_f(v, ".1f") for v in rates(off)))
+    ctx.note("steps/s with the dashboard: " + ", ".join(fmt_value(v, ".1f") for v in rates(on)))
+    ctx.note("steps/s without: " + ", ".join(fmt_value(v, ".1f") for v in rates(off)))
     ctx.note("frames drawn per run: " + ", ".join(str(f) for f in frames) + "; drawing CPU / training wall time: "
              + ", ".join(f"{100 * c:.1f}%" for c in cpu_share))
     return [

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import pandas as pd
-from run import Context, Row, at_least, at_most
+from harness import Context, Row, at_least, at_most, opts_text
 
 WORKERS = (8, 16, 32, 64, 128, 256)
 SPEED: dict[str, Any] = dict(model="digits", steps=300, jitter="exp:0.01", seed=0)
@@ -81,8 +81,6 @@ def bench_predict_speed(ctx: Context) -> list[Row]:
 
 def bench_predicted_vs_real(ctx: Context) -> list[Row]:
     """Real runs beside their predictions (``compare --predict``), per scenario."""
-    from run import opts_text  # defined after the benchmarks are imported
-
     from ssptk import api
 
     rows: list[Row] = []

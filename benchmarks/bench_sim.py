@@ -1,15 +1,27 @@
 """Real runs against the simulator: issue 4's "within 10% of the prediction once the per-step overhead
 is calibrated".
 
-Imported by ``run.py``, which lists it in its ``BENCHMARKS``; the helpers (``Row``, targets, the
-context) are ``run.py``'s.
+Listed in ``run.py``'s ``BENCHMARKS``; the helpers (``Row``, targets, the context) are
+:mod:`harness`'s.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import run as _run  # for helpers run.py defines after its BENCHMARKS list (looked up at call time)
-from run import Context, Row, Target, _f, at_most, best, median, more_than, rates, ratio, values_line
+from harness import (
+    Context,
+    Row,
+    Target,
+    at_most,
+    best,
+    fmt_value,
+    median,
+    more_than,
+    opts_text,
+    rates,
+    ratio,
+    values_line,
+)
 
 MODES: dict[str, dict[str, Any]] = {
     "sync": dict(mode="sync"), "ssp:1": dict(mode="ssp", staleness=1),
@@ -64,7 +76,7 @@ def bench_sim_vs_real(ctx: Context) -> list[Row]:
     left when one constant overhead must explain all four; informational)."""
     common = dict(model="linear", workers=3, steps=60 if ctx.quick else 200, seed=0, jitter="exp:0.03")
     configs = {label: dict(common, **kw) for label, kw in MODES.items()}
-    ctx.note(f"Options: {_run.opts_text(common)}; modes in alternation ({', '.join(MODES)}), {ctx.repeat} round(s). "
+    ctx.note(f"Options: {opts_text(common)}; modes in alternation ({', '.join(MODES)}), {ctx.repeat} round(s). "
              "`measured / ideal`: each run's steps/s over the simulator's, the overhead calibrated from that "
              "run's own records (median over workers of the time between a worker's steps minus its injected "
              "delay and its wait); the figure is the median over rounds.")
@@ -87,7 +99,7 @@ def bench_sim_vs_real(ctx: Context) -> list[Row]:
         if label != "async":
             pred = predicted(label, common, async_overhead)
             rows.append(Row(f"{n}: {label} measured / predicted with async's overhead", ratio(measured, pred)))
-    ctx.note(f"async's median overhead {_f(async_overhead, '.2f')} ms, used for every mode in the "
+    ctx.note(f"async's median overhead {fmt_value(async_overhead, '.2f')} ms, used for every mode in the "
              "`predicted with async's overhead` rows: sync's token round trip and SSP's blocking run are "
              "costs of those modes that a single constant cannot hold.")
     return rows + mode_rows(n, res)

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from run import Context, Row, at_least
+from harness import Context, Row, at_least, opts_text
 
 MINIBATCHES = 200_000
 SOAK: dict[str, Any] = dict(model="linear", workers=2, batch=16, seed=0, gpus="none")
@@ -74,8 +74,6 @@ def _counts(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
 
 def bench_soak(ctx: Context) -> list[Row]:
     """Each mode's long run under a CPU hog: 1 if it finished with every minibatch of its budget trained once."""
-    from run import opts_text
-
     total = 4_000 if ctx.quick else MINIBATCHES
     hogs = os.cpu_count() or 2
     ctx.note(f"Options: {opts_text(SOAK)}, steps = {total:,} minibatches / 2 workers (sync: {total // 2:,} updates "

@@ -1,8 +1,8 @@
 """Benchmarks of what a run costs besides training itself: per-step logging, cold start-up, and how
 throughput, start-up and memory go with the number of workers.
 
-Imported by ``run.py``, which lists them in its ``BENCHMARKS``; the helpers (``Row``, targets, the
-context) are ``run.py``'s. :class:`Probe` follows a run as a :class:`ssptk.api.RunObserver` and reads
+Listed in ``run.py``'s ``BENCHMARKS``; the helpers (``Row``, targets, the context) are
+:mod:`harness`'s. :class:`Probe` follows a run as a :class:`ssptk.api.RunObserver` and reads
 its run directory before ``ctx.run`` deletes it.
 """
 from __future__ import annotations
@@ -15,8 +15,7 @@ import sys
 import time
 from typing import Any
 
-import run as _run  # for helpers run.py defines after its BENCHMARKS list (looked up at call time)
-from run import Context, Row, _f, at_least, at_most, best, median, rates, ratio
+from harness import Context, Row, at_least, at_most, best, fmt_value, median, opts_text, rates, ratio
 
 MB = 1024 * 1024
 RSS_EVERY_S = 0.5  # memory is sampled at most this often (each sample reads /proc of every task)
@@ -238,7 +237,7 @@ def bare_tf_memory() -> dict[str, float]:
 
 
 def _vals(summaries: list[dict[str, Any]], key: str, fmt: str) -> str:
-    return ", ".join(_f(s.get(key), fmt) if s.get("status") == "ok" else "FAILED" for s in summaries)
+    return ", ".join(fmt_value(s.get(key), fmt) if s.get("status") == "ok" else "FAILED" for s in summaries)
 
 
 # --- benchmarks -----------------------------------------------------------------------------------------
@@ -261,7 +260,7 @@ def bench_logging_on_off(ctx: Context) -> list[Row]:
     for m, kw in modes.items():
         configs[f"{m} log"] = dict(common, **kw, **hooks)
         configs[f"{m} nolog"] = dict(common, **kw, no_log=True, **hooks)
-    ctx.note(f"Options: {_run.opts_text(common)}, no delays; per mode with and without `--no-log`, all four "
+    ctx.note(f"Options: {opts_text(common)}, no delays; per mode with and without `--no-log`, all four "
              f"alternating in ABBA order, {ctx.repeat} round(s).")
     ctx.note("steps/s here = sum of the workers' `done.steps` / (last `done` - first `start`), the same "
              "measure both ways (no-log runs have no step records, so no summary steps/s).")
@@ -272,8 +271,8 @@ def bench_logging_on_off(ctx: Context) -> list[Row]:
         ctx.note(f"{m} with logging, summary steps/s (first start to last step record) for comparison: "
                  + _vals(res[f"{m} log"], "steps_per_s", ".1f"))
     ctx.note("CPU ms per minibatch, tasks (all workers + PS) / tasks + launcher, each run: "
-             + "; ".join(f"{k}: " + ", ".join(f"{_f(s.get('cpu_ms_per_mb'), '.2f')}/"
-                                              f"{_f(s.get('cpu_ms_per_mb_all'), '.2f')}" for s in v)
+             + "; ".join(f"{k}: " + ", ".join(f"{fmt_value(s.get('cpu_ms_per_mb'), '.2f')}/"
+                                              f"{fmt_value(s.get('cpu_ms_per_mb_all'), '.2f')}" for s in v)
                          for k, v in res.items()))
     rows: list[Row] = []
     n = "logging_on_off"
@@ -281,7 +280,7 @@ def bench_logging_on_off(ctx: Context) -> list[Row]:
         on, off = res[f"{m} log"], res[f"{m} nolog"]
         r_on, r_off = rates(on, "ev_steps_per_s"), rates(off, "ev_steps_per_s")
         pairs = [ratio(a.get("ev_steps_per_s"), b.get("ev_steps_per_s")) for a, b in zip(on, off)]
-        ctx.note(f"{m}: per-round ratio logging/no-logging: " + ", ".join(_f(p, ".3f") for p in pairs))
+        ctx.note(f"{m}: per-round ratio logging/no-logging: " + ", ".join(fmt_value(p, ".3f") for p in pairs))
         c_on, c_off = rates(on, "cpu_ms_per_mb"), rates(off, "cpu_ms_per_mb")
         a_on, a_off = rates(on, "cpu_ms_per_mb_all"), rates(off, "cpu_ms_per_mb_all")
         l_on, l_off = rates(on, "launcher_cpu_ms_per_mb"), rates(off, "launcher_cpu_ms_per_mb")
@@ -338,11 +337,11 @@ def bench_cold_start(ctx: Context) -> list[Row]:
             for label, (k, conc) in (("3 together", (3, True)), ("3 in a row", (3, False)),
                                      ("4 together", (4, True)))[:: 1 if r % 2 == 0 else -1]:
                 imports[label].append(bare_imports(k, conc))
-                print(f"    import tensorflow x{label:<11} {_f(imports[label][-1], '.2f')} s", flush=True)
+                print(f"    import tensorflow x{label:<11} {fmt_value(imports[label][-1], '.2f')} s", flush=True)
     first = rates(runs, "first_step_s")
     imp = {k: [v for v in vs if v is not None] for k, vs in imports.items()}
     conc3, seq3, conc4 = median(imp["3 together"]), median(imp["3 in a row"]), median(imp["4 together"])
-    ctx.note(f"Options: {_run.opts_text(common)}, `gpus none`; {ctx.repeat} round(s), each one cold ssptk run and "
+    ctx.note(f"Options: {opts_text(common)}, `gpus none`; {ctx.repeat} round(s), each one cold ssptk run and "
              "the bare imports, in ABBA order. Bare import: `python -c \"import tensorflow\"` with the tasks' "
              "environment (TF_CPP_MIN_LOG_LEVEL=2, no GPU) and, like them, each in its own session (with "
              "autogroup scheduling, on when /proc/sys/kernel/sched_autogroup_enabled is 1, a session is one "
@@ -356,13 +355,13 @@ def bench_cold_start(ctx: Context) -> list[Row]:
              "TensorFlow does by default; ssptk skips it, `ssptk/runtime/tf_import.py`), first_step_s: "
              + _vals(eager, "first_step_s", ".2f"))
     for k, vs in imports.items():
-        ctx.note(f"bare imports, {k}, seconds: " + ", ".join(_f(v, ".2f") for v in vs))
+        ctx.note(f"bare imports, {k}, seconds: " + ", ".join(fmt_value(v, ".2f") for v in vs))
     parts = [("to_spawn_s", "run() call to spawning the tasks (options, run dir)"),
              ("spawn_to_ready_s", "spawn to every task's SSPTK_READY (Python, ssptk, TensorFlow import, "
                                   "gRPC server; seen by the launcher's 50 ms poll)"),
              ("ready_to_barrier_s", "ready to the start barrier (graph, session, variable init, barrier)"),
              ("barrier_to_first_step_s", "start barrier to the first step record")]
-    ctx.note("Breakdown (medians, s): " + "; ".join(f"{text}: {_f(median(rates(runs, key)), '.2f')}"
+    ctx.note("Breakdown (medians, s): " + "; ".join(f"{text}: {fmt_value(median(rates(runs, key)), '.2f')}"
                                                       for key, text in parts))
     n = "cold_start"
     return [
@@ -394,7 +393,7 @@ def bench_scale_workers(ctx: Context) -> list[Row]:
     cores = os.cpu_count() or 1
     bare = bare_tf_memory()
     print(f"    bare TensorFlow process: RSS {bare['rss_mb']:.0f} MB, PSS {bare['pss_mb']:.0f} MB", flush=True)
-    ctx.note(f"Options: {_run.opts_text(common)} (steps per worker), workers {', '.join(map(str, counts))}, modes "
+    ctx.note(f"Options: {opts_text(common)} (steps per worker), workers {', '.join(map(str, counts))}, modes "
              f"{', '.join(modes)}; all {len(configs)} configurations alternating in ABBA order, {ctx.repeat} "
              "round(s). Table figures are medians over rounds; start-up and memory pool both modes.")
     ctx.note("Why async and ssp:2: async is the engine's own ceiling (no waiting), and ssp:2 against it shows "
@@ -415,7 +414,7 @@ def bench_scale_workers(ctx: Context) -> list[Row]:
     for k in counts:
         for m in modes:
             s = res[f"{m} n={k}"]
-            cells = [_f(median(rates(s, key)), fmt) for key, fmt in
+            cells = [fmt_value(median(rates(s, key)), fmt) for key, fmt in
                      (("steps_per_s", ".1f"), ("wait_fraction", ".3f"), ("first_step_s", ".2f"),
                       ("rss_ps_mb", ".0f"), ("rss_worker_mb", ".0f"), ("rss_total_mb", ".0f"),
                       ("pss_total_mb", ".0f"))]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from run import Context, Row, at_most
+from harness import Context, Row, at_most, opts_text
 
 from ssptk import analysis as an
 from ssptk.rundir import load_run
@@ -31,8 +31,6 @@ _ENDS = ("sync", "async")
 
 def bench_tradeoff(ctx: Context) -> list[Row]:
     """Time and minibatches to the held-out target per setting, over ``ctx.repeat`` alternating rounds."""
-    from run import opts_text  # defined after the benchmarks are imported
-
     from ssptk import api
 
     common = dict(SCENARIO, steps=150 if ctx.quick else SCENARIO["steps"])

@@ -13,13 +13,9 @@ Throughput is always the run's own ``summary["steps_per_s"]``, which runs from t
 the last step, so TensorFlow start-up is not in it. Configurations compared with each other are run
 in alternation (A, B, A, B, ...) so that slow phases of a noisy machine hit all of them alike.
 
-Adding a benchmark: write ``def bench_xxx(ctx: Context) -> list[Row]`` and append it to
-:data:`BENCHMARKS`. ``ctx.alternate({...}, repeat)`` runs labelled configurations in alternation and
-returns their summaries; :class:`Row` is one line of the final table (``target=None`` means
-"reported for information only"). ``ctx.run(label, observer=..., inspect=..., **options)`` follows a
-run with a :class:`ssptk.api.RunObserver` and reads its run directory (``inspect(run_dir, summary)``
-returns extra summary keys) before the directory is deleted; ``bench_start_scale.py`` (logging on/off,
-cold start, scaling) uses both through its ``Probe``.
+This file only lists the benchmarks, runs the chosen ones and writes the results. Adding a benchmark:
+write ``def bench_xxx(ctx: Context) -> list[Row]`` in a ``bench_*.py`` module, with its helpers (the
+context, rows, targets) from ``harness.py``, and append it to :data:`BENCHMARKS` here.
 """
 from __future__ import annotations
 
@@ -30,7 +26,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,253 +35,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from bench_engine import bench_ssp_nonbinding_vs_async, bench_warm_rerun
+from bench_floor import bench_async_floor
+from bench_layouts import bench_scale_layouts
+from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
+from bench_predict import bench_predict_speed, bench_predicted_vs_real
+from bench_sim import bench_sim_vs_real
+from bench_soak import bench_soak
+from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
+from bench_tradeoff import bench_tradeoff
+from harness import HERE, Context, Row
+
 RESULTS = os.path.join(HERE, "RESULTS.md")
-# Benchmark the checkout this file is in, not whatever ssptk is installed: a `pip install .` from
-# another clone once made a whole benchmark run measure old code (the tasks import the launcher's ssptk).
-sys.path.insert(0, os.path.dirname(HERE))
 NOISE_NOTE = (
     "The machine is shared and noisy (another engineer's tests may run at the same time, and the "
     "2-core VM has no CPU isolation): single figures can move by 10-30% between back-to-back runs. "
     "Compare ratios from alternating repeats (median and best), not absolute steps/s across days."
 )
-
-
-# --- rows and targets -----------------------------------------------------------------------------
-
-@dataclass
-class Target:
-    """A target like ``>= 0.95``; ``check`` says whether a value meets it."""
-
-    text: str
-    check: Callable[[float], bool]
-
-
-def at_least(x: float) -> Target:
-    return Target(f">= {x:g}", lambda v: v >= x)
-
-
-def at_most(x: float) -> Target:
-    return Target(f"<= {x:g}", lambda v: v <= x)
-
-
-def more_than(x: float) -> Target:
-    return Target(f"> {x:g}", lambda v: v > x)
-
-
-@dataclass
-class Row:
-    """One line of the result table. ``value`` None means the measurement failed."""
-
-    name: str
-    value: float | None
-    target: Target | None = None
-    fmt: str = ".3f"
-    note: str = ""
-
-    @property
-    def verdict(self) -> str:
-        if self.value is None:
-            return "FAILED"
-        if self.target is None:
-            return "info"
-        return "PASS" if self.target.check(self.value) else "MISSED"
-
-    def value_text(self) -> str:
-        return "n/a" if self.value is None else format(self.value, self.fmt)
-
-
-@dataclass
-class Section:
-    """What one benchmark produced: its rows and free-form detail lines (markdown) for RESULTS.md."""
-
-    name: str
-    rows: list[Row]
-    detail: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    error: str | None = None
-    started: str = ""
-    ended: str = ""
-    load: str = ""  # load average (1, 5, 15 min) at start / at end
-
-
-# --- running ----------------------------------------------------------------------------------------
-
-class Context:
-    """Shared by every benchmark: options, the temp directory for run dirs, and a run helper."""
-
-    def __init__(self, args: argparse.Namespace, tmp: str) -> None:
-        self.args = args
-        self.quick: bool = args.quick
-        self.repeat: int = args.repeat
-        self.tmp = tmp
-        self._n = 0
-        self.detail: list[str] = []  # detail lines of the benchmark being run
-
-    def note(self, line: str) -> None:
-        self.detail.append(line)
-
-    def run(self, label: str, *, observer: Any = None,
-            inspect: Callable[[str, dict[str, Any]], dict[str, Any] | None] | None = None,
-            **options: Any) -> dict[str, Any]:
-        """One real run (PS + workers) with ``options``; returns its summary (status 'failed' on error).
-
-        ``observer``: a :class:`ssptk.api.RunObserver` that follows the run (e.g. to sample memory).
-        ``inspect(run_dir, summary)``: called once the run has ended and before its directory is
-        deleted (also for a failed run); the keys of the dict it returns are added to the summary
-        (its ``"line"``, if any, is printed under the run's own line).
-        """
-        from ssptk import api
-
-        self._n += 1
-        out = os.path.join(self.tmp, f"{self._n:03d}-{re.sub(r'[^A-Za-z0-9_.-]', '-', label)}")
-        options.setdefault("gpus", "none")
-        t0 = time.perf_counter()
-        try:
-            summary = dict(api.run(out=out, raise_on_failure=False, observer=observer, **options).summary)
-        except Exception as e:  # noqa: BLE001 - a failed run is reported, the benchmark goes on
-            summary = {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
-        summary["total_s"] = time.perf_counter() - t0
-        if inspect is not None and os.path.isdir(out):
-            try:
-                summary.update(inspect(out, summary) or {})
-            except Exception as e:  # noqa: BLE001 - the run's own figures still count
-                summary["inspect_error"] = f"{type(e).__name__}: {e}"
-                print(f"    {label:<10} inspect failed: {summary['inspect_error']}", flush=True)
-        if summary.get("status") == "ok":
-            print(f"    {label:<10} {_f(summary.get('steps_per_s'), '8.1f')} steps/s  "
-                  f"train {_f(summary.get('wall_s'), '.2f')} s  (whole run {summary['total_s']:.1f} s)  "
-                  f"wait {_f(summary.get('wait_fraction'), '.3f')}  skew {summary.get('max_skew')}",
-                  flush=True)
-        else:
-            print(f"    {label:<10} FAILED: {summary.get('reason')}", flush=True)
-        if summary.get("line"):
-            print(f"    {'':<10} {summary.pop('line')}", flush=True)
-        shutil.rmtree(out, ignore_errors=True)  # keep the temp dir small as we go
-        return summary
-
-    def alternate(self, configs: dict[str, dict[str, Any]],
-                  repeat: int | None = None) -> dict[str, list[dict[str, Any]]]:
-        """Run every labelled configuration once per round, ``repeat`` rounds, in ABBA order (the
-        order reverses every other round): whatever runs first in a round had a measurable edge here."""
-        repeat = self.repeat if repeat is None else repeat
-        results: dict[str, list[dict[str, Any]]] = {label: [] for label in configs}
-        for r in range(repeat):
-            print(f"  round {r + 1}/{repeat}", flush=True)
-            order = list(configs.items())
-            for label, opts in (order if r % 2 == 0 else order[::-1]):
-                results[label].append(self.run(label, **opts))
-        return results
-
-
-def rates(summaries: list[dict[str, Any]], key: str = "steps_per_s") -> list[float]:
-    """The ``key`` values of the successful runs."""
-    return [float(s[key]) for s in summaries if s.get("status") == "ok" and s.get(key) is not None]
-
-
-def median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
-def best(xs: list[float]) -> float | None:
-    return max(xs) if xs else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def _f(v: Any, fmt: str) -> str:
-    return "n/a" if v is None else format(v, fmt)
-
-
-def values_line(label: str, summaries: list[dict[str, Any]], key: str = "steps_per_s", fmt: str = ".1f") -> str:
-    vals = [_f(s.get(key), fmt) if s.get("status") == "ok" else "FAILED" for s in summaries]
-    return f"{label}: " + ", ".join(vals)
-
-
-# --- benchmarks ---------------------------------------------------------------------------------------
-
-def bench_ssp_nonbinding_vs_async(ctx: Context) -> list[Row]:
-    """SSP whose bound never binds costs (almost) nothing over async: target >= 0.95 of async's steps/s."""
-    common = dict(model="linear", workers=3, steps=300 if ctx.quick else 1500, seed=0)
-    configs = {"async": dict(common, mode="async"), "ssp:1000": dict(common, mode="ssp", staleness=1000)}
-    ctx.note(f"Options: {opts_text(common)}, no delays; async vs ssp staleness 1000 "
-             f"(never binds), alternating, {ctx.repeat} round(s).")
-    res = ctx.alternate(configs)
-    a, s = rates(res["async"]), rates(res["ssp:1000"])
-    ctx.note("steps/s of each run, in order: " + "; ".join(values_line(k, v) for k, v in res.items()))
-    pairs = [ratio(y, x) for x, y in zip(_ok_or_none(res["async"]), _ok_or_none(res["ssp:1000"]))]
-    ctx.note("per-round ratio ssp/async: " + ", ".join(_f(p, ".3f") for p in pairs))
-    waits = rates(res["ssp:1000"], "wait_fraction")
-    ctx.note("ssp:1000 wait_fraction (should be 0: the bound never binds): " + ", ".join(f"{w:.4f}" for w in waits))
-    walls = [_f(x.get("wall_s"), ".2f") for x in res["async"] + res["ssp:1000"]]
-    ctx.note("training seconds per run (async runs, then ssp runs): " + ", ".join(walls))
-    n = "ssp_nonbinding_vs_async"
-    return [
-        Row(f"{n}: ratio of medians", ratio(median(s), median(a)), at_least(0.95)),
-        Row(f"{n}: ratio of bests", ratio(best(s), best(a)), at_least(0.95)),
-        Row(f"{n}: async median steps/s", median(a), fmt=".1f"),
-        Row(f"{n}: ssp:1000 median steps/s", median(s), fmt=".1f"),
-        Row(f"{n}: async best steps/s", best(a), fmt=".1f"),
-        Row(f"{n}: ssp:1000 best steps/s", best(s), fmt=".1f"),
-        # CPU per minibatch while training (all tasks): steadier than steps/s when the machine is shared,
-        # and on 2 cores the tasks are CPU-bound, so steps/s goes as its inverse.
-        Row(f"{n}: CPU per minibatch, async/ssp (medians)",
-            ratio(median(rates(res["async"], "cpu_ms_per_step")), median(rates(res["ssp:1000"], "cpu_ms_per_step"))),
-            at_least(0.95), fmt=".3f"),
-        Row(f"{n}: async CPU ms per minibatch (median)", median(rates(res["async"], "cpu_ms_per_step")), fmt=".3f"),
-        Row(f"{n}: ssp:1000 CPU ms per minibatch (median)", median(rates(res["ssp:1000"], "cpu_ms_per_step")),
-            fmt=".3f"),
-    ]
-
-
-def bench_warm_rerun(ctx: Context) -> list[Row]:
-    """Time from ``run()`` to the first step: a cold cluster against warm re-runs on the same tasks
-    (what ``%dtrain`` does from the second run on). Target: a warm re-run reaches its first step in <= 1.5 s."""
-    from ssptk.launch import warm
-
-    common = dict(model="linear", workers=3, steps=40 if ctx.quick else 100, seed=0)
-    cold, hot = [], []
-    for r in range(ctx.repeat):
-        print(f"  round {r + 1}/{ctx.repeat}", flush=True)
-        warm.shutdown()
-        cold.append(ctx.run("cold", mode="ssp", staleness=2, **common))
-        hot.append(ctx.run("warm-first", mode="ssp", staleness=2, warm=True, **common))  # starts the warm cluster
-        for s in (0, 4, 8):
-            hot.append(ctx.run(f"warm-ssp:{s}", mode="ssp", staleness=s, warm=True, **common))
-        warm.shutdown()
-    cold_t = rates(cold, "first_step_s")
-    warm_t = rates([h for h in hot if h.get("warm_reused")], "first_step_s")
-    ctx.note(f"Options: {opts_text(common)}. Per round: one cold run, then one warm run that starts the warm "
-             "cluster (not counted as warm), then staleness 0, 4, 8 on it.")
-    ctx.note("cold first_step_s: " + ", ".join(f"{v:.2f}" for v in cold_t))
-    ctx.note("warm re-run first_step_s: " + ", ".join(f"{v:.3f}" for v in warm_t))
-    n = "warm_rerun"
-    return [
-        Row(f"{n}: warm re-run time to first step, median (s)", median(warm_t), at_most(1.5), fmt=".3f"),
-        Row(f"{n}: warm re-run time to first step, worst (s)", max(warm_t) if warm_t else None, at_most(1.5),
-            fmt=".3f"),
-        Row(f"{n}: cold run time to first step, median (s)", median(cold_t), fmt=".2f"),
-        Row(f"{n}: cold / warm (medians)", ratio(median(cold_t), median(warm_t)), fmt=".1f"),
-    ]
-
-
-# Logging on/off, cold start against bare TensorFlow imports, and scaling 1..8 workers live in
-# bench_start_scale.py; the modes under jitter against the simulator in bench_sim.py. They import
-# this module's helpers as ``run``, so this module is registered
-# under that name first (it runs as ``__main__``) and imported only here, once they all exist.
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-sys.modules.setdefault("run", sys.modules[__name__])
-from bench_floor import bench_async_floor  # noqa: E402
-from bench_layouts import bench_scale_layouts  # noqa: E402
-from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64  # noqa: E402
-from bench_predict import bench_predict_speed, bench_predicted_vs_real  # noqa: E402
-from bench_sim import bench_sim_vs_real  # noqa: E402
-from bench_soak import bench_soak  # noqa: E402
-from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers  # noqa: E402
-from bench_tradeoff import bench_tradeoff  # noqa: E402
 
 #: Every benchmark, in the order they run.
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
@@ -308,15 +73,23 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
 
 
 def bench_name(fn: Callable[..., Any]) -> str:
+    """A benchmark's name, as ``--only`` and RESULTS.md spell it: ``bench_xxx`` -> ``xxx``."""
     return fn.__name__.removeprefix("bench_")
 
 
-def _ok_or_none(summaries: list[dict[str, Any]]) -> list[float | None]:
-    return [float(s["steps_per_s"]) if s.get("status") == "ok" and s.get("steps_per_s") else None for s in summaries]
+@dataclass
+class Section:
+    """What one benchmark produced: its rows and free-form detail lines (markdown) for RESULTS.md."""
 
+    name: str
+    rows: list[Row]
+    detail: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+    started: str = ""
+    ended: str = ""
+    load: str = ""  # load average (1, 5, 15 min) at start / at end
 
-def opts_text(opts: dict[str, Any]) -> str:
-    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in opts.items())
 
 
 # --- machine ------------------------------------------------------------------------------------------

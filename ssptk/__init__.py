@@ -1,8 +1,9 @@
 """ssptk: see how synchronous, stale-synchronous (SSP) and asynchronous distributed training differ.
 
-``ssptk.run(...)`` trains one of the seed models on a local TensorFlow cluster (one parameter server,
-N workers as subprocesses); ``ssptk.compare([...])`` runs several modes and writes a report;
-``ssptk.simulate(...)`` predicts the same without training. See README.md and CONTRIBUTING.md (layers).
+``ssptk.run(...)`` trains a model on a local TensorFlow cluster (one parameter server and N workers: a
+process each, or all in one process from 8 workers on); ``ssptk.compare([...])`` runs several modes and
+writes a report; ``ssptk.simulate(...)`` predicts the same without training. See README.md,
+docs/design.md and CONTRIBUTING.md (layers).
 """
 from __future__ import annotations
 

@@ -5,12 +5,26 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def under_ci() -> bool:
+    """Whether ``CI`` is set (to anything but empty, ``0``, ``false`` or ``no``), as ``.ci/run`` sets it."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def skip_or_fail(why: str) -> NoReturn:
+    """Skip the calling test (or module) because a precondition is missing: ``why`` says which and how to get
+    it. Under CI it fails instead, so a check that never ran cannot pass for one that did."""
+    if under_ci():
+        pytest.fail(f"{why}; CI is set, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 
 def cluster_processes(marker: str) -> list[psutil.Process]:

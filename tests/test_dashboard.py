@@ -18,7 +18,8 @@ from matplotlib.image import imread
 
 from ssptk import analysis as an
 from ssptk.notebook.dashboard import LiveDashboard
-from ssptk.notebook.live_state import LiveRun, nice_ceil, rolling_mean, sticky_range, thin, thin_envelope
+from ssptk.notebook.live_state import LiveRun, nice_ceil, sticky_range
+from ssptk.render.run_panels import thin, thin_envelope
 
 T0 = 1_700_000_000.0
 
@@ -164,7 +165,9 @@ def test_skew_of_a_hand_made_case():
     recs = [step(1, 0, 1), step(2, 0, 2), step(3, 1, 1), step(4, 0, 3)]
     run.add(recs[:2], [event("start", 0, 0), event("start", 0, 1)])
     run.add(recs[2:], [])
-    assert run.skew.values.tolist() == [1, 2, 1, 2]
+    # worker 1's log has reached 3 s only: worker 0's step at 4 s waits, it might yet be followed by
+    # worker 1's step at 3.5 s
+    assert run.skew.values.tolist() == [1, 2, 1] and run.n_pending == 1 and run.horizon == T0 + 3
     # worker 0 finishes; from then on only worker 1 counts (a step at the done time still counts 0)
     run.add([step(5, 1, 2), step(7, 1, 3)], [event("done", 6, 0)])
     assert run.skew.values.tolist() == [1, 2, 1, 2, 1, 0]
@@ -175,12 +178,14 @@ def test_skew_of_a_hand_made_case():
     assert run.skew.values.tolist() == [1, 2, 1, 2, 1, 0]
 
 
-def test_records_arriving_late_are_sorted_at_the_end():
+def test_a_log_read_ahead_of_the_others_waits_for_them():
     run = LiveRun(workers=2)
     run.add([step(1, 0, 1), step(3, 0, 2)], [])
+    assert run.n_steps == 0 and run.n_pending == 2  # worker 1 has logged nothing yet
     run.add([step(2, 1, 1), step(4, 1, 2)], [])  # worker 1's first step landed before worker 0's second
-    assert not run.in_order
-    run.finalize()
+    assert run.in_order and run.t.values.tolist() == [T0 + 1, T0 + 2, T0 + 3]
+    assert run.skew.values.tolist() == [1, 0, 1]
+    run.finalize()  # the run has ended: the rest is taken
     assert run.t.values.tolist() == [T0 + 1, T0 + 2, T0 + 3, T0 + 4]
     frame = pd.DataFrame({"t": run.t.values, "worker": run.worker.values.astype(int), "step": run.step.values})
     expected = an.skew_timeline(frame, an.finish_times(frame), workers=[0, 1])["skew"].tolist()
@@ -281,8 +286,6 @@ def test_widget_needs_ipywidgets(monkeypatch):
 
 
 def test_pure_helpers():
-    x = np.array([1.0, 2.0, np.nan, 4.0, 5.0, 6.0])
-    np.testing.assert_allclose(rolling_mean(x, 3), pd.Series(x).rolling(3, min_periods=1).mean(), equal_nan=True)
     a = np.arange(10_000, dtype=float)
     tx, ty = thin(a, a, 500)
     assert len(tx) == 500 and tx[0] == 0 and tx[-1] == 9999
@@ -417,14 +420,40 @@ def test_live_figure_with_many_workers_draws_the_extremes() -> None:
     from ssptk.notebook.live_figure import LiveFigure
 
     n = an.MANY_WORKERS
-    run = LiveRun(n)
+    run = LiveRun(n, {"mode": "async", "workers": n, "model": "linear"})
     records = synthetic(workers=n, steps=10, seed=1)
-    run.add(records, [event("start", 0.0, w) for w in range(n)])
-    fig = LiveFigure(n, None, "many", 5 * n)
-    fig.update(run, total=len(records))
-    assert not fig.loss_lines and not fig.prog_lines
-    lo, hi = (line.get_ydata() for line in fig.prog_ends)
-    assert lo[-1] <= hi[-1] == 10 and (np.asarray(hi) >= np.asarray(lo)).all()
-    assert [t.get_text() for t in fig.fig.legends[0].get_texts()][:2] == ["least advanced worker",
-                                                                          "most advanced worker"]
+    run.add(records, [event("start", 0.0, w) for w in range(n)] + [event("done", 1e3, w) for w in range(n)])
+    view = run.view()
+    assert view.many and not view.ids and not view.loss_time.per_worker and view.loss_time.band is not None
+    (slow, slow_line), (fast, fast_line) = view.progress.slowest, view.progress.fastest  # type: ignore[misc]
+    assert slow_line.y[-1] <= fast_line.y[-1] == 10 and slow != fast
+    fig = LiveFigure(view)
+    fig.update(view, total=len(records))
+    labels = [t.get_text() for t in fig.fig.legends[0].get_texts()]
+    assert "slowest worker" in labels and "fastest worker" in labels  # named once the run has ended
     assert imread(io.BytesIO(fig.png())).shape[1] > 0
+    fig.update(view, final=True)
+    labels = [t.get_text() for t in fig.fig.legends[0].get_texts()]
+    assert f"slowest: worker {slow}" in labels and f"fastest: worker {fast}" in labels
+
+
+def test_a_band_moves_to_new_data_with_any_matplotlib() -> None:
+    """Bands are moved by FillBetweenPolyCollection.set_data (matplotlib >= 3.10) or, before, by their polygon."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    from ssptk.render.run_panels import set_band
+
+    ax = Figure().subplots()
+    x, lo, hi = np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]), np.array([2.0, 4.0, 5.0])
+    for step in (False, True):
+        new = ax.fill_between([], [], [], step="post" if step else None)
+        old = ax.add_collection(PolyCollection([]))  # what fill_between returns before matplotlib 3.10: no set_data
+        set_band(new, x, lo, hi, step=step)
+        set_band(old, x, lo, hi, step=step)
+        boxes = [c.get_datalim(ax.transData).get_points() for c in (new, old)]
+        np.testing.assert_allclose(boxes[0], boxes[1])
+        assert boxes[1].tolist() == [[0.0, 1.0], [2.0, 5.0]]
+        polygons = [c.get_paths()[0].vertices for c in (new, old)]
+        area = [abs(np.sum(v[:-1, 0] * v[1:, 1] - v[1:, 0] * v[:-1, 1])) / 2 for v in polygons]
+        assert area[0] == pytest.approx(area[1]) == (3.0 if step else 3.5)

@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_gone, ssptk_cmd
+from conftest import ROOT, assert_gone, skip_or_fail, ssptk_cmd
 
 QUICK = ["--workers", "2", "--gpus", "none", "--stall-timeout", "60"]
 FULL = r"no space left on the tmpfs file system on \S+ while writing \S+: free space or choose --out elsewhere"
@@ -29,8 +29,10 @@ def _namespaces_allowed() -> bool:
     return probe is not None and probe.returncode == 0
 
 
-pytestmark = pytest.mark.skipif(not _namespaces_allowed(),
-                                reason="needs mount namespaces (unshare -rm) to make a small disk")
+@pytest.fixture(autouse=True)
+def small_disks_can_be_made() -> None:
+    if not _namespaces_allowed():
+        skip_or_fail("needs mount namespaces (unshare -rm) to make a small disk")
 
 
 def on_small_disk(tmp_path: Path, commands: str, size: str = "1m", read_only: bool = False,

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, cluster_processes
 
 from ssptk.core.errors import UsageError
 from ssptk.launch.gpus import assign_gpus, detect_gpus
@@ -53,9 +53,18 @@ def test_assignment_reaches_config_and_tasks(fake_smi: None, run_dir: Path) -> N
     """A real run with two fake GPUs: config.json records them and each task got its CUDA_VISIBLE_DEVICES."""
     import ssptk
 
-    r = ssptk.run(mode="async", workers=3, steps=20, out=str(run_dir))
+    seen: dict[str, str | None] = {}
+
+    def progress(done: int, total: int) -> None:  # while the tasks run: what each one's environment holds
+        for p in [] if seen else cluster_processes(str(run_dir)):
+            argv = p.cmdline()
+            seen[argv[argv.index("--task") + 1]] = p.environ().get("CUDA_VISIBLE_DEVICES")
+
+    r = ssptk.run(mode="async", workers=3, steps=20, out=str(run_dir), progress=progress)
     config = json.loads((run_dir / "config.json").read_text())
-    assert config["gpu_assignment"] == {"ps:0": "", "worker:0": "0", "worker:1": "1", "worker:2": "0"}
+    assigned = {"ps:0": "", "worker:0": "0", "worker:1": "1", "worker:2": "0"}
+    assert config["gpu_assignment"] == assigned
+    assert seen == assigned
     assert r.ok  # TF falls back to the CPU when the listed GPU does not exist
 
 

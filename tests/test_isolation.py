@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import assert_gone, cluster_processes, ssptk_cmd, warm_processes
+from conftest import assert_gone, cluster_processes, skip_or_fail, ssptk_cmd, warm_processes
 
 import ssptk
 from ssptk.launch import netns, warm
@@ -77,7 +77,7 @@ def refusing_unshare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_stat
 def _needs_netns() -> None:
     ns, why = netns.isolate()
     if ns is None:
-        pytest.skip(f"this machine does not allow unprivileged network namespaces: {why}")
+        skip_or_fail(f"this machine does not allow unprivileged network namespaces: {why}")
     ns.close()
 
 
@@ -231,7 +231,7 @@ def test_cli_where_the_kernel_refuses_user_namespaces(tmp_path: Path) -> None:
     (a per-namespace sysctl, so the host is untouched). The run works, unisolated, with one warning."""
     unshare = shutil.which("unshare")
     if unshare is None or subprocess.run([unshare, "--user", "--map-root-user", "true"]).returncode != 0:
-        pytest.skip("needs unprivileged user namespaces to build the refusing one")
+        skip_or_fail("needs unprivileged user namespaces to build the refusing one")
     out = tmp_path / "cmp"
     cmd = " ".join(f"'{a}'" for a in [*ssptk_cmd(), "compare", "sync", "async", "--workers", "2", "--steps", "10",
                                       "--out", str(out)])

@@ -4,6 +4,7 @@ functions (a late import is still a dependency)."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +27,9 @@ LAYERS: dict[str, set[str]] = {
     # front ends
     "api": {"core", "launch", "experiment"},
     "worker": {"runtime"},
-    "cli": {"core", "rundir", "sim", "render", "experiment", "api", "worker"},
-    "notebook": {"core", "rundir", "analysis", "render", "experiment", "api", "cli"},
+    "commands": {"core", "rundir", "sim", "render", "experiment", "api"},
+    "cli": {"core", "render", "commands", "worker"},
+    "notebook": {"core", "rundir", "analysis", "render", "experiment", "api", "commands"},
     "widgets": {"notebook"},
     "ssptk": {"core", "sim", "api", "notebook"},  # ssptk/__init__.py
 }
@@ -122,16 +124,53 @@ def test_no_private_names_across_modules() -> None:
     assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_small_modules_with_a_docstring(module: str) -> None:
+#: The size limits CONTRIBUTING.md states (test_contributing_states_these_limits keeps the two the same).
+MAX_MODULE_LINES = 420
+MAX_FUNCTION_LINES = 85
+
+
+def size_problems(module: str) -> list[str]:
+    """What is wrong with ``module``'s docstring and size, one line each."""
     path = MODULES[module]
     tree = ast.parse(path.read_text())
-    assert ast.get_docstring(tree), f"{module} has no module docstring"
+    found = [] if ast.get_docstring(tree) else [f"{module} has no module docstring"]
     lines = len(path.read_text().splitlines())
-    assert lines <= 420, f"{module} has {lines} lines: split it by what it holds"
-    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(tree)  # type: ignore[operator]
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 85]  # type: ignore[operator]
-    assert not long, f"{module}: functions over ~80 lines: {', '.join(long)}"
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{module} has {lines} lines (at most {MAX_MODULE_LINES}): split it by what it holds")
+    found += [f"{module}: {n.name} has {n.end_lineno - n.lineno + 1} lines (at most {MAX_FUNCTION_LINES})"  # type: ignore[operator]
+              for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]  # type: ignore[operator]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_small_modules_with_a_docstring(module: str) -> None:
+    problems = size_problems(module)
+    assert not problems, "\n".join(problems)
+
+
+def package_problems(root: Path) -> list[str]:
+    """Folders of ``root`` that hold modules without being a package with a docstring."""
+    found = []
+    for folder in sorted({p.parent for p in root.rglob("*.py")}):
+        init = folder / "__init__.py"
+        if not init.exists():
+            found.append(f"{folder.relative_to(root.parent)} has no __init__.py (a namespace package hides its role)")
+        elif not ast.get_docstring(ast.parse(init.read_text())):
+            found.append(f"{init.relative_to(root.parent)} has no docstring saying what the package holds")
+    return found
+
+
+def test_every_package_says_what_it_holds() -> None:
+    problems = package_problems(PACKAGE)
+    assert not problems, "\n".join(problems)
+
+
+def test_contributing_states_these_limits() -> None:
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    assert f"{MAX_MODULE_LINES} lines" in text and f"{MAX_FUNCTION_LINES} lines" in text
+    missing = [name for name in LAYERS if name != "ssptk" and f"`{name}" not in text]
+    assert not missing, f"CONTRIBUTING.md's layer table has no row for {missing}"
 
 
 def test_the_checker_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,6 +190,119 @@ def test_the_checker_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyP
         test_no_import_cycles()
     with pytest.raises(AssertionError, match="imports _x from ssptk.render.b"):
         test_no_private_names_across_modules()
+
+
+def test_the_size_and_package_checks_see_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted module without a docstring, one too long, a function too long and a folder that is no package."""
+    pkg = tmp_path / "ssptk"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""doc"""\n')
+    (pkg / "core" / "__init__.py").write_text("x = 1\n")
+    (pkg / "loose").mkdir()
+    (pkg / "loose" / "m.py").write_text('"""doc"""\n')
+    (pkg / "core" / "big.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    body = "".join(f"    y = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (pkg / "core" / "long.py").write_text(f'"""doc"""\ndef f():\n{body}')
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "MODULES", {module_name(p): p for p in pkg.rglob("*.py")})
+    assert size_problems("ssptk.core.big")[0] == "ssptk.core.big has no module docstring"
+    assert "has 421 lines (at most 420)" in size_problems("ssptk.core.big")[1]
+    assert size_problems("ssptk.core.long") == ["ssptk.core.long: f has 86 lines (at most 85)"]
+    assert package_problems(pkg) == ["ssptk/core/__init__.py has no docstring saying what the package holds",
+                                     "ssptk/loose has no __init__.py (a namespace package hides its role)"]
+
+
+#: A string that names a file of a run or comparison directory (``summary.json``, ``{label}/metrics.csv``,
+#: ``rep-2``): only ``ssptk/rundir/`` builds those (``RunDir``, ``ComparisonDir``). Messages and help text have
+#: spaces, so they do not match; docstrings are left out.
+RUN_FILE = re.compile(r"^[\w.\-/<>{}*]*\.(json|jsonl|csv|html)$|^/?rep-")
+#: Its one owner, and how many step-record field names a literal may list elsewhere (a plot's few columns).
+RECORD_OWNER, MAX_RECORD_FIELDS = "ssptk.core.records", 4
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(n.body[0].value) for n in ast.walk(tree)  # type: ignore[attr-defined]
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def format_problems() -> list[str]:
+    """Run-directory file names outside ``rundir/``, and step-record field lists outside their owner."""
+    from ssptk.core.records import STEP_COLUMNS
+
+    found = []
+    for m, path in sorted(MODULES.items()):
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        if layer(m) != "rundir":
+            found += [f"{m}:{n.lineno} names the run-directory file {n.value!r}: take its path from RunDir or "
+                      "ComparisonDir" for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                      and isinstance(n.value, str) and id(n) not in docs and RUN_FILE.match(n.value)]
+        if m == RECORD_OWNER:
+            continue
+        for n in ast.walk(tree):
+            items = n.keys if isinstance(n, ast.Dict) else n.elts if isinstance(n, (ast.Tuple, ast.List, ast.Set)) else []
+            named = [e.value for e in items if isinstance(e, ast.Constant) and e.value in STEP_COLUMNS]
+            if len(named) > MAX_RECORD_FIELDS:
+                found.append(f"{m}:{n.lineno} lists the step record's fields {named}: use {RECORD_OWNER}")
+    return found
+
+
+def test_each_format_has_one_owner() -> None:
+    problems = format_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_format_check_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    planted = {"ssptk.render.a": 'import os\np = os.path.join("x", "summary.json")\nq = f"{p}/rep-{1}"\n',
+               "ssptk.analysis.b": 'COLS = ("t", "worker", "step", "global_step", "loss")\n',
+               "ssptk.rundir.c": 'NAME = "summary.json"\n'}
+    modules = {}
+    for name, text in planted.items():
+        path = tmp_path.joinpath(*name.split(".")).with_suffix(".py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'"""Writes summary.json."""\n{text}')
+        modules[name] = path
+    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+    assert format_problems() == [
+        "ssptk.analysis.b:2 lists the step record's fields ['t', 'worker', 'step', 'global_step', 'loss']: "
+        "use ssptk.core.records",
+        "ssptk.render.a:3 names the run-directory file 'summary.json': take its path from RunDir or ComparisonDir",
+        "ssptk.render.a:4 names the run-directory file '/rep-': take its path from RunDir or ComparisonDir"]
+
+
+#: Rules with one owner each: a line matching the pattern may only be in the owner modules.
+RULE_OWNERS: list[tuple[str, str, tuple[str, ...]]] = [
+    (r"def parse_label\b|^MODES\s*=", "the label grammar", ("ssptk.core.labels",)),
+    (r"partition\(['\"]: ['\"]\)", "error text rewritten by hand (raise an error carrying the reason)", ()),
+    (r"subprocess\.Popen\(", "starting processes", ("ssptk.launch.process", "ssptk.launch.netns")),
+    (r"import matplotlib\.pyplot|from matplotlib import pyplot", "pyplot (global state)", ()),
+    (r"\.axhline\(", "bound and target lines", ("ssptk.render.style",)),
+    (r"json\.dumps\([^)]*separators", "the JSONL line format", ("ssptk.core.records",)),
+]
+
+
+def rule_problems() -> list[str]:
+    found = []
+    for m, path in sorted(MODULES.items()):
+        for i, text in enumerate(path.read_text().splitlines(), 1):
+            found += [f"{m}:{i} holds {what}, owned by {', '.join(owners) or 'nobody'}"
+                      for pattern, what, owners in RULE_OWNERS if m not in owners and re.search(pattern, text)]
+    return found
+
+
+def test_each_rule_has_one_owner() -> None:
+    problems = rule_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_rule_check_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "m.py"
+    path.write_text('"""doc"""\nimport subprocess\nsubprocess.Popen(["x"])\nreason = str(e).partition(": ")[2]\n')
+    monkeypatch.setattr(__import__(__name__), "MODULES", {"ssptk.render.m": path})
+    assert rule_problems() == [
+        "ssptk.render.m:3 holds starting processes, owned by ssptk.launch.process, ssptk.launch.netns",
+        "ssptk.render.m:4 holds error text rewritten by hand (raise an error carrying the reason), owned by nobody"]
 
 
 @pytest.mark.parametrize("modules", ["ssptk", "ssptk.worker, ssptk.runtime.ps_loop, ssptk.runtime.allreduce"])

@@ -19,17 +19,18 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ssptk_cmd
+from conftest import FIXTURES, skip_or_fail, ssptk_cmd
 
 
 @pytest.fixture(scope="module")
 def seed_shim(tmp_path_factory: pytest.TempPathFactory) -> str:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("needs a C compiler (cc) to build the seed shim: apt-get install gcc")
+        skip_or_fail("needs a C compiler (cc) to build the seed shim: apt-get install gcc")
     lib = tmp_path_factory.mktemp("shim") / "seedmask.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(FIXTURES / "seedmask.c"), "-ldl"],
                    check=True)
@@ -152,8 +153,10 @@ def test_a_refused_duplicate_is_run_again_and_anything_else_raised() -> None:
     with pytest.raises(_Aborted, match="received twice"):
         always(lambda: (_ for _ in ()).throw(_Aborted(JOINED)))
     assert always.retries == ATTEMPTS - 1
-    with pytest.raises(ValueError):  # not a TensorFlow error at all
-        Rerunner(_Errors)(lambda: (_ for _ in ()).throw(ValueError("received twice")))
+    other = Rerunner(_Errors)
+    with pytest.raises(ValueError, match="received twice"):  # not a TensorFlow error at all: never run again
+        other(lambda: (_ for _ in ()).throw(ValueError("received twice")))
+    assert other.retries == 0
 
 
 def test_tensorflow_errors_become_one_readable_line() -> None:
@@ -165,22 +168,52 @@ def test_tensorflow_errors_become_one_readable_line() -> None:
     assert _message(_Aborted("Graph execution error:\n\nloss went wrong")) == "loss went wrong"
 
 
-def test_hang_watch_fires_once_for_a_step_that_never_ends_and_never_for_one_that_does() -> None:
-    import threading
-    import time
+class _Clock:
+    """A ``time`` for :mod:`ssptk.runtime.retry` whose ``monotonic()`` moves only when told to, and which
+    says when another thread (the watch) has read it since: a step's length is then exact, not a sleep
+    that a loaded machine stretches."""
 
-    from ssptk.runtime.retry import HangWatch
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self._reads = 0
+        self._owner = threading.current_thread()
+        self._changed = threading.Condition()
 
+    def monotonic(self) -> float:
+        with self._changed:
+            if threading.current_thread() is not self._owner:
+                self._reads += 1
+                self._changed.notify_all()
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move on by ``seconds``, then wait until the watch has read the clock at least once more."""
+        with self._changed:
+            self.now += seconds
+            seen = self._reads
+            assert self._changed.wait_for(lambda: self._reads > seen, timeout=10), "the watch never looked"
+
+
+def test_hang_watch_fires_once_for_a_step_that_never_ends_and_never_for_one_that_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from ssptk.runtime import retry
+
+    clock = _Clock()
+    monkeypatch.setattr(retry, "time", clock)  # retry uses only time.monotonic
     fired: list[float] = []
     done = threading.Event()
-    watch = HangWatch(0.4, lambda s: (fired.append(s), done.set()))
-    for _ in range(5):  # quick steps, and one with a long injected delay allowed for
-        watch.begin(0.0)
-        time.sleep(0.05)
+    watch = retry.HangWatch(0.4, lambda s: (fired.append(s), done.set()))
+    try:
+        for _ in range(5):  # quick steps
+            watch.begin(0.0)
+            clock.advance(0.05)
+            watch.end()
+        watch.begin(0.5)  # a step with a long injected delay allowed for: 0.7 s of 0.4 + 0.5
+        clock.advance(0.7)
         watch.end()
-    watch.begin(0.5)
-    time.sleep(0.7)
-    watch.end()
-    assert not fired
-    watch.begin(0.0)
-    assert done.wait(5) and len(fired) == 1 and fired[0] > 0.4
+        assert not fired
+        watch.begin(0.0)
+        clock.advance(0.45)
+        assert done.wait(10) and fired == [pytest.approx(0.45)]
+    finally:
+        watch.close()

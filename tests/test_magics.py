@@ -201,7 +201,7 @@ def test_magics_in_a_kernel(kernel, tmp_path: Path) -> None:
     reply, outs = run_cell(kc, "print('usable', bg.done)\nbg")
     assert "usable False" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
     assert widget_views(outs) == 1, outs
-    reply, outs = run_cell(kc, "r = bg.wait(300)\nprint(r.summary['status'], len(r.df), bg.dashboard.png is not None)")
+    reply, outs = run_cell(kc, "r = bg.wait(300)\nprint(r.summary['status'], len(r.df), bg.dashboard.png.startswith(b'\\x89PNG'))")
     assert "ok 600 True" in "".join(m["content"].get("text", "") for m in outs if m["msg_type"] == "stream")
 
     reply, outs = run_cell(kc, "%%dtrain --mode async --workers 2 --steps 30\ndef a(): pass\ndef b(): pass\n")

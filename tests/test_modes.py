@@ -9,11 +9,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import max_skew, records
 
 import ssptk
 from ssptk.core.delays import DelayModel, parse_jitter
+from ssptk.core.models import linear, minibatch
+from ssptk.core.options import RunOptions
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +31,10 @@ def warm_clusters():
     assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
 
 
-def _falls(df, k: int = 20) -> bool:
+def _falls(df, k: int = 20, to: float = 0.2) -> bool:
+    """Every loss is finite and the mean of the last ``k`` is below ``to`` times the mean of the first ``k``."""
     loss = df["loss"].to_numpy()
-    return bool(np.isfinite(loss).all() and loss[-k:].mean() < 0.2 * loss[:k].mean())
+    return bool(np.isfinite(loss).all() and loss[-k:].mean() < to * loss[:k].mean())
 
 
 def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
@@ -93,30 +97,76 @@ def test_sync_is_lock_step(run_dir: Path) -> None:
     assert r.summary["params"]["b"] > 5  # 40 averaged steps move b most of the way
 
 
+def _linear_batch(opts: RunOptions, mb: int) -> tuple[np.ndarray, np.ndarray]:
+    return minibatch(linear(), opts.seed, int(mb), opts.batch)
+
+
+def _linear_loss(version: np.ndarray, opts: RunOptions, mb: int) -> float:
+    x, y = _linear_batch(opts, mb)
+    return float(np.mean(np.square(version[0] * x + version[1] - y)))
+
+
+def _linear_versions(df: pd.DataFrame, opts: RunOptions, late_reads: dict[int, int] | None = None) -> list[np.ndarray]:
+    """The parameters ``[w, b]`` after each update of a sync run of the linear model, recomputed by hand from
+    its records: update ``g`` applies the mean gradient of the records applied at ``g``, each on its minibatch
+    at version ``g - 1``. ``late_reads`` (record index: version read): each dropped gradient is averaged into the
+    update after the one it missed instead, as an accumulator that kept late gradients would."""
+    lr = np.float32(opts.update_lr(opts.lr or linear().lr))
+
+    def grad(version: np.ndarray, mb: int) -> np.ndarray:
+        x, y = _linear_batch(opts, mb)
+        r = version[0] * x + version[1] - y
+        return np.array([np.mean(2 * r * x), np.mean(2 * r)], np.float32)
+
+    versions = [np.zeros(2, np.float32)]
+    for g in range(1, int(df.loc[df["applied"], "global_step"].max()) + 1):
+        grads = [grad(versions[g - 1], mb) for mb in df.loc[df["applied"] & (df["global_step"] == g), "minibatch"]]
+        grads += [grad(versions[v], df.at[i, "minibatch"]) for i, v in (late_reads or {}).items()
+                  if df.at[i, "global_step"] == g - 1]
+        versions.append(versions[g - 1] - lr * (sum(grads[1:], grads[0]) / np.float32(len(grads))))
+    return versions
+
+
 def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
-    # 80 updates: the straggler pushes about once per 5-8 updates (it skips ahead when late), so 40 left
-    # too few late gradients to count on a loaded machine
-    ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.04"], out=str(run_dir), warm=True)
+    """With N=3 and B=1 each update averages the first N-B gradients of its step, from distinct workers, and the
+    late ones are logged and dropped. Checked as properties of the records, whatever schedule a loaded machine
+    makes, not as counts: every logged loss is the loss at a version its worker could have read, and the final
+    parameters are exactly those of the applied gradients alone, not those with the dropped ones kept."""
+    # a 0.1 s step of the straggler spans many updates of the other two: nearly all its pushes come late
+    r = ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.1"], out=str(run_dir), warm=True)
     df, _ = records(run_dir)
-    applied = df[df["applied"]]
+    applied, late = df[df["applied"]], df[~df["applied"]]
     counts = applied.groupby("global_step")["worker"].agg(list)
     assert list(counts.index) == list(range(1, 81))
-    assert all(len(set(w)) == len(w) >= 2 for w in counts)  # at least N-B, always from distinct workers
-    # take_grad averages all it holds: a late push can slip in between the (N-B)-th push and the take,
-    # a window of microseconds once the aggregator waits (it does before step 1)
-    assert sum(len(w) == 2 for w in counts) >= 0.95 * len(counts)
-    assert len(counts[1]) == 2
-    assert (applied["worker"] == 2).sum() <= 20  # the straggler is mostly the late one (loaded CI: not always)
-    late = df[~df["applied"]]
-    assert len(late) >= 5 and (late["worker"] == 2).mean() >= 0.8 and (late["staleness"] >= 1).all()
+    # at least N-B, from distinct workers (take_grad averages all it holds: a gradient of the step's own version
+    # that lands between the (N-B)-th and the take is in time, and is averaged too)
+    assert all(len(set(w)) == len(w) >= 2 for w in counts), counts.to_dict()
+    assert len(late) >= 1, "no gradient was late: the run cannot show that late ones are dropped"
+    versions = _linear_versions(df, r.options)
+    for row in applied.itertuples():  # an applied gradient was computed at its update's previous version
+        assert row.loss == pytest.approx(_linear_loss(versions[row.global_step - 1], r.options, row.minibatch),
+                                         rel=1e-4), row
+    late_reads = {}
+    for row in late.itertuples():  # a late one read a version between the step it was for and the push
+        assert row.staleness >= 1, row
+        reads = [v for v in range(row.global_step - row.staleness, row.global_step + 1)
+                 if row.loss == pytest.approx(_linear_loss(versions[v], r.options, row.minibatch), rel=1e-4)]
+        assert reads, row
+        late_reads[row.Index] = reads[0]
+    final = [r.summary["params"]["w"], r.summary["params"]["b"]]
+    np.testing.assert_allclose(final, versions[-1], rtol=1e-4)  # dropped gradients never reached the parameters
+    # the losses above could tell: with the dropped gradients kept, applied ones would have seen other versions
+    kept = _linear_versions(df, r.options, late_reads)
+    off = [abs(row.loss / _linear_loss(kept[row.global_step - 1], r.options, row.minibatch) - 1)
+           for row in applied.itertuples()]
+    assert max(off) > 1e-2, f"keeping the late gradients would change no loss by 1% (at most {max(off):.1e})"
 
 
 def test_allreduce_keras(run_dir: Path) -> None:
     r = ssptk.run(model="keras", mode="allreduce", workers=2, steps=60, out=str(run_dir))
     df, _ = records(run_dir)
     assert df.groupby("worker").size().to_dict() == {0: 60, 1: 60}
-    assert max_skew(df, 2) <= 1 and _falls(df, 10) is not None
-    assert df["loss"].iloc[-10:].mean() < 0.6 * df["loss"].iloc[:10].mean()
+    assert max_skew(df, 2) <= 1 and _falls(df, 10, to=0.6)
     assert not (run_dir / "logs" / "ps-0.log").exists()  # no PS in allreduce
     assert r.summary["final_loss"] < 0.5
 

@@ -9,14 +9,17 @@ import json
 import os
 import queue
 import re
+import shlex
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, assert_gone, ssptk_cmd
+from conftest import FIXTURES, assert_gone, skip_or_fail, ssptk_cmd
 
 from ssptk.core.errors import UsageError
 from ssptk.rundir import RunDir
@@ -84,16 +87,42 @@ def test_directories_that_cannot_be_made_are_refused_in_one_line(tmp_path: Path,
         RunDir.create(str(target), "sync")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_a_read_only_parent_is_refused_in_one_line(tmp_path: Path) -> None:
+_CREATE = ("import sys\nfrom ssptk.core.errors import UsageError\nfrom ssptk.rundir import RunDir\n"
+           "try:\n    RunDir.create(sys.argv[1], 'sync')\nexcept UsageError as e:\n    print(e)\n")
+
+
+def _unable_to_write(how: str, parent: Path) -> list[str]:
+    """The command line prefix under which ``parent`` cannot be written, even as root (CI runs as root, and
+    root writes into a chmod 555 directory): a read-only bind mount of it in a private mount namespace, or
+    (``chmod``) mode 555 for a process without CAP_DAC_OVERRIDE."""
+    root = os.geteuid() == 0
+    if how == "chmod":
+        parent.chmod(0o555)
+        if not root:
+            return []
+        wrap = ["setpriv", "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    else:
+        wrap = ["unshare", "-m" if root else "-rm", "sh", "-c", 'mount --bind -o ro "$1" "$1" && shift && exec "$@"',
+                "sh", str(parent)]
+    if shutil.which(wrap[0]) is None or subprocess.run([*wrap, "true"], capture_output=True).returncode != 0:
+        skip_or_fail(f"cannot make {parent} read-only here: {shlex.join(wrap)} does not run")
+    return wrap
+
+
+@pytest.mark.parametrize("how", ["read-only mount", "chmod"])
+def test_a_read_only_parent_is_refused_in_one_line(tmp_path: Path, how: str) -> None:
     parent = tmp_path / "ro"
     parent.mkdir()
-    parent.chmod(0o555)
     try:
-        with pytest.raises(UsageError, match=r"cannot create output directory \S+: permission denied"):
-            RunDir.create(str(parent / "run"), "sync")
+        wrap = _unable_to_write(how, parent)
+        p = subprocess.run([*wrap, sys.executable, "-c", _CREATE, str(parent / "run")], capture_output=True,
+                           text=True, timeout=60)
     finally:
         parent.chmod(0o755)
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    assert p.stdout == f"cannot create output directory {parent / 'run'}: permission denied (read-only or not " \
+                       "yours): choose another --out\n", p.stdout
+    assert list(parent.iterdir()) == []
 
 
 @pytest.mark.slow
@@ -281,9 +310,10 @@ def test_a_worker_killed_during_start_up_is_named_at_once_not_restarted(tmp_path
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     log = out / "logs" / "worker-1.log"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (log.exists() and "SSPTK_READY" in log.read_text()):
+    while time.monotonic() < deadline and not (log.exists() and "SSPTK_TEST_BUILDING" in log.read_text()):
+        assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
-    time.sleep(1.0)  # now inside its build()
+    assert log.exists() and "SSPTK_TEST_BUILDING" in log.read_text(), "worker:1 never began to build its model"
     victims = [p for p in cluster_processes(str(out)) if "worker:1" in " ".join(p.cmdline())]
     assert victims, "worker:1 not found"
     t0 = time.monotonic()

@@ -110,6 +110,19 @@ def test_backup_gradients_are_computed_and_dropped() -> None:
     out = replay(sched, Quadratic(), data, update_lr=0.1)
     assert out.steps["loss"].notna().all()  # every computed gradient has its loss, applied or not
     assert out.updates == 15
+    # the parameters are the applied gradients' alone: each update the mean of its N-B, at its previous version
+    versions = [np.zeros(3, np.float32)]
+    for g in range(1, 16):
+        rows = sched[sched["applied"] & (sched["global_step"] == g)]
+        assert len(rows) == 3
+        grads = [(2.0 * x.T @ (x @ versions[-1] - y) / len(y)).astype(np.float32) for x, y in map(batch, rows["minibatch"])]
+        versions.append(versions[-1] - np.float32(0.1) * (sum(grads[1:], grads[0]) / np.float32(3)))
+    np.testing.assert_allclose(out.params[0], versions[-1], rtol=1e-5)
+    # and each dropped one was computed, at the version it read (its logged loss), though never applied
+    for row in out.steps[~out.steps["applied"]].itertuples():
+        x, y = batch(row.minibatch)
+        r = x @ versions[row.global_step - row.staleness] - y
+        assert row.loss == pytest.approx(float(np.mean(r * r)), rel=1e-5)
 
 
 def test_inverse_staleness_scales_each_gradient() -> None:

@@ -161,10 +161,10 @@ def test_metrics_csv_and_load_comparison(comparison_dir: Path, runs, tmp_path: P
     assert pd.isna(back["time_to_target_s"].iloc[0])
     (comparison_dir / "metrics.csv").unlink()
     assert list(rp.load_comparison(comparison_dir, per_run=False).table["label"]) == ["a", "b", "c"]
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"nothing-here is not a directory; pass a comparison output directory$"):
         rp.load_comparison(tmp_path / "nothing-here")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"^no run directories \(with config.json, summary.json or workers/\) under "):
         rp.load_comparison(tmp_path / "empty")
 
 

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool(module: str) -> None:
     if importlib.util.find_spec(module) is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{module} is not installed: pip install '.[test]'")
-        pytest.skip(f"{module} is not installed (pip install '.[test]')")
+        skip_or_fail(f"{module} is not installed: pip install '.[test]'")
 
 
 def test_ruff_is_clean() -> None:

@@ -61,14 +61,19 @@ def test_a_failed_warm_run_discards_its_cluster(tmp_path: Path, warm_pool: None)
     (cluster,) = warm.idle_clusters()
     victim = next(t for t in cluster.tasks if t.name == "worker:1")
 
-    def kill_soon() -> None:
-        time.sleep(1.0)
+    def kill_while_training() -> None:  # the second run's, once worker:1 has logged steps of it
+        log = tmp_path / "b" / "workers" / "worker-1.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (log.exists() and log.read_text().count('"step"') >= 5):
+            time.sleep(0.02)
         os.kill(victim.proc.pid, signal.SIGKILL)
 
-    threading.Thread(target=kill_soon).start()
+    killer = threading.Thread(target=kill_while_training)
+    killer.start()
     with pytest.raises(RunFailed, match=r"worker:1.*SIGKILL"):
         ssptk.run(mode="ssp", staleness=1, out=str(tmp_path / "b"), warm=True,
                   straggler=["0:0.02", "1:0.02"], **{**COMMON, "steps": 400})
+    killer.join()
     assert not warm.idle_clusters() and not warm_processes()
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["status"] == "failed"

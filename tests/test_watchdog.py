@@ -99,13 +99,14 @@ def test_non_finite_loss_message_is_one_line() -> None:
 def test_non_finite_numbers_are_written_as_null(tmp_path: Path) -> None:
     import numpy as np
 
+    from ssptk.core.records import StepRecord
     from ssptk.rundir import RunDir
     from ssptk.runtime.recorder import Recorder
 
     rec = Recorder(str(tmp_path / "w.jsonl"), 0)
-    rec.step(1, 1, float("nan"), 0.0, 0, 0, 0.0)
-    rec.step(2, 2, np.float32("inf"), 0.0, 0, 1, 0.0)
-    rec.step(3, 3, 0.5, 0.0, 0, 2, 0.0)
+    for k, loss in enumerate([float("nan"), np.float32("inf"), 0.5]):
+        rec.step(StepRecord(t=1.0 + k, worker=0, step=k + 1, global_step=k + 1, loss=loss, wait_s=0.0, staleness=0,
+                            minibatch=k, delay_s=0.0))
     rec.close()
     losses = [strict_json(line)["loss"] for line in (tmp_path / "w.jsonl").read_text().splitlines()]
     assert losses == [None, None, 0.5]

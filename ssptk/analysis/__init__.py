@@ -1,8 +1,8 @@
 """Analysis: pure functions from a run's logs to pandas (metrics, the comparison table, repeats, summaries).
 
-Layer 3: may import :mod:`ssptk.core`, :mod:`ssptk.rundir` and :mod:`ssptk.sim`; no plotting, no processes,
-no TensorFlow. Rendering and the front ends import it. ``from ssptk import analysis as an`` gives every
-public name of its modules.
+A layer (CONTRIBUTING.md has their order) that may import :mod:`ssptk.core`, :mod:`ssptk.rundir` and
+:mod:`ssptk.sim`; no plotting, no processes, no TensorFlow. Rendering and the front ends import it. ``from ssptk
+import analysis as an`` gives every public name of its modules.
 """
 from __future__ import annotations
 
@@ -39,6 +39,16 @@ from ssptk.analysis.metrics import (
 from ssptk.analysis.predicted import PREDICTED_COLUMNS, best_label, predicted_table
 from ssptk.analysis.progress import MANY_WORKERS, extreme_workers, loss_band, progress_band
 from ssptk.analysis.repeats import aggregate_repeats, ci95_halfwidth, repeat_table
+from ssptk.analysis.run_view import (
+    Band,
+    Line,
+    LossPanel,
+    ProgressPanel,
+    RunView,
+    WaitPanel,
+    view_of_records,
+    view_of_run,
+)
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.values import clean
 
@@ -51,4 +61,5 @@ __all__ = [
     "n_workers", "prepare_steps", "repeat_table", "run_options", "skew_timeline", "smoothing_window",
     "staleness_bound", "staleness_counts", "start_time", "summarize", "time_to_target", "tradeoff_table",
     "wait_by_worker",
+    "Band", "Line", "LossPanel", "ProgressPanel", "RunView", "WaitPanel", "view_of_records", "view_of_run",
 ]

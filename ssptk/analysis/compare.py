@@ -35,7 +35,7 @@ FIGURE_COLUMNS: tuple[str, ...] = (
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
-_LOCKSTEP_MODES = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+_MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
     """:data:`TARGET_FACTOR` above the best (lowest) of the converged runs' final smoothed losses (for a
@@ -86,7 +86,7 @@ def compare_table(
         workers = summary.get("workers") or logs["workers"] or None
         mode = summary.get("mode") or opts.get("mode")
         staleness = summary.get("staleness", opts.get("staleness"))
-        if mode in _LOCKSTEP_MODES:
+        if mode in _MODES_WITHOUT_STALENESS:
             staleness = None
 
         def pick(key: str, summary: dict[str, Any] = summary, logs: dict[str, Any] = logs) -> Any:

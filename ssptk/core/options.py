@@ -1,5 +1,6 @@
 """The one definition of a run's options, shared by the CLI, the Python API, the worker command and
-the notebook magics. Help text, defaults and validation all come from :data:`OPTIONS`."""
+the notebook magics. Help text, defaults and validation all come from :data:`OPTIONS`; modes and labels
+(``--mode ssp:4``) from :mod:`ssptk.core.labels`."""
 from __future__ import annotations
 
 import argparse
@@ -11,9 +12,9 @@ from typing import Any
 from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
+from ssptk.core.labels import STALE_MODES, label_of, parse_mode
 from ssptk.core.models import BUILTIN, MODEL_HINT
 
-MODES = ("sync", "ssp", "async", "allreduce")
 LAYOUTS = ("auto", "processes", "shared")
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
 AUTO_SHARED_FROM = 8
@@ -175,43 +176,6 @@ class RunOptions:
         return cls(**kw)
 
 
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise UsageError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
-
-
-def parse_label(label: str) -> tuple[str, int | None]:
-    """A mode label: ``sync``, ``async``, ``allreduce``, ``ssp`` or ``ssp:S`` -> ``(mode, S or None)``.
-
-    The one parser of labels (``--mode ssp:4``, ``compare sync ssp:2``, ``simulate("ssp:2", ...)``);
-    raises :class:`UsageError`."""
-    mode, colon, s = str(label).strip().partition(":")
-    if not colon:
-        _check_mode(mode)
-        return mode, None
-    if mode != "ssp":
-        if mode in MODES:
-            raise UsageError(f"bad label {label!r}: only ssp takes a staleness (ssp:S)")
-        _check_mode(mode)
-    try:
-        staleness = int(s)
-    except ValueError:
-        staleness = -1
-    if staleness < 0:
-        raise UsageError(f"bad label {label!r}: use ssp:S with an integer S >= 0, e.g. ssp:2")
-    return "ssp", staleness
-
-
-def label_of(mode: str, staleness: int | None) -> str:
-    """The label of a mode: ``ssp:S`` for SSP, else the mode's name (inverse of :func:`parse_label`)."""
-    return f"ssp:{staleness}" if mode == "ssp" else mode
-
-
-def label_dir(label: str) -> str:
-    """The directory name of a label in a comparison (``ssp:2`` -> ``ssp-2``)."""
-    return label.replace(":", "-")
-
-
 def resolve(**kwargs: Any) -> RunOptions:
     """Build and validate :class:`RunOptions` from keyword arguments (the Python API's entry).
 
@@ -223,14 +187,9 @@ def resolve(**kwargs: Any) -> RunOptions:
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
     kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out")}
-    mode = str(kw.get("mode", _DEFAULT["mode"]))
-    if mode.partition(":")[0] == "ssp" and ":" in mode:  # "ssp:4" is accepted as a shorthand
-        try:
-            mode, kw["staleness"] = parse_label(mode)
-        except UsageError as e:
-            raise UsageError(f"bad mode {kwargs['mode']!r}: {str(e).partition(': ')[2]}") from None
-    _check_mode(mode)
-    kw["mode"] = mode
+    kw["mode"], staleness = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4" is a shorthand
+    if staleness is not None:
+        kw["staleness"] = staleness
     for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed", "eval_every"):
         if name in kw:
             kw[name] = _integer(name, kw[name])
@@ -279,7 +238,7 @@ def _validate(o: RunOptions) -> None:
         raise UsageError(f"--seed must be an integer in [0, 2**32), got {o.seed}")
     if o.lr_staleness not in LR_STALENESS:
         raise UsageError(f"--lr-staleness must be {' or '.join(LR_STALENESS)}, got {o.lr_staleness!r}")
-    if o.lr_staleness != "none" and o.mode not in ("async", "ssp"):
+    if o.lr_staleness != "none" and o.mode not in STALE_MODES:
         raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
     if o.data_split not in DATA_SPLITS:
         raise UsageError(f"--data-split must be {' or '.join(DATA_SPLITS)}, got {o.data_split!r}")
@@ -361,9 +320,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = (
                                 help=o.help + default)
 
 
+def given_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The run options set in parsed arguments, as keyword arguments (those left unset are absent)."""
+    return {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
+
+
 def from_namespace(ns: argparse.Namespace, **override: Any) -> RunOptions:
     """Resolve :class:`RunOptions` from parsed arguments (unset ones take their defaults)."""
-    kw = {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
+    kw = given_options(ns)
     kw.update({k: v for k, v in override.items() if v is not None})
     return resolve(**kw)
 

@@ -2,14 +2,12 @@
 and report (``ssptk compare``, ``ssptk sweep``, ``%dtrain compare``). The runs themselves are
 :func:`ssptk.experiment.single.run`'s.
 
-Layout of a comparison directory ``OUT``: ``OUT/<label>/`` per label (``ssp:2`` -> ``ssp-2``), or with
-``repeat`` R > 1 ``OUT/<label>/rep-<k>/`` (k = 1..R); ``OUT/metrics.csv`` and ``OUT/report.html``
-(see docs/run-directory.md).
+Every path of the comparison directory ``OUT`` (a run per label, or per repetition, ``metrics.csv``,
+``report.html``, ``predicted/``) comes from :class:`ssptk.rundir.ComparisonDir` (see docs/run-directory.md).
 """
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +17,12 @@ import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.core.errors import RunFailed, UsageError
-from ssptk.core.options import check_target, label_dir, parse_label, resolve
+from ssptk.core.labels import label_dir, label_options
+from ssptk.core.options import check_target, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
-from ssptk.rundir import RunDir
+from ssptk.rundir import ComparisonDir, RunDir
 
 __all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "predict_comparison",
            "run_order", "run_tuple"]
@@ -63,7 +62,7 @@ class CompareResult:
 
     @property
     def report_path(self) -> str:
-        return os.path.join(self.out, "report.html")
+        return ComparisonDir(self.out).report_path
 
     @property
     def all_runs(self) -> dict[str, RunResult]:
@@ -81,27 +80,10 @@ class CompareResult:
         return terminal_text(self.table, predicted=self.report.predicted)
 
 
-#: A label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
-INVERSE_SUFFIX = "+inverse"
-
-
 def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
     """``["sync", "ssp:2", "async", "async+inverse"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``;
-    a label ending in ``+inverse`` also sets ``lr_staleness="inverse"`` (the mitigation beside the plain mode)."""
-    out = []
-    for label in labels:
-        base, inverse = (label[:-len(INVERSE_SUFFIX)], True) if label.endswith(INVERSE_SUFFIX) else (label, False)
-        try:
-            mode, staleness = parse_label(base)
-        except UsageError as e:
-            if ":" not in label and not inverse:
-                raise
-            raise UsageError(f"bad comparison label {label!r}: {str(e).partition(': ')[2]}") from None
-        if inverse and mode not in ("ssp", "async"):
-            raise UsageError(f"bad comparison label {label!r}: {INVERSE_SUFFIX} (--lr-staleness inverse) applies to "
-                             "ssp and async only")
-        out.append((label, {"mode": mode, **({} if staleness is None else {"staleness": staleness}),
-                            **({"lr_staleness": "inverse"} if inverse else {})}))
+    a label ending in ``+inverse`` also sets ``lr_staleness="inverse"`` (:func:`ssptk.core.labels.label_options`)."""
+    out = [(label, label_options(label)) for label in labels]
     if len({label_dir(lab) for lab, _ in out}) != len(out):
         raise UsageError("comparison labels repeat: give each mode once")
     if not out:
@@ -154,11 +136,12 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     for _label, kw in plan:  # validate all before running any, or creating the directory
         single.check_before_start(resolve(**{**common, **kw, "out": None}))
     base = RunDir.create(out, "compare").path
+    cd = ComparisonDir(base)
     options = dict(plan)
     repeats: dict[str, list[RunResult]] = {label: [] for label, _ in plan}
     for label, k in run_order([label for label, _ in plan], repeat):
         name = label if repeat == 1 else f"{label} #{k}"
-        run_dir = os.path.join(base, label_dir(label), *([] if repeat == 1 else [f"rep-{k}"]))
+        run_dir = cd.run_path(label, None if repeat == 1 else k)
         cb = _LabelledProgress(progress, name) if progress else None
         kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
         repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
@@ -184,7 +167,7 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
     for _label, kw in labelled:  # every option checked before anything is created
         resolve(**{"stall_timeout": 0, **common, **kw, "out": None})
     base = RunDir.create(out, "predicted").path
-    plans = [plan(overhead, run_dir=os.path.join(base, label_dir(label)), **{"stall_timeout": 0, **common, **kw})
+    plans = [plan(overhead, run_dir=ComparisonDir(base).run_path(label), **{"stall_timeout": 0, **common, **kw})
              for label, kw in labelled]
     names = [label for label, _ in labelled]
 
@@ -200,13 +183,12 @@ def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[st
                     progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
     """Each label predicted with its options, its clock from the median calibrated overhead of its runs."""
     from ssptk.experiment.predict import DEFAULT_OVERHEAD_S, plan, predict
-    from ssptk.render.report import PREDICTED_DIR
-
+    cd = ComparisonDir(base)
     plans = []
     for label, kw in options.items():
         measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
         overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
-        plans.append(plan(overhead, run_dir=os.path.join(base, PREDICTED_DIR, label_dir(label)),
+        plans.append(plan(overhead, run_dir=cd.predicted_path(label),
                           **{**kw, "out": None}))
     labels = list(options)
 
@@ -214,7 +196,7 @@ def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[st
         if progress is not None:
             progress(f"{labels[job]} (predicted)", done, total)
 
-    results = predict(plans, log_dir=os.path.join(base, PREDICTED_DIR), progress=heard, raise_on_failure=False)
+    results = predict(plans, log_dir=cd.predicted_dir, progress=heard, raise_on_failure=False)
     return dict(zip(labels, results))
 
 
@@ -270,7 +252,7 @@ def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunRe
                     target: float | None = None, predicted: dict[str, RunResult] | None = None) -> CompareResult:
     """Table, ``metrics.csv`` and ``report.html`` of finished runs: label -> run, or label -> its
     repetitions (a list); ``predicted``: label -> its predicted run."""
-    from ssptk.render.report import Repeats, build_report, comparison_title, write_metrics_csv
+    from ssptk.render.report import Repeats, build_report, comparison_title
 
     repeated = any(isinstance(v, list) for v in runs.values())
     repeats = {label: list(v) if isinstance(v, list) else [v] for label, v in runs.items()}
@@ -280,7 +262,8 @@ def _compare_result(base: str, runs: dict[str, RunResult] | dict[str, list[RunRe
                           predicted={label: run_tuple(r) for label, r in predicted.items()} if predicted else None)
     table = report.table
     per_run = report.runs_table if repeated and report.runs_table is not None else table
-    write_metrics_csv(per_run, os.path.join(base, "metrics.csv"))
-    report.save(os.path.join(base, "report.html"))
+    cd = ComparisonDir(base)
+    cd.write_metrics(per_run)
+    report.save(cd.report_path)
     first = {label: reps[0] for label, reps in repeats.items() if reps}
     return CompareResult(base, first, table, report, repeats, report.runs_table, predicted or {})

@@ -116,10 +116,6 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
         from ssptk.sim import simulate as timing
 
         return timing(mode, workers, steps, overhead=0.0 if overhead is None else overhead, **options)
-    if ":" in str(mode) and "staleness" not in options:  # "ssp:4", as the timing simulator takes it
-        from ssptk.core.options import parse_label
-
-        mode, options["staleness"] = parse_label(str(mode))
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
     target = check_target(target)
     p = plan(overhead, mode=mode, workers=workers, steps=steps, model=model, **options)

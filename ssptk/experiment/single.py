@@ -200,7 +200,7 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
             if failure is None:
                 return supervise(cluster, run_dir, total, observers, opts, cancel)
             if attempt + 1 < PORT_RETRIES and _port_taken(failure):
-                _reset_attempt(run_dir)
+                RunDir(run_dir).set_aside_attempt()
                 continue
             return Outcome(failure)
     raise AssertionError("unreachable")
@@ -259,10 +259,3 @@ def shutdown() -> Stopped:
 def _port_taken(failure: TaskFailure) -> bool:
     text = " ".join(failure.log_tail).lower()
     return "address already in use" in text or "failed to bind" in text or "could not start grpc server" in text
-
-
-def _reset_attempt(run_dir: str) -> None:
-    rd = RunDir(run_dir)
-    for d in (rd.workers_dir, rd.logs_dir):
-        for name in os.listdir(d) if os.path.isdir(d) else []:
-            os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))

@@ -1,40 +1,40 @@
-"""The one owner of a local cluster's processes: starts, watches and stops every task.
+"""The one owner of a local cluster's processes: composes a :class:`~ssptk.launch.process.TaskProcess` per task.
 
-Each task is ``python -m ssptk.worker`` in its own session (process group) with its output in
-``logs/<task>.log``. Stopping escalates SIGTERM -> wait -> SIGKILL on the whole group; the children
-also die with their parent (``PR_SET_PDEATHSIG`` and a watchdog thread), so a killed kernel or CLI
-leaves no TensorFlow server behind. Where the OS allows it, all tasks of a cluster share a private
-network namespace (:mod:`ssptk.launch.netns`), so nothing but the cluster itself can reach their ports.
+The cluster holds what the tasks share: their ports and cluster spec, the network namespace, the temporary
+directory (the tasks' ``TMPDIR`` and the status files they write, :mod:`ssptk.rundir.task_status`), and it
+answers for all of them at once: are they all ready, has one failed (the typed
+:class:`~ssptk.core.errors.TaskFailure`), has every worker finished, stop them all. The life of one process
+(spawn in its own process group, poll, restart, TERM -> wait -> KILL) is :class:`TaskProcess`'s. Where the
+OS allows it, all tasks of a cluster share a private network namespace (:mod:`ssptk.launch.netns`), so
+nothing but the cluster itself can reach their ports.
 """
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import json
 import os
-import re
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from ssptk.core.errors import RunInterrupted, TaskFailure
 from ssptk.launch import netns
+from ssptk.launch.process import TaskProcess, preexec
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import disk_full
+from ssptk.rundir.task_status import READY_STATE, STATUS_DIR_ENV
 from ssptk.runtime import reaper
-from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE
+from ssptk.runtime.protocol import EXIT_DISK_FULL
+
+__all__ = ["LocalCluster", "StartProgress", "TaskProcess", "free_ports"]
 
 #: ``progress(ready, pending)``: the names of the tasks whose servers are up, and of those still starting.
 StartProgress = Callable[[list[str], list[str]], None]
-KILL_WAIT_S = 10.0  # the most stop() waits for a task after SIGKILL
 #: The directory that holds the ``ssptk`` package this launcher runs: put first on the tasks' PYTHONPATH.
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,41 +53,11 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        # SIGTERM, not SIGKILL: the task then kills what its user code started (ssptk.runtime.reaper)
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _preexec() -> Any:
-    # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
-    # the tasks' own parent watchdog covers runs started from other threads.
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
-
-
 def _is_loopback(host: str) -> bool:
     try:
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-@dataclass
-class Task:
-    """One process of the cluster."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: str
-    proc: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
 
 
 class LocalCluster:
@@ -110,21 +80,25 @@ class LocalCluster:
         if with_ps:
             self.spec = {"ps": [f"{host}:{ports[0]}"], **self.spec}
         self.gpu_assignment = gpu_assignment
-        self.tasks: list[Task] = []
-        self.restarts: dict[str, int] = {}  # worker -> times it was started again (see restart)
+        self.tasks: list[TaskProcess] = []
         self.serving = False  # warm: the workers serve one run after another (see submit)
         self.run_id: str | None = None
         self.runs_served = 0
         self.namespace: netns.Namespace | None = None
-        self.task_tmp: str | None = None  # the tasks' TMPDIR while they run
+        self.task_tmp: str | None = None  # while the tasks run: their TMPDIR (tmp/) and status files (status/)
+        self.status_dir = ""
         if _is_loopback(host):
-            self.namespace, self.isolation = netns.isolate(_preexec())
+            self.namespace, self.isolation = netns.isolate(preexec())
         else:
             self.isolation = f"none (host {host} is not a loopback address)"
 
     @property
     def task_names(self) -> list[str]:
         return (["ps:0"] if self.with_ps else []) + [f"worker:{i}" for i in range(len(self.spec["worker"]))]
+
+    @property
+    def worker_names(self) -> list[str]:
+        return [n for n in self.task_names if n.startswith("worker:")]
 
     def start(self, worker_args: list[str], run_id: str = "run", serve: bool = False) -> None:
         """Start every task with the same run options (``worker_args``).
@@ -143,7 +117,11 @@ class LocalCluster:
         base_env = dict(os.environ)
         # the tasks' temporary files (TensorFlow's autograph sources, a model's own) go with the cluster
         self.task_tmp = make_temp_dir("tasks")
-        base_env["TMPDIR"] = self.task_tmp
+        self.status_dir = os.path.join(self.task_tmp, "status")
+        os.makedirs(os.path.join(self.task_tmp, "tmp"))
+        os.makedirs(self.status_dir)
+        base_env["TMPDIR"] = os.path.join(self.task_tmp, "tmp")
+        base_env[STATUS_DIR_ENV] = self.status_dir
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["SSPTK_WATCH_PARENT"] = "1"
         base_env["PYTHONUNBUFFERED"] = "1"
@@ -152,51 +130,36 @@ class LocalCluster:
         base_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, base_env.get("PYTHONPATH", "")) if p)
         return base_env
 
-    def _launch(self, name: str, env: dict[str, str], args: list[str]) -> None:
-        """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``."""
+    def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:
+        """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``;
+        ``hosts``: the tasks it holds, if not just ``name``. A serving worker reads its runs from stdin."""
         argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), *args]
-        task = Task(name, argv, env, RunDir(self.run_dir).task_log(name))
-        task.log = open(task.log_path, "ab")
-        self._spawn(task, task.argv, _preexec(), self.namespace)
+        task = TaskProcess(name, argv, env, RunDir(self.run_dir).task_log(name), self.status_dir, hosts,
+                           stdin_pipe=self.serving and name != "ps:0", namespace=self.namespace)
+        task.start()
         self.tasks.append(task)
 
-    def _spawn(self, task: Task, argv: list[str], preexec: Any, ns: Any) -> None:
-        # A serving worker reads its runs from stdin, and exits when the pipe closes.
-        stdin = subprocess.PIPE if self.serving and task.name != "ps:0" else subprocess.DEVNULL
-        # In the namespace: nsenter enters it and execs the task in place, so the task is still
-        # this process's child (same pid, process group, pipes, death signal).
-        task.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=task.log, stderr=subprocess.STDOUT,
-                                     stdin=stdin, env=task.env, start_new_session=True, preexec_fn=preexec,
-                                     pass_fds=ns.fds if ns else ())
+    def _host(self, name: str) -> TaskProcess | None:
+        """The process that holds task ``name`` (``None`` for a task this cluster does not have)."""
+        return next((t for t in self.tasks if name in t.hosts), None)
 
     def restart(self, name: str) -> int:
         """Start worker ``name`` again after it died; it rejoins the running training (``--rejoin K``, K:
         how many times this worker has been started again, this time included). Returns K."""
-        task = self._task(name)
-        if task.proc is not None:
-            _signal_group(task.proc, signal.SIGKILL)  # anything the dead task left in its group
-            task.proc.wait()
-        attempt = self.restarts[name] = self.restarts.get(name, 0) + 1
-        self._spawn(task, [*task.argv, "--rejoin", str(attempt)], _preexec(), self.namespace)
-        return attempt
-
-    def _task(self, name: str) -> Task:
-        return next(t for t in self.tasks if t.name == name)
+        task = self._host(name)
+        if task is None:
+            raise KeyError(name)
+        return task.restart()
 
     def log_path(self, name: str) -> str | None:
         """Where task ``name``'s output goes (``None`` for a task this cluster does not have)."""
-        task = next((t for t in self.tasks if t.name == name), None)
+        task = self._host(name)
         return None if task is None else task.log_path
 
     def wait_exit(self, name: str, timeout: float) -> int | None:
         """Task ``name``'s exit code, waiting up to ``timeout`` seconds (``None``: still running)."""
-        task = next((t for t in self.tasks if t.name == name and t.proc is not None), None)
-        if task is None or task.proc is None:
-            return None
-        try:
-            return task.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        task = self._host(name)
+        return None if task is None else task.wait(timeout)
 
     def wait_ready(self, timeout: float = 120.0, cancel: threading.Event | None = None,
                    progress: StartProgress | None = None) -> TaskFailure | None:
@@ -210,7 +173,7 @@ class LocalCluster:
         while pending:
             if cancel is not None and cancel.is_set():
                 raise RunInterrupted("stopped by the user while the cluster was starting")
-            came = pending & self._ready_tasks()
+            came = {name for name in pending if self._ready(name)}
             pending -= came
             if came and progress is not None:
                 progress(sorted(set(self.task_names) - pending), sorted(pending))
@@ -224,14 +187,16 @@ class LocalCluster:
                 time.sleep(0.05)
         return None
 
-    def _ready_tasks(self) -> set[str]:
-        """The tasks whose servers are up: each says so in its process's log (``SSPTK_READY <task>``)."""
-        return {name for t in self.tasks for name in log_words(t.log_path, READY)}
+    def _ready(self, name: str) -> bool:
+        """Task ``name``'s server is up: its status file says so."""
+        task = self._host(name)
+        status = None if task is None else task.status(name)
+        return status is not None and status.state == READY_STATE
 
     def submit(self, run_dir: str, worker_args: list[str], run_id: str) -> None:
         """Warm cluster: start one run (its options ``worker_args``) on the serving workers.
 
-        Each worker's output for the run goes to ``run_dir/logs/worker-<i>.log``; the PS keeps its
+        Each serving process's output for the run goes to ``run_dir/logs/<task>.log``; the PS keeps its
         log where the cluster started.
         """
         if not self.serving:
@@ -240,106 +205,81 @@ class LocalCluster:
         self.runs_served += 1
         line = (json.dumps({"run_id": run_id, "argv": worker_args}) + "\n").encode()
         for t in self.tasks:
-            if t.name.startswith("worker"):
+            if t.stdin_pipe:
                 t.log_path = RunDir(run_dir).task_log(t.name)
-                t.proc.stdin.write(line)  # type: ignore[union-attr]
-                t.proc.stdin.flush()  # type: ignore[union-attr]
+                t.send(line)
 
     def poll(self) -> TaskFailure | None:
-        """The first task that exited with an error (or a PS, or a serving worker, that exited at all)."""
+        """The first task that exited with an error (or a PS, or a serving worker, that exited at all), named
+        after what its status file says failed (in the shared layout: the worker whose failure ended it)."""
         for t in self.tasks:
             code = t.exit_code
             if code is None or (code == 0 and t.name != "ps:0" and not self.serving):
                 continue
+            reported = t.failed_status() if code != 0 else None
+            name = reported.task if reported is not None else t.name
             if code == EXIT_DISK_FULL:  # its own log may not have taken the message: the code says it
-                return TaskFailure.of(t.name, str(disk_full(self._written_by(t))), code)
+                return TaskFailure.of(name, str(disk_full(self._written_by(name, t))), code)
             reason = "exited unexpectedly" if code == 0 else ("was killed" if code < 0 else "failed")
-            return self.failure(t.name, reason, code)
+            return t.failure(name, reason, code)
         return None
 
-    @staticmethod
-    def _written_by(t: Task) -> str:
-        """The file a task was most likely writing when the disk filled: a worker's JSONL log."""
+    def _written_by(self, name: str, t: TaskProcess) -> str:
+        """The file task ``name`` was most likely writing when the disk filled: a worker's JSONL log."""
         run_dir = os.path.dirname(os.path.dirname(t.log_path))
-        job, _, index = t.name.partition(":")
+        job, _, index = name.partition(":")
         return RunDir(run_dir).worker_log(int(index)) if job == "worker" else t.log_path
 
     def workers_finished(self) -> bool:
-        """Every worker is done with the run (exited 0, or, serving, logged the run's end)."""
-        workers = [t for t in self.tasks if t.name.startswith("worker")]
+        """Every worker is done with the run (exited 0, or, serving, its status names the run as finished)."""
+        hosts = [(w, self._host(w)) for w in self.worker_names]
         if self.serving:
-            marker = f"{RUN_DONE} {self.run_id}"
-            return all(log_has(t.log_path, marker, tail=4096) for t in workers)
-        return all(t.exit_code == 0 for t in workers)
+            done = [None if t is None else t.status(w) for w, t in hosts]
+            return all(s is not None and s.run == self.run_id for s in done)
+        return all(t is not None and t.exit_code == 0 for _, t in hosts)
 
     def exited_workers(self) -> list[str]:
         """Workers whose process exited 0 (a run's own tasks; a serving worker never exits on its own)."""
         if self.serving:
             return []
-        return [t.name for t in self.tasks if t.name.startswith("worker") and t.exit_code == 0]
+        return [w for w in self.worker_names if (t := self._host(w)) is not None and t.exit_code == 0]
 
     def alive(self) -> bool:
         """Every task is still running (a warm cluster can take another run)."""
         return bool(self.tasks) and all(t.exit_code is None for t in self.tasks)
 
     def failure(self, name: str, reason: str, code: int | None = None) -> TaskFailure:
-        """Task ``name`` failed: ``reason``, its exit ``code`` and its log's tail and last error line."""
-        return TaskFailure.of(name, reason, code, self._task(name).log_path, explain=True)
+        """Task ``name`` failed: ``reason``, its exit ``code``, the error it reported (else its log's last
+        error line) and its log's tail."""
+        task = self._host(name)
+        if task is None:
+            raise KeyError(name)
+        return task.failure(name, reason, code)
 
     def stopped_tasks(self) -> list[str]:
         """Tasks whose process is stopped (state T, e.g. by SIGSTOP or a debugger): alive, but doing nothing."""
-        out = []
-        for t in self.tasks:
-            if t.proc is None or t.proc.poll() is not None:
-                continue
-            fields = _proc_stat(t.proc.pid)
-            if fields and fields[0] in ("T", "t"):
-                out.append(t.name)
-        return out
+        return [t.name for t in self.tasks if t.stopped()]
 
     def cpu_seconds(self, name: str) -> float | None:
-        """CPU time (user + system) task ``name`` has used so far; ``None`` where /proc cannot tell."""
-        task = next((t for t in self.tasks if t.name == name and t.proc is not None), None)
-        if task is None:
-            return None
-        fields = _proc_stat(task.proc.pid)  # type: ignore[union-attr]
-        try:
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # type: ignore[index]
-        except (TypeError, IndexError, ValueError):
-            return None
+        """CPU time (user + system) task ``name``'s process has used so far; ``None`` where /proc cannot tell."""
+        task = self._host(name)
+        return None if task is None else task.cpu_seconds()
 
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left.
 
         A stopped task (SIGSTOP) is continued after the SIGTERM so that it acts on it; the wait after
         SIGKILL is bounded too, so a process stuck in the kernel cannot keep the caller forever."""
-        live = [t for t in self.tasks if t.proc is not None and t.proc.poll() is None]
-        # what the tasks' user code started (daemons too: tasks are subreapers): killed below if the
-        # tasks' own reaping did not get to it
-        seen = {p: s for t in live for p, s in reaper.descendants(t.proc.pid).items()}  # type: ignore[union-attr]
+        live = [t for t in self.tasks if t.running()]
+        # what the tasks' user code started: killed below if the tasks' own reaping did not get to it
+        seen = {p: s for t in live for p, s in t.descendants().items()}
         for t in live:
-            _signal_group(t.proc, signal.SIGTERM)  # type: ignore[arg-type]
-            _signal_group(t.proc, signal.SIGCONT)  # type: ignore[arg-type]
+            t.terminate()
         deadline = time.monotonic() + grace
         for t in live:
-            try:
-                t.proc.wait(max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
-            except subprocess.TimeoutExpired:
-                pass
+            t.wait(deadline - time.monotonic())
         for t in self.tasks:
-            if t.proc is not None:
-                _signal_group(t.proc, signal.SIGKILL)  # the group too: anything a task started
-                try:
-                    t.proc.wait(KILL_WAIT_S)
-                except subprocess.TimeoutExpired:  # uninterruptible (D state): it dies when the kernel lets it
-                    pass
-                if t.proc.stdin is not None:
-                    try:
-                        t.proc.stdin.close()
-                    except OSError:
-                        pass
-            if t.log is not None and not t.log.closed:
-                t.log.close()
+            t.kill()
         reaper.kill_seen(seen)
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()
@@ -353,40 +293,3 @@ class LocalCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first); ``None`` if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def log_words(path: str, marker: str) -> list[str]:
-    """The word after each ``marker`` in the log, in order (``[]`` if it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
-    return re.findall(rf"{re.escape(marker)} (\S+)", text)
-
-
-def log_has(path: str, marker: str, tail: int = 0) -> bool:
-    """Whether ``marker`` is in the log (only its last ``tail`` bytes when given)."""
-    try:
-        with open(path, "rb") as f:
-            if tail:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - tail))
-            return marker.encode() in f.read()
-    except OSError:
-        return False

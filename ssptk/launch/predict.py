@@ -8,7 +8,6 @@ TensorFlow is imported in that process, not in the caller's (a notebook's kernel
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
@@ -41,7 +40,7 @@ class Predictor(LocalCluster):
     def start_jobs(self, jobs: list[dict[str, object]]) -> None:
         """Start the process on ``jobs`` (``{"run_dir", "overhead", "t0"}`` each; each ``config.json`` written)."""
         env = self._prepare(False)
-        path = os.path.join(RunDir(self.run_dir).logs_dir, "predict-jobs.json")
+        path = RunDir(self.run_dir).predict_jobs_path
         with open(path, "w") as f:
             json.dump({"jobs": jobs}, f)
         self._launch(PREDICT_TASK, dict(env, CUDA_VISIBLE_DEVICES=""), ["--task", PREDICT_TASK, "--jobs", path])

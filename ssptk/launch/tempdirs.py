@@ -1,9 +1,10 @@
 """The launcher's directories in the system temp directory, named after the process that made them.
 
-Each local cluster gives its tasks a private ``TMPDIR`` (``ssptk-tasks-<pid>-*``: TensorFlow's autograph
-writes a ``__autograph_generated_file*.py`` there per traced function, a user model may write more), removed
-when the cluster stops; a warm cluster keeps its logs in ``ssptk-warm-<pid>-*``, removed at shutdown. A
-launcher killed outright cannot remove its own, so every new one first removes those whose process is gone.
+Each local cluster gives its tasks a private directory, ``ssptk-tasks-<pid>-*``, removed when the cluster
+stops: their ``TMPDIR`` in ``tmp/`` (TensorFlow's autograph writes a ``__autograph_generated_file*.py`` there
+per traced function, a user model may write more) and their status files in ``status/``; a warm cluster keeps
+its logs in ``ssptk-warm-<pid>-*``, removed at shutdown. A launcher killed outright cannot remove its own, so
+every new one first removes those whose process is gone.
 """
 from __future__ import annotations
 

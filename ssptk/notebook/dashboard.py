@@ -2,8 +2,9 @@
 
 :class:`LiveDashboard` is a :class:`ssptk.api.RunObserver`: the run's watcher hands it the new step and
 event records about every 0.1 s; it accumulates them (:class:`ssptk.notebook.live_state.LiveRun`) and redraws at most
-once per ``interval`` seconds, and once more at the end: the panels of :func:`ssptk.render.report.run_figure`
-and a progress line (minibatches done of the budget, steps/s, elapsed, ETA).
+once per ``interval`` seconds, and once more at the end: the panels of :func:`ssptk.render.figures.run_figure`
+(one drawing, :class:`ssptk.render.run_panels.RunPanels`) and a progress line (minibatches done of the budget,
+steps/s, elapsed, ETA).
 
 Cheap by construction (:class:`LiveFigure`): one matplotlib Figure (no pyplot, no rcParams changes)
 built once; axis ranges move in round steps toward the run's predicted end, so most refreshes only
@@ -34,7 +35,6 @@ from typing import Any
 
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
-from ssptk.render.style import run_title
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE"]
 
@@ -188,20 +188,14 @@ class LiveDashboard:
     def _drawing(self) -> bool:
         return self.sink is not None or self.widget is not None or self._handles is not None
 
-    def _new_figure(self, opts: Any) -> LiveFigure:
-        from ssptk.analysis import smoothing_window
-
-        workers = int(getattr(opts, "workers", 0) or 0)
-        staleness = getattr(opts, "staleness", None)
-        bound = int(staleness) if getattr(opts, "mode", None) == "ssp" and staleness is not None else None
-        title = run_title({k: getattr(opts, k, None) for k in ("mode", "staleness", "workers", "model")})
-        return LiveFigure(workers, bound, title,
-                          smoothing_window(max(workers, 1)), self.figsize, self.dpi)
+    def _new_figure(self) -> LiveFigure:
+        return LiveFigure(self.state.view(), self.figsize, self.dpi)
 
     def _started(self, run_dir: str, opts: Any, total: int) -> None:
         self.run_dir, self.total, self.done = run_dir, int(total), 0
-        self.state = LiveRun(int(getattr(opts, "workers", 0) or 0))
-        self.figure = self._new_figure(opts)
+        options = {k: getattr(opts, k, None) for k in ("mode", "staleness", "workers", "model")}
+        self.state = LiveRun(int(getattr(opts, "workers", 0) or 0), options)
+        self.figure = self._new_figure()
         self.status, self.summary, self._png = "running", {}, None
         self._t_start = self._last = self.clock()
         if self.sink is None and self.widget is None and in_kernel():
@@ -238,7 +232,7 @@ class LiveDashboard:
             self.summary = dict(getattr(result, "summary", None) or {})
             self.status = "ok" if self.summary.get("status") == "ok" else "failed"
         if self.figure is None:
-            self.figure = self._new_figure(None)
+            self.figure = self._new_figure()
         self.state.finalize()
         if self._drawing():
             self._render(final=True)
@@ -246,9 +240,9 @@ class LiveDashboard:
 
     def _render(self, final: bool = False) -> None:
         if self.figure is None:
-            self.figure = self._new_figure(None)
+            self.figure = self._new_figure()
         t0, p0, c0 = self.clock(), time.perf_counter(), time.thread_time()
-        self.figure.update(self.state, self.total, final=final)
+        self.figure.update(self.state.view(), self.total, final=final)
         self._png = self.figure.png(exact=final)
         self._png_version = self.state.version
         self.render_times.append(time.perf_counter() - p0)

@@ -2,24 +2,30 @@
 
 :class:`LiveRun` takes the *new* records of a run (as :class:`ssptk.rundir.logs.RunLogReader` hands them
 over) and keeps everything the live dashboard draws, incrementally: appends to growing arrays and
-running totals, never a pass over all records per batch. No plotting and no I/O here.
+running totals, never a pass over all records per batch. No plotting and no I/O here; what the figure
+shows of it is :meth:`LiveRun.view`, computed by :mod:`ssptk.analysis.run_view` as for the report's figure.
 
-Step skew (most minus least advanced unfinished worker) is kept after every step record with the
-semantics of :func:`ssptk.analysis.skew_timeline`; :meth:`LiveRun.finalize` recomputes it once with
-that function so the final figure equals :func:`ssptk.render.report.run_figure`'s.
+Records are taken in time order up to a horizon every worker's log has passed (:attr:`LiveRun.horizon`):
+the logs are read one after the other and a worker's record reaches its log after the time it carries, so a
+record beyond the horizon may still be followed by another worker's earlier one. Step skew (most minus least
+advanced unfinished worker) is kept after every step record with the semantics of
+:func:`ssptk.analysis.skew_timeline`; :meth:`LiveRun.finalize` recomputes it once with that function so the
+final figure equals :func:`ssptk.render.figures.run_figure`'s.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from ssptk.analysis.metrics import finish_times, skew_timeline, staleness_bound
+from ssptk.analysis.run_view import Line, RunView, WaitPanel, view_of_records
 from ssptk.core.divergence import DivergenceWatch, smoothing_window
 
-__all__ = ["GrowingArray", "LiveRun", "WorkerTotals", "rolling_mean", "thin", "thin_envelope", "nice_ceil",
-           "nice_floor", "sticky_range"]
+__all__ = ["GrowingArray", "LiveRun", "WorkerTotals", "nice_ceil", "nice_floor", "sticky_range"]
 
 
 class GrowingArray:
@@ -91,21 +97,21 @@ class LiveRun:
     """Everything the dashboard draws, accumulated from batches of new records (:meth:`add`).
 
     ``workers`` (the run's ``--workers``) makes every worker count in the skew from the start with 0
-    completed steps, as it does in :func:`ssptk.render.report.run_figure` once it has logged a step.
+    completed steps, as it does in :func:`ssptk.render.figures.run_figure` once it has logged a step, and
+    holds records back until each of them has logged something (:attr:`horizon`). ``options``: the run's
+    (``mode``, ``staleness``, ``workers``, ``model``), for :meth:`view`.
     """
 
-    def __init__(self, workers: int = 0) -> None:
+    def __init__(self, workers: int = 0, options: Mapping[str, Any] | None = None) -> None:
         self.workers = int(workers)
-        #: Every step record in arrival order (the reader sorts each batch by ``t``).
+        self.options = dict(options or {})
+        #: Every step record taken so far, in time order (the order they were taken in).
         self.t = GrowingArray()
         self.worker = GrowingArray()
         self.step = GrowingArray()
         self.loss = GrowingArray()
         #: Skew after each step record (same order as :attr:`t`).
         self.skew = GrowingArray()
-        #: Fewest and most completed steps of any worker after each step record (many workers: the band drawn).
-        self.lo = GrowingArray()
-        self.hi = GrowingArray()
         self.skew_end: int | None = None  # once final: the skew is drawn up to here (see finalize)
         #: Running totals per worker that logged a step (per-record columns are the arrays above).
         self.per_worker: dict[int, WorkerTotals] = {}
@@ -119,19 +125,29 @@ class LiveRun:
         self.loss_min = math.inf
         self.loss_max = -math.inf
         self.loss_nonpositive = False
-        #: Bumped by every :meth:`add` that brought records: a drawing of an older version is stale.
+        #: Bumped by every :meth:`add` that took records: a drawing of an older version is stale.
         self.version = 0
         self.in_order = True
         self.final = False
         self._completed: dict[int, float] = {w: 0.0 for w in range(self.workers)}
         self._active: set[int] = set(range(self.workers))
-        #: The divergence rule (:mod:`ssptk.core.divergence`) on the losses in arrival order.
+        #: Records read but not taken yet (beyond the horizon); the latest time read of each worker's log,
+        #: and the workers whose log has ended (a ``done`` or ``error`` event read).
+        self._pending: list[tuple[float, int, dict[str, Any]]] = []
+        self._reached: dict[int, float] = {w: -math.inf for w in range(self.workers)}
+        self._ended: set[int] = set()
+        #: The divergence rule (:mod:`ssptk.core.divergence`) on the losses in time order.
         self.divergence = DivergenceWatch(smoothing_window(max(self.workers, 1)))
 
     @property
     def n_steps(self) -> int:
-        """Step records so far."""
+        """Step records taken so far."""
         return len(self.t)
+
+    @property
+    def n_pending(self) -> int:
+        """Records read but held back beyond the :attr:`horizon`."""
+        return len(self._pending)
 
     @property
     def t0(self) -> float | None:
@@ -144,13 +160,39 @@ class LiveRun:
     def last_t(self) -> float | None:
         return float(self.t.values[-1]) if len(self.t) else None
 
+    @property
+    def horizon(self) -> float:
+        """The time every worker's log has passed: the least over the workers (those of ``workers`` and any
+        that logged) of the latest time read from each one's log; a worker whose log has ended has passed
+        every time. Each log is written in time order, so no record at or before the horizon is still to come."""
+        return min((math.inf if w in self._ended else t for w, t in self._reached.items()), default=math.inf)
+
     def add(self, steps: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]]) -> None:
-        """Take a batch of new step and event records (docs/run-directory.md keys)."""
+        """Take a batch of new step and event records (docs/run-directory.md keys): those up to the
+        :attr:`horizon`, in time order; the others wait for a later batch (or :meth:`finalize`)."""
         if not steps and not events:
             return
         items = [(_num(r.get("t")), 0, r) for r in steps] + [(_num(e.get("t")), 1, e) for e in events]
+        for t, kind, rec in items:
+            w = _int(rec.get("worker"))
+            if kind == 0:
+                w = w or 0  # as _step counts it
+            elif w is not None and rec.get("event") in ("done", "error"):
+                self._ended.add(w)
+            if w is not None and not math.isnan(t):
+                self._reached[w] = max(self._reached.get(w, -math.inf), t)
+            elif w is not None:
+                self._reached.setdefault(w, -math.inf)
+        self._pending.extend(items)
+        horizon = self.horizon
+        ready = [item for item in self._pending if item[0] <= horizon]
+        if ready:
+            self._pending = [item for item in self._pending if not item[0] <= horizon]
+            self._take(ready)
+
+    def _take(self, items: list[tuple[float, int, dict[str, Any]]]) -> None:
         items.sort(key=_time_key)  # a step at its worker's done time still counts (as in skew_timeline)
-        cols: dict[str, list[float]] = {k: [] for k in ("t", "worker", "step", "loss", "skew", "lo", "hi")}
+        cols: dict[str, list[float]] = {k: [] for k in ("t", "worker", "step", "loss", "skew")}
         last = self.last_t if self.last_t is not None else -math.inf
         for t, kind, rec in items:
             if kind:
@@ -160,7 +202,7 @@ class LiveRun:
                 if t < last:
                     self.in_order = False
                 last = max(last, t)
-        for name in ("t", "worker", "step", "loss", "skew", "lo", "hi"):
+        for name in ("t", "worker", "step", "loss", "skew"):
             getattr(self, name).extend(cols[name])
         self.version += 1
 
@@ -201,12 +243,10 @@ class LiveRun:
         gs = _int(rec.get("global_step"))
         self.divergence.add(loss if math.isfinite(loss) else None, gs)
         cols["skew"].append(max(done) - min(done) if done else 0.0)
-        every = self._completed.values()
-        cols["lo"].append(min(every))
-        cols["hi"].append(max(every))
 
     def finalize(self) -> None:
-        """The run has ended: sort by ``t`` and recompute the skew exactly as the run figure does.
+        """The run has ended: take the records held back, sort by ``t`` and recompute the skew exactly as the
+        run figure does.
 
         Uses :func:`ssptk.analysis.skew_timeline` with :func:`ssptk.analysis.finish_times` (a worker
         without a ``done`` event leaves at its last record). Runs once; later calls do nothing.
@@ -214,69 +254,52 @@ class LiveRun:
         if self.final:
             return
         self.final = True
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self._take(pending)
         if not len(self.t):
             return
-        import pandas as pd
-
-        from ssptk import analysis as an
-
         if not self.in_order:
             order = np.argsort(self.t.values, kind="stable")
-            for col in (self.t, self.worker, self.step, self.loss, self.lo, self.hi):
+            for col in (self.t, self.worker, self.step, self.loss):
                 col.reorder(order)
             self.in_order = True
         df = pd.DataFrame({"t": self.t.values.copy(), "worker": self.worker.values.astype("int64"),
                            "step": self.step.values.copy()})
         events = pd.DataFrame({"event": ["done"] * len(self.finished), "t": list(self.finished.values()),
                                "worker": list(self.finished)})
-        finished, ids = an.finish_times(df, events), sorted(self.per_worker)
-        skew = an.skew_timeline(df, finished, workers=ids)
+        finished, ids = finish_times(df, events), sorted(self.per_worker)
+        skew = skew_timeline(df, finished, workers=ids)
         self.skew = GrowingArray(len(df))
         self.skew.extend(skew["skew"].to_numpy(dtype="float64"))
         # the records while two or more workers train: a prefix, since workers only ever finish
-        self.skew_end = len(an.skew_timeline(df, finished, workers=ids, end_when_one_left=True))
+        self.skew_end = len(skew_timeline(df, finished, workers=ids, end_when_one_left=True))
         self.version += 1
 
-
-# --- pure helpers for drawing long, growing series cheaply ---------------------------------------
-
-def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last ``window`` finite values at each position (partial windows at the start, NaN
-    skipped), like pandas' ``rolling(window, min_periods=1).mean()``; O(n). (Pure: it would belong in
-    :mod:`ssptk.analysis`.)"""
-    values = np.asarray(values, dtype="float64")
-    ok = np.isfinite(values)
-    s = np.concatenate(([0.0], np.cumsum(np.where(ok, values, 0.0))))
-    c = np.concatenate(([0], np.cumsum(ok)))
-    hi = np.arange(1, len(values) + 1)
-    lo = np.maximum(hi - max(1, int(window)), 0)
-    count = c[hi] - c[lo]
-    return np.where(count > 0, (s[hi] - s[lo]) / np.maximum(count, 1), np.nan)
-
-
-def thin(x: np.ndarray, y: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``limit`` evenly spaced points of a series (first and last kept)."""
-    if len(x) <= limit:
-        return x, y
-    idx = np.linspace(0, len(x) - 1, limit).round().astype(np.int64)
-    return x[idx], y[idx]
+    def view(self) -> RunView:
+        """What the run's figure shows of the records taken so far (:func:`ssptk.analysis.run_view.view_of_records`):
+        the skew as kept here, the waits of every worker (0 for one without records yet)."""
+        t0 = self.t0 or 0.0
+        elapsed = self.t.values - t0
+        end = len(self.skew) if self.skew_end is None else self.skew_end
+        ids = sorted(set(range(self.workers)) | set(self.per_worker))
+        totals = [self.per_worker.get(w) for w in ids]
+        waits = WaitPanel(np.array(ids, dtype="int64"), _floats(t.wait_s if t else 0.0 for t in totals),
+                          _floats(t.delay_s if t else 0.0 for t in totals))
+        keys = sorted(self.staleness_counts)
+        counts = Line(_floats(keys), _floats(self.staleness_counts[k] for k in keys))
+        return view_of_records(elapsed, self.worker.values, self.step.values, self.loss.values,
+                               skew=Line(elapsed[:end], self.skew.values[:end]), waits=waits, counts=counts,
+                               options=self.options, workers=self.workers, ids=ids,
+                               predicted=bool(self.options.get("predicted")),
+                               staleness=staleness_bound({"options": self.options}))
 
 
-def thin_envelope(x: np.ndarray, y: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most about ``limit`` points that keep a jumpy series' look (the step skew's): per bucket of
-    consecutive points its largest ``y`` at the bucket's start and its smallest at the bucket's
-    middle, so both peaks and dips survive; then the last point."""
-    buckets = max(1, limit // 2)
-    if len(x) <= limit:
-        return x, y
-    starts = np.linspace(0, len(x), buckets, endpoint=False).astype(np.int64)
-    ends = np.append(starts[1:], len(x))
-    xs = np.empty(2 * buckets + 1)
-    ys = np.empty(2 * buckets + 1)
-    xs[0:-1:2], xs[1:-1:2], xs[-1] = x[starts], x[(starts + ends) // 2], x[-1]
-    ys[0:-1:2], ys[1:-1:2], ys[-1] = np.maximum.reduceat(y, starts), np.minimum.reduceat(y, starts), y[-1]
-    return xs, ys
+def _floats(values: Any) -> np.ndarray:
+    return np.fromiter(values, dtype="float64")
 
+
+# --- the live figure's axis ranges: round numbers that change rarely ------------------------------
 
 _NICE = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 

@@ -1,8 +1,10 @@
 """The notebook magics: ``%load_ext ssptk`` registers ``%dtrain`` and ``%%dtrain``.
 
-A thin adapter: the line goes to the CLI's own parser (:func:`ssptk.cli.build_parser` with
-``notebook=True``), the work to :mod:`ssptk.api`, the live plots to :mod:`ssptk.notebook.dashboard`.
-Front-end layer: it may import everything below it, and nothing imports it but ``ssptk`` itself.
+A thin adapter: the line goes to the one parser of the commands (:func:`ssptk.commands.build_parser` with
+``notebook=True``; the CLI's too), the work to the same command functions in :mod:`ssptk.commands`, the
+live plots to :mod:`ssptk.notebook.dashboard`.
+A front end: it imports the layers CONTRIBUTING.md lists for ``notebook/``, and nothing imports it but
+``ssptk`` itself.
 Runs use the kernel's warm cluster unless ``--cold`` (``ssptk.shutdown()`` ends it).
 """
 from __future__ import annotations
@@ -12,32 +14,28 @@ import ast
 import shlex
 from typing import Any
 
+from ssptk import commands
 from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
-
-COMMANDS = ("run", "compare", "sweep", "sim", "report")
 
 
 def parse_line(line: str) -> argparse.Namespace | None:
     """Parse a ``%dtrain`` line (``run`` is the default command); ``None`` when it only asked for help."""
-    from ssptk.cli import build_parser
-
     try:
         tokens = shlex.split(line)
     except ValueError as e:
         raise UsageError(f"cannot split the line ({e}): check its quotes") from None
-    if not tokens or (tokens[0] not in COMMANDS and tokens[0] not in ("-h", "--help")):
+    parser = commands.build_parser(notebook=True)
+    if not tokens or (tokens[0] not in parser.commands and tokens[0] not in ("-h", "--help")):
         tokens = ["run", *tokens]
     try:
-        return build_parser(notebook=True).parse_args(tokens)
+        return parser.parse_args(tokens)
     except SystemExit:  # --help printed the help
         return None
 
 
 def help_text() -> str:
     """``%dtrain?``: the magic's usage and the options of each command, from the one parser."""
-    from ssptk.cli import build_parser
-
-    parser = build_parser(notebook=True)
+    parser = commands.build_parser(notebook=True)
     parts = [parser.format_help(), "%%dtrain (cell magic): the cell defines the function named by --model, "
              "which returns an ssptk.ModelSpec; the code is saved as user_model.py in the run directory.\n"]
     for name in ("run", "compare", "sweep"):
@@ -80,50 +78,51 @@ def dtrain(line: str, cell: str | None = None) -> Any:
 
 
 def _dtrain(line: str, cell: str | None) -> Any:
-    from ssptk import api
-    from ssptk.cli import compare_plan
-    from ssptk.core.options import OPTIONS, from_namespace
-
     args = parse_line(line)
     if args is None:
         return None
-    if args.command == "sim" and args.model is not None:  # res = %dtrain sim --model M ...: the predicted run
-        from ssptk.cli import predicted_run
-
-        return predicted_run(args)
-    if args.command in ("sim", "report"):  # print what the CLI prints; mistakes fail the cell
-        from ssptk.cli import dispatch
-
-        dispatch(args)
+    if args.command == "sim":  # res = %dtrain sim --model M ...: the predicted run; without a model, its timing
+        prediction = commands.sim(args)
+        if args.model is not None:
+            return prediction
+        print(prediction)
+        return None
+    if args.command == "report":  # print what the CLI prints; mistakes fail the cell
+        print(commands.report(args))
         return None
     if cell is not None and args.command != "run":
         raise UsageError(f"%%dtrain takes a model cell for a single run, not {args.command}: "
                          f"use %dtrain {args.command}")
     dashboards = not args.no_dashboard
-    warm = not args.cold
     if args.command == "run":
-        model_source = None
-        if cell is not None:
-            args.model = cell_model_name(cell, args.model)  # None unless --model NAME or --model=NAME
-            model_source = cell
-        else:
-            from_namespace(args)  # bad options fail here, before anything starts
-        kwargs = {o.name: getattr(args, o.name) for o in OPTIONS if getattr(args, o.name) is not None}
-        if args.background:  # options, model, GPUs and --out are checked here, so mistakes fail the cell
-            from ssptk.notebook.background import BackgroundRun
-
-            bg = BackgroundRun.start(warm=warm, model_source=model_source, **kwargs)
-            bg.show_now()  # `bg = %dtrain ... --background` shows nothing by itself: an assignment has no result
-            return bg
-        return api.run(observer=_dashboard() if dashboards else None, warm=warm, model_source=model_source, **kwargs)
-    labels, common = compare_plan(args)
-    result = api.compare(labels, out=args.out, observer=(lambda _label: _dashboard()) if dashboards else None,
-                         warm=warm, repeat=args.repeat, target=args.target, predict=args.predict, **common)
+        return _run(args, cell, dashboards)
+    result = commands.compare(commands.compare_plan(args), warm=not args.cold,
+                              observer=(lambda _label: _dashboard()) if dashboards else None)
     if args.command == "sweep":  # the same runs as `ssptk sweep`, then a slider over them
         from ssptk.notebook.widgets import from_runs
 
         return from_runs(result.all_runs, predicted=result.predicted)
     return result
+
+
+def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
+    """``%dtrain run`` (``%%dtrain``: the cell's model): its result, or with ``--background`` its handle."""
+    from ssptk.core.options import from_namespace, given_options
+
+    model_source = None
+    if cell is not None:
+        args.model = cell_model_name(cell, args.model)  # None unless --model NAME or --model=NAME
+        model_source = cell
+    else:
+        from_namespace(args)  # bad options fail here, before anything starts
+    if args.background:  # options, model, GPUs and --out are checked here, so mistakes fail the cell
+        from ssptk.notebook.background import BackgroundRun
+
+        bg = BackgroundRun.start(warm=not args.cold, model_source=model_source, **given_options(args))
+        bg.show_now()  # `bg = %dtrain ... --background` shows nothing by itself: an assignment has no result
+        return bg
+    return commands.run(args, observer=_dashboard() if dashboards else None, warm=not args.cold,
+                        model_source=model_source)
 
 
 def _dashboard() -> Any:

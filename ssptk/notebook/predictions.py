@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ssptk.core.labels import label_of
 from ssptk.notebook.runner import Key, cache_key
-from ssptk.rundir import RunDir
+from ssptk.rundir import ComparisonDir, RunDir
 
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
@@ -44,7 +45,7 @@ def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhea
     if todo:
         parent = RunDir.create(out if out is None else os.path.join(out, f"predicted-{len(PREDICTED)}"),
                                "predicted").path
-        plans = [plan(overhead, run_dir=os.path.join(parent, f"ssp-{o['staleness']}"),
+        plans = [plan(overhead, run_dir=ComparisonDir(parent).run_path(label_of("ssp", o["staleness"])),
                       **{"stall_timeout": 0, **o}) for o in todo.values()]
 
         def heard(job: int, done: int, total: int) -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
 from ssptk.core.options import resolve
+from ssptk.experiment.sweep import ssp_only
 
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
@@ -48,10 +49,9 @@ def default_runner(**kwargs: Any) -> RunResult:
 
 def split_runner_options(run_options: dict[str, Any], what: str,
                          names: tuple[str, ...] = RUNNER_OPTIONS) -> dict[str, Any]:
-    """Check ``mode`` (ssp only) and take ``names`` (the runner's own options) out of ``run_options``."""
-    mode = run_options.pop("mode", "ssp")
-    if mode not in ("ssp", None):
-        raise UsageError(f"{what} runs mode ssp only, not {mode!r}: drop --mode")
+    """Check ``mode`` (:func:`ssptk.experiment.sweep.ssp_only`) and take ``names`` (the runner's own options)
+    out of ``run_options``."""
+    ssp_only(run_options, what)
     return {k: run_options.pop(k) for k in names if k in run_options}
 
 

@@ -1,8 +1,8 @@
 """Rendering: matplotlib figures, HTML reports, text tables and summaries, TensorBoard event files.
 
-Layer 4: draws what :mod:`ssptk.analysis` computes; may import :mod:`ssptk.core`, :mod:`ssptk.rundir` and
-:mod:`ssptk.analysis`, never the launcher, the task runtime or a front end. Figures are built without
-pyplot and never change the user's matplotlib style; the shared look is :mod:`ssptk.render.style`'s.
+Draws what :mod:`ssptk.analysis` computes; may import :mod:`ssptk.core`, :mod:`ssptk.rundir` and
+:mod:`ssptk.analysis`, never the launcher, the task runtime or a front end. Figures are built without pyplot and
+never change the user's matplotlib style; the shared look is :mod:`ssptk.render.style`'s.
 """
 from __future__ import annotations
 

@@ -10,15 +10,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import FuncFormatter
 
 from ssptk import analysis as an
+from ssptk.analysis.run_view import view_of_run
+from ssptk.render.run_panels import RunPanels, panel_titles
 from ssptk.render.style import (
-    DELAY_COLOR,
     MAX_LEGEND,
-    SKEW_COLOR,
-    STALENESS_COLOR,
-    WAIT_COLOR,
+    NOTE_COLOR,
     NotebookFigure,
     bound_label,
     color,
@@ -43,8 +42,7 @@ class Repeats(list[Any]):
 
 def _empty(ax: Axes, title: str) -> None:
     ax.set_title(title)
-    ax.text(0.5, 0.5, "no step records", ha="center", va="center", transform=ax.transAxes,
-            color="0.5")
+    ax.text(0.5, 0.5, "no step records", ha="center", va="center", transform=ax.transAxes, color=NOTE_COLOR)
 
 
 def run_figure(
@@ -60,123 +58,27 @@ def run_figure(
     injected delay per worker (bars); histogram of measured staleness; loss against minibatches
     processed. ``staleness_bound`` is the SSP staleness S (default: from ``config`` when its mode
     is ``ssp``); the skew panel draws the hard bound S+1 as a dashed line labelled "bound".
-    Wall time runs from the start barrier when ``events`` has a ``start`` event.
+    Wall time runs from the start barrier when ``events`` has a ``start`` event. What it draws is
+    :func:`ssptk.analysis.run_view.view_of_run`'s, as the live dashboard's figure does.
     """
-    opts = an.run_options(config)
+    view = view_of_run(steps, events, config, staleness=staleness_bound)
     fig = NotebookFigure(figsize=(15, 8), layout="constrained")
-    axes = fig.subplots(2, 3)
-    (ax_loss, ax_prog, ax_skew), (ax_wait, ax_stale, ax_samples) = axes
-    predicted = bool((config or {}).get("predicted"))
-    fig.suptitle((run_title(opts) if opts else "run (no config)")
+    axes = list(fig.subplots(2, 3).flat)
+    fig.suptitle((run_title(view.options) if view.options else "run (no config)")
                  + (" \u00b7 PREDICTED: the simulator's schedule replayed with the model's gradients (simulated clock)"
-                    if predicted else ""))
-    if staleness_bound is None:
-        staleness_bound = an.staleness_bound(config)
-    titles = ("loss vs wall time", "completed steps per worker", "step skew", "wait and injected delay per worker",
-              "staleness (simulated)" if predicted else "measured staleness", "loss vs minibatches")
-    if steps is None or steps.empty:
-        for ax, title in zip(axes.flat, titles):
+                    if view.predicted else ""))
+    if not view.n_records:
+        for ax, title in zip(axes, panel_titles(view)):
             _empty(ax, title)
         return fig
-    workers = max(an.n_workers(config, steps), 1)
-    smooth = an.smoothing_window(workers)
-    df = an.prepare_steps(steps, an.start_time(events))
-    ids = sorted(int(w) for w in df["worker"].unique())
-    n = max(len(ids), workers)
-
-    many = len(ids) >= an.MANY_WORKERS  # then bands and the extreme workers, not a line per worker
-    for ax, by in ((ax_loss, "elapsed"), (ax_samples, "samples")):
-        curves = an.loss_curves(df, by=by, smooth=smooth)
-        if many:
-            band = an.loss_band(curves, by, smooth)
-            ax.fill_between(band[by], band["lo"], band["hi"], color="0.6", alpha=0.35, lw=0,
-                            label=f"10-90% of the step records ({smooth})")
-        for w in [] if many else ids:
-            c = curves[curves["worker"] == w]
-            ax.plot(c[by], c["loss"], lw=0.6, alpha=0.5, color=color(w, n),
-                    label=f"worker {w}" if len(ids) <= MAX_LEGEND else None)
-        c = curves[curves["worker"] == an.ALL_WORKERS]
-        ax.plot(c[by], c["smoothed"], lw=2.0, color="black", label=f"all (mean of {smooth})")
-        ax.set_xlabel("wall time (s)" if by == "elapsed" else "minibatches processed")
-        ax.set_ylabel("training loss")
-        set_loss_scale(ax, df["loss"])
+    panels = RunPanels(axes, view)
+    panels.show(view, settled=True)
+    legends = [panels.ax_loss, panels.ax_samples, panels.ax_skew, panels.ax_wait]
+    if len(view.ids) <= MAX_LEGEND or view.many:
+        legends.append(panels.ax_prog)
+    for ax in legends:
         ax.legend(fontsize="small")
-    ax_loss.set_title(titles[0])
-    ax_samples.set_title(titles[5])
-
-    if many:
-        _progress_band(ax_prog, df)
-    for w in [] if many else ids:
-        d = df[df["worker"] == w]
-        ax_prog.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=color(w, n),
-                     label=f"worker {w}" if len(ids) <= MAX_LEGEND else None)
-    ax_prog.set(title=f"completed steps, {len(ids)} workers" if many else titles[1], xlabel="wall time (s)",
-                ylabel="completed steps")
-    if len(ids) <= MAX_LEGEND or many:
-        ax_prog.legend(fontsize="small")
-
-    skew = an.skew_timeline(df, an.finish_times(df, events), workers=ids, end_when_one_left=True)
-    ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=SKEW_COLOR,
-                 label="skew")
-    if staleness_bound is not None:
-        draw_bound(ax_skew, staleness_bound)
-    ax_skew.set(title=titles[2], xlabel="wall time (s)", ylabel="most - least advanced (steps)")
-    ax_skew.set_ylim(bottom=0)
-    ax_skew.legend(fontsize="small")
-
-    _wait_panel(ax_wait, df, titles[3])
-    _staleness_panel(ax_stale, df, titles[4])
     return fig
-
-
-def _progress_band(ax: Axes, df: pd.DataFrame) -> None:
-    """Many workers: the spread of their completed steps (all of them, the middle half, the median), and
-    the slowest and fastest worker, named."""
-    band = an.progress_band(df)
-    ax.fill_between(band["elapsed"], band["lo"], band["hi"], step="post", color="tab:blue", alpha=0.15, lw=0,
-                    label="all workers")
-    ax.fill_between(band["elapsed"], band["q25"], band["q75"], step="post", color="tab:blue", alpha=0.35, lw=0,
-                    label="middle half")
-    ax.plot(band["elapsed"], band["median"], drawstyle="steps-post", color="tab:blue", lw=1.0, label="median")
-    ends = an.extreme_workers(df)
-    if ends is not None:
-        for w, what, c in ((ends[0], "slowest", "tab:red"), (ends[1], "fastest", "tab:green")):
-            d = df[df["worker"] == w]
-            ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=c, lw=1.4,
-                    label=f"{what}: worker {w}")
-
-
-def _wait_panel(ax: Axes, df: pd.DataFrame, title: str) -> None:
-    """Total wait and injected delay per worker, as pairs of bars."""
-    waits = an.wait_by_worker(df)
-    x = np.arange(len(waits))
-    ax.bar(x - 0.2, waits["wait_s"], width=0.4, label="wait (consistency)", color=WAIT_COLOR)
-    ax.bar(x + 0.2, waits["delay_s"], width=0.4, label="injected delay", color=DELAY_COLOR)
-    if len(waits) < an.MANY_WORKERS:
-        ax.set_xticks(x, [str(w) for w in waits["worker"]])
-    else:  # a label per worker would overlap: a few, and the worker that waited most named
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
-        top = waits.iloc[int(waits["wait_s"].to_numpy().argmax())]
-        if top["wait_s"] > 0:
-            title = f"{title} (most wait: worker {int(top['worker'])}, {top['wait_s']:.1f} s)"
-    ax.set(title=title, xlabel="worker", ylabel="total seconds")
-    if not (waits["wait_s"].sum() > 0 or waits["delay_s"].sum() > 0):  # not an axis around 0 with -0.04
-        ax.set_ylim(0, 1)
-        ax.text(0.5, 0.5, "no worker waited, no delay injected", transform=ax.transAxes,
-                ha="center", va="center", color="0.4")
-    ax.legend(fontsize="small")
-
-
-def _staleness_panel(ax: Axes, df: pd.DataFrame, title: str) -> None:
-    """The histogram of measured staleness (step records per value)."""
-    counts = an.staleness_counts(df)
-    if len(counts):
-        ax.bar(counts.index.to_numpy(), counts.to_numpy(), width=0.8, color=STALENESS_COLOR)
-        if len(counts) <= 8:  # more labels than that run together in a panel this wide ("11121314")
-            ax.set_xticks(counts.index.to_numpy())
-        else:
-            ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
-    ax.set(title=title, xlabel="staleness (updates)", ylabel="step records")
 
 
 def _as_run(value: pd.DataFrame | Sequence[Any]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -274,7 +176,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     n = len(runs)
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
-    skew_max, bound_max = 0, 0
+    skew_max, skew_bound_max = 0, 0  # the largest skew, and the largest SSP bound S+1
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
@@ -287,10 +189,10 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         shown = f"{label} (DIVERGED)" if diverged == len(drawn) else (
             f"{label} ({diverged} of {len(drawn)} DIVERGED)" if diverged else str(label))
         config = _config_of(values[0])
-        bound = an.staleness_bound(config)
-        if bound is not None:
-            bound_max = max(bound_max, skew_bound(bound))
-            draw_bound(ax_skew, bound, color=run_color, lw=1.0, label=f"{label} {bound_label(bound)}")
+        staleness = an.staleness_bound(config)
+        if staleness is not None:
+            skew_bound_max = max(skew_bound_max, skew_bound(staleness))
+            draw_bound(ax_skew, staleness, color=run_color, lw=1.0, label=f"{label} {bound_label(staleness)}")
         paid = []
         for r, (steps, events) in enumerate(drawn):
             df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None,
@@ -299,8 +201,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
             skew_max = max(skew_max, int(paid[-1].get("max_skew") or 0))
         _cost_point(ax_cost, label, [p.get("wait_fraction") for p in paid], [p.get("mean_staleness") for p in paid],
                     run_color)
-    if skew_max > 4 * max(bound_max, 2):  # async's hundreds would flatten every bound onto the axis
-        ax_skew.set_yscale("symlog", linthresh=max(2 * bound_max, 4), linscale=1.5)
+    if skew_max > 4 * max(skew_bound_max, 2):  # async's hundreds would flatten every bound onto the axis
+        ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_cost.set(title="what each run paid: waiting and staleness", xlabel="worker time spent waiting (%)",
                 ylabel="mean staleness (updates)")

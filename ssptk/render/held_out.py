@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
-from ssptk.render.style import NotebookFigure, color, set_loss_scale
+from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
 
 __all__ = ["has_held_out", "held_out_figure", "held_out_points"]
 
@@ -40,7 +40,7 @@ def has_held_out(runs: Mapping[str, Any]) -> bool:
 
 def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Figure:
     """Two panels, one colour per label: held-out loss against wall time (from the start barrier) and against
-    minibatches processed, with the target as a dashed line. Values: ``(steps, events, config, summary)``
+    minibatches processed, with the target as a dotted line. Values: ``(steps, events, config, summary)``
     tuples or :class:`Repeats` of them (each repetition drawn, thinner)."""
     fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
@@ -59,7 +59,7 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
         if losses:
             set_loss_scale(ax, losses)
         if target is not None:
-            ax.axhline(target, color="0.3", ls="--", lw=1, label="target" if ax is ax_t else None)
+            draw_target(ax, target, label="target" if ax is ax_t else None)
     ax_t.set_title("held-out loss vs wall time")
     ax_m.set_title("held-out loss vs minibatches")
     if ax_t.get_legend_handles_labels()[0]:

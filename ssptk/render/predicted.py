@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.held_out import held_out_points
-from ssptk.render.style import NotebookFigure, color, set_loss_scale
+from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
 
 __all__ = ["predicted_figure", "predicted_lines"]
 
@@ -52,7 +52,7 @@ def predicted_figure(runs: Mapping[str, Any], predicted: Mapping[str, Any], tabl
                 drawn.append(y)
     target = table.attrs.get("target")
     if target is not None:
-        ax_loss.axhline(target, color="0.3", lw=0.8, ls=":", label=f"target {target:.3g}")
+        draw_target(ax_loss, target, label=f"target {target:.3g}")
     set_loss_scale(ax_loss, drawn)
     which = "held-out loss" if held_out else "training loss (smoothed)"
     ax_loss.set(title=f"{which.split(' (')[0]} vs minibatches: measured (solid) and predicted (dashed)",

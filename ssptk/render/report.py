@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
@@ -14,21 +13,17 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
-from ssptk.core.errors import UsageError
-from ssptk.core.options import label_dir
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
-from ssptk.rundir import RunDir, load_run
+from ssptk.rundir import load_run
+from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
 
-__all__ = ["PREDICTED_DIR", "Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
-
-#: Where ``compare --predict`` puts its predicted runs: ``OUT/predicted/<label>/``.
-PREDICTED_DIR = "predicted"
+__all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
 
 
 def comparison_title(labels: Iterable[str]) -> str:
@@ -183,23 +178,6 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     return Report(title, table, figures, notes, runs_table, compared)
 
 
-def write_metrics_csv(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
-    """Write a comparison table as CSV (no index; missing values empty); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_whole(str(path), table.to_csv(index=False))
-    return path
-
-
-def _rep_dirs(path: Path) -> list[Path]:
-    """The ``rep-<k>`` run directories of a repeated label's directory, by k."""
-    if not path.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in path.iterdir()
-             if (m := re.fullmatch(r"rep-(\d+)", p.name)) and RunDir(p).is_run()]
-    return [p for _, p in sorted(found)]
-
-
 def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
                     target: float | None = None, per_run: bool = True) -> Report:
     """Build a report from ``DIR/<label>/`` run directories, or ``DIR/<label>/rep-<k>/`` ones
@@ -209,30 +187,10 @@ def load_comparison(directory: str | os.PathLike[str], title: str | None = None,
     lacks follow, sorted), else sorted by label; the default title names them, as :func:`ssptk.api.compare`'s
     report does. Raises :class:`UsageError` when there is none.
     """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise UsageError(f"{directory} is not a directory; pass a comparison output directory")
-    dirs = sorted(p.name for p in directory.iterdir() if RunDir(p).is_run() or _rep_dirs(p))
-    if not dirs:
-        raise UsageError(f"no run directories (with config.json, summary.json or workers/) "
-                         f"under {directory}")
-    listed: list[str] = []
-    metrics = directory / "metrics.csv"
-    if metrics.is_file():
-        try:
-            listed = pd.read_csv(metrics, dtype={"label": str})["label"].dropna().tolist()
-        except (KeyError, ValueError, OSError):
-            listed = []
-    # a label's run lives in DIR/<label with ':' as '-'> (ssp:2 -> ssp-2)
-    by_label = {lab: label_dir(lab) for lab in dict.fromkeys(listed) if label_dir(lab) in dirs}
-    by_label.update({d: d for d in dirs if d not in by_label.values()})
+    def runs_of(label: LabelRuns) -> RunTuple | Repeats:
+        return Repeats(load_run(p) for p in label.reps) if label.reps else load_run(label.path)
 
-    def runs_of(path: Path) -> RunTuple | Repeats:
-        if RunDir(path).is_run():
-            return load_run(path)
-        return Repeats(load_run(p) for p in _rep_dirs(path))
-
-    runs = {label: runs_of(directory / d) for label, d in by_label.items()}
-    ahead = directory / PREDICTED_DIR  # compare --predict: DIR/predicted/<label>/
-    predicted = {label: load_run(ahead / d) for label, d in by_label.items() if RunDir(ahead / d).is_run()}
+    found = ComparisonDir(directory).labels()
+    runs = {label.label: runs_of(label) for label in found}
+    predicted = {label.label: load_run(label.predicted) for label in found if label.predicted}
     return build_report(runs, title or comparison_title(runs), target, per_run, predicted or None)

@@ -17,10 +17,11 @@ from matplotlib.lines import Line2D
 
 from ssptk.core.options import skew_bound
 
-__all__ = ["BOUND_COLOR", "DELAY_COLOR", "MAX_LEGEND", "SKEW_COLOR", "STALENESS_COLOR", "WAIT_COLOR",
-           "NotebookFigure", "bound_label", "color", "default_colors", "draw_bound", "figure_png",
-           "figure_to_png_base64",
-           "palette", "run_title", "set_loss_scale", "skew_bound", "wants_log_loss"]
+__all__ = ["BOUND_COLOR", "BOUND_STYLE", "DELAY_COLOR", "EXTREME_LINES", "LABELS", "LOSS_BAND", "MAX_LEGEND",
+           "MEDIAN_LINE", "NOTE_COLOR", "OVERALL_LINE", "PROGRESS_BANDS", "SKEW_COLOR", "STALENESS_COLOR",
+           "TARGET_STYLE", "WAIT_COLOR", "WORKER_LINE", "NotebookFigure", "bound_label", "color", "default_colors",
+           "draw_bound", "draw_target", "extreme_label", "figure_png", "figure_to_png_base64", "palette", "run_title",
+           "set_loss_scale", "skew_bound", "wants_log_loss", "worker_label"]
 
 #: Most per-worker entries a legend lists; beyond it the workers go unnamed.
 MAX_LEGEND = 10
@@ -29,6 +30,33 @@ SKEW_COLOR = "tab:purple"
 WAIT_COLOR = "tab:orange"
 DELAY_COLOR = "tab:gray"
 STALENESS_COLOR = "tab:blue"
+#: Notes written in a panel ("no step records").
+NOTE_COLOR = "0.4"
+#: One worker's curve (thin, faint) and the overall curve of a run (thick, black).
+WORKER_LINE: dict[str, Any] = {"lw": 0.6, "alpha": 0.5}
+OVERALL_LINE: dict[str, Any] = {"lw": 1.8, "color": "black", "zorder": 3}
+#: Many workers: the spread of their loss; of their progress (all of them, the middle half) and its median; the
+#: slowest and the fastest worker.
+LOSS_BAND: dict[str, Any] = {"color": "0.6", "alpha": 0.35, "lw": 0}
+PROGRESS_BANDS: tuple[dict[str, Any], dict[str, Any]] = ({"color": "tab:blue", "alpha": 0.15, "lw": 0},
+                                                         {"color": "tab:blue", "alpha": 0.35, "lw": 0})
+MEDIAN_LINE: dict[str, Any] = {"color": "tab:blue", "lw": 1.0}
+EXTREME_LINES: dict[str, dict[str, Any]] = {"slowest": {"color": "tab:red", "lw": 1.4},
+                                            "fastest": {"color": "tab:green", "lw": 1.4}}
+#: The SSP bound on a skew axis (dashed) and a loss target (dotted: apart from dashed predicted curves).
+BOUND_STYLE: dict[str, Any] = {"ls": "--", "color": BOUND_COLOR}
+TARGET_STYLE: dict[str, Any] = {"ls": ":", "color": "0.3", "lw": 1.0}
+#: Legend words of a run's figure (the report's and the live dashboard's); ``{smooth}``: the rolling window.
+LABELS: dict[str, str] = {
+    "overall": "all (mean of {smooth})",
+    "loss_band": "10-90% of the step records ({smooth})",
+    "all_workers": "all workers",
+    "middle_half": "middle half",
+    "median": "median",
+    "skew": "skew",
+    "wait": "wait (consistency)",
+    "delay": "injected delay",
+}
 #: Positive losses spanning more than this ratio get a log axis.
 LOG_SPAN = 100.0
 
@@ -78,13 +106,29 @@ def run_title(opts: Mapping[str, Any]) -> str:
 
 
 def bound_label(staleness: int) -> str:
+    """The legend entry of the SSP bound of staleness S: ``bound: skew ≤ S+1 = 3``."""
     return f"bound: skew \u2264 S+1 = {skew_bound(staleness)}"
 
 
+def worker_label(worker: int) -> str:
+    """The legend entry of one worker's curve."""
+    return f"worker {worker}"
+
+
+def extreme_label(which: str, worker: int | None = None) -> str:
+    """The legend entry of the ``"slowest"`` or ``"fastest"`` worker of many, named when ``worker`` is given."""
+    return f"{which} worker" if worker is None else f"{which}: worker {worker}"
+
+
 def draw_bound(ax: Axes, staleness: int, **kw: Any) -> Line2D:
-    """The SSP bound as a dashed horizontal line on a skew axis (``kw`` overrides colour, label, ...)."""
-    style: dict[str, Any] = {"ls": "--", "color": BOUND_COLOR, "label": bound_label(staleness), **kw}
-    return ax.axhline(skew_bound(staleness), **style)
+    """The SSP bound of staleness S as a dashed horizontal line at S+1 on a skew axis (``kw`` overrides
+    colour, label, ...)."""
+    return ax.axhline(skew_bound(staleness), **{**BOUND_STYLE, "label": bound_label(staleness), **kw})
+
+
+def draw_target(ax: Axes, target: float, **kw: Any) -> Line2D:
+    """A loss target as a dotted horizontal line (``kw``: its label, ...)."""
+    return ax.axhline(target, **{**TARGET_STYLE, **kw})
 
 
 class NotebookFigure(Figure):

@@ -167,10 +167,11 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
                                                      "staleness/worker": w["staleness"]})
             items += _scalars(pb, w["samples"], w["t"], {"progress/worker": w["completed"]})
             workers[int(w["worker"].iloc[0])] = items
-    folder = Path(RunDir(root).tensorboard_dir)
+    rd = RunDir(root)
+    folder = Path(rd.tensorboard_dir)
     for old in folder.glob(f"**/{_PREFIX}*"):  # an earlier call's files: replace, never add to them
         old.unlink()
     _write_file(folder, top, t0, pb)
     for worker, items in workers.items():
-        _write_file(folder / f"worker_{worker}", items, t0, pb)
+        _write_file(Path(rd.tensorboard_worker_dir(worker)), items, t0, pb)
     return str(folder)

@@ -1,9 +1,12 @@
 """The run directory: the contract between the tasks that write a run and everything that reads it.
 
-Layer 1 (above :mod:`ssptk.core`): :class:`RunDir` knows every path (``docs/run-directory.md``) and is
-the only writer of ``config.json``, ``summary.json`` and ``model/final.json``; :mod:`ssptk.rundir.logs`
-reads the workers' JSONL logs into pandas. May import :mod:`ssptk.core` only; every layer above may
-import it (the task runtime writes into it, the launcher, analysis and front ends read it).
+Above :mod:`ssptk.core` (CONTRIBUTING.md has the layers): :class:`RunDir` knows every path
+(``docs/run-directory.md``) and is the only writer of ``config.json``, ``summary.json`` and
+``model/final.json``; :class:`ComparisonDir` knows a comparison's (its runs, ``metrics.csv``, ``report.html``);
+:mod:`ssptk.rundir.logs` reads the workers' JSONL logs into pandas (the step record itself,
+:class:`ssptk.core.records.StepRecord`, is in core: the simulator gives its schedules in the same columns). May
+import :mod:`ssptk.core` only; every layer above may import it (the task runtime writes into it, the launcher,
+analysis and front ends read it).
 
 The log readers are imported on first use: the tasks import this package, and must not pay for pandas.
 """
@@ -11,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ssptk.rundir.comparison import ComparisonDir
 from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, task_log_name
 
-__all__ = ["USER_MODEL_FILE", "JsonlTail", "RunDir", "RunLogReader", "load_run", "read_json", "read_run",
-           "task_log_name"]
+__all__ = ["USER_MODEL_FILE", "ComparisonDir", "JsonlTail", "RunDir", "RunLogReader", "load_run", "read_json",
+           "read_run", "task_log_name"]
 
 _READERS = ("JsonlTail", "RunLogReader", "load_run", "read_run")
 

@@ -7,15 +7,14 @@ path; ``config.json``, ``summary.json`` and ``model/final.json`` are written onl
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ssptk.core.options import RunOptions
+from ssptk.core.records import finite_or_null
 from ssptk.rundir.space import write_whole
 
 __all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "task_log_name"]
@@ -42,10 +41,6 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _write_json(path: str, obj: dict[str, Any]) -> None:
     """Write ``obj`` whole or not at all: a reader never sees half a file (:class:`DiskFull` on a full disk)."""
     write_whole(path, json.dumps(obj, indent=1))
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 class RunDir:
@@ -99,9 +94,18 @@ class RunDir:
     def tensorboard_dir(self) -> str:
         return self._join("tensorboard")
 
+    def tensorboard_worker_dir(self, worker: int) -> str:
+        """``tensorboard/worker_<i>/``: worker ``i``'s TensorBoard run (its per-worker tags)."""
+        return self._join("tensorboard", f"worker_{worker}")
+
     @property
     def user_model_path(self) -> str:
         return self._join(USER_MODEL_FILE)
+
+    @property
+    def predict_jobs_path(self) -> str:
+        """``logs/predict-jobs.json``: the jobs given to the predicting process whose log is in this ``logs/``."""
+        return self._join("logs", "predict-jobs.json")
 
     def worker_log(self, worker: int) -> str:
         """``workers/worker-<i>.jsonl``: worker ``i``'s step and event records."""
@@ -115,6 +119,13 @@ class RunDir:
         """Whether this looks like a run directory (config, summary or worker logs present)."""
         return os.path.isdir(self.path) and any(os.path.exists(p) for p in
                                                  (self.config_path, self.summary_path, self.workers_dir))
+
+    def set_aside_attempt(self) -> None:
+        """Rename every file in ``workers/`` and ``logs/`` to ``<name>.port-retry``: a start that failed (its port
+        was taken) and is tried again keeps its logs for reading, out of the next attempt's way."""
+        for d in (self.workers_dir, self.logs_dir):
+            for name in os.listdir(d) if os.path.isdir(d) else []:
+                os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
 
     # --- readers --------------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -159,13 +170,13 @@ class RunDir:
         """``model/final.json``: eval loss and accuracy (``null`` for a model without one), variable names and
         shapes, and scalar parameters by short name. NaN and infinite numbers (a run with ``--allow-nan``)
         are written as ``null``: the file stays JSON."""
-        info: dict[str, Any] = {"eval_loss": _finite(loss), "eval_accuracy": None if accuracy is None
-                                else _finite(accuracy), "variables": {}, "params": {}}
+        info: dict[str, Any] = {"eval_loss": finite_or_null(loss), "eval_accuracy": finite_or_null(accuracy),
+                                "variables": {}, "params": {}}
         for name, value in zip(names, values):
             arr = np.asarray(value)
             info["variables"][name] = list(arr.shape)
             if arr.size == 1:
-                info["params"][name.split("/")[-1]] = _finite(float(arr.reshape(())))
+                info["params"][name.split("/")[-1]] = finite_or_null(float(arr.reshape(())))
         os.makedirs(self.model_dir, exist_ok=True)
         _write_json(self.final_path, info)
 
@@ -205,10 +216,6 @@ class RunDir:
                 continue
             return cls(path)
         raise UsageError(f"no free run directory name like {base}: pass --out")
-
-    def subdir(self, *parts: str) -> RunDir:
-        """A run directory inside this one (a comparison's ``<label>/`` or ``<label>/rep-<k>/``)."""
-        return RunDir(Path(self.path, *parts))
 
 
 def _versions() -> dict[str, str | None]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
 from ssptk.rundir.layout import RunDir
 
 __all__ = [
@@ -34,16 +35,10 @@ __all__ = [
     "events_to_frame",
 ]
 
-#: The step-record keys the contract promises, in display order (more may be present).
-STEP_COLUMNS: tuple[str, ...] = (
-    "t", "worker", "step", "global_step", "loss", "wait_s", "staleness", "minibatch", "delay_s",
-    "applied",
-)
 #: The keys every event record has (events may carry more, e.g. ``steps`` or ``message``).
 EVENT_COLUMNS: tuple[str, ...] = ("event", "t", "worker")
 
 _WORKER_FILE = re.compile(r"^worker-(\d+)\.jsonl$")
-_INT_COLUMNS = ("worker", "step", "global_step", "staleness", "minibatch")
 
 
 class JsonlTail:
@@ -130,7 +125,7 @@ def steps_to_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
         if col not in frame.columns:
             frame[col] = True if col == "applied" else float("nan")
     frame["applied"] = frame["applied"].fillna(True).astype(bool)
-    for col in _INT_COLUMNS:
+    for col in INT_STEP_COLUMNS:
         if frame[col].notna().all():
             try:
                 frame[col] = frame[col].astype("int64")

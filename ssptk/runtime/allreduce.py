@@ -16,6 +16,7 @@ from ssptk.core.delays import DelayModel
 from ssptk.core.errors import check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
+from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime.ps_loop import variable_names
 from ssptk.runtime.recorder import Recorder
@@ -89,7 +90,8 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         t0 = time.perf_counter()
         apply(grads)
         wait = time.perf_counter() - t0
-        rec.step(step, step, loss, wait, 0, mb, delay)
+        rec.step(StepRecord(t=time.time(), worker=index, step=step, global_step=step, loss=loss, wait_s=wait,
+                            staleness=0, minibatch=mb, delay_s=delay))
         check_loss(loss, opts.allow_nan, step, index, step)
         if index == 0 and opts.eval_every and step % opts.eval_every == 0:
             t0 = time.perf_counter()

@@ -15,7 +15,6 @@ Progress goes to stdout (the task's log): ``SSPTK_PREDICT <job> <gradients done>
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
 from ssptk.core.models import ModelSpec, data_source, load_model
 from ssptk.core.options import RunOptions
+from ssptk.core.records import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS, StepRecord, finite_or_null, json_line
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import write_whole
 from ssptk.runtime.protocol import PREDICT
@@ -101,8 +101,7 @@ def _write_logs(rd: RunDir, opts: RunOptions, replayed: Any, t0: float) -> None:
         bad = steps[~np.isfinite(steps["loss"].to_numpy(float))].sort_values("t")  # record where it diverged
         last = bad if len(bad) else steps.sort_values("t").iloc[-1:]
         failed_worker, failed_at = int(last["worker"].iloc[0]), t0 + float(last["t"].iloc[0])
-    columns = ["t", "worker", "step", "global_step", "loss", "wait_s", "staleness", "minibatch", "delay_s", "applied"]
-    columns += ["lr_scale"] if "lr_scale" in steps else []
+    columns = list(STEP_COLUMNS) + [c for c in OPTIONAL_STEP_COLUMNS if c in steps]
     os.makedirs(rd.workers_dir, exist_ok=True)
     by_worker = {w: g for w, g in steps.groupby("worker")}
     for w in range(opts.workers):
@@ -111,14 +110,11 @@ def _write_logs(rd: RunDir, opts: RunOptions, replayed: Any, t0: float) -> None:
         if mine is not None:
             for row in mine[columns].itertuples(index=False):
                 r = dict(zip(columns, row))
-                lines.append({**r, "t": t0 + float(r["t"]), "worker": w, "step": int(r["step"]),
-                              "global_step": int(r["global_step"]), "loss": _finite(r["loss"]),
-                              "staleness": int(r["staleness"]), "minibatch": int(r["minibatch"]),
-                              "applied": bool(r["applied"]), "wait_s": round(float(r["wait_s"]), 6),
-                              "delay_s": round(float(r["delay_s"]), 6)})
+                lines.append(StepRecord(**{**r, "t": t0 + float(r["t"]), "worker": w}).to_dict())
         if w == 0:  # held-out evaluations, up to where the run ended
             lines += [{"event": "eval", "t": t0 + float(e.t), "worker": 0, "global_step": int(e.global_step),
-                       "eval_loss": _finite(e.eval_loss), "eval_accuracy": _finite(e.eval_accuracy), "eval_s": 0.0}
+                       "eval_loss": finite_or_null(e.eval_loss), "eval_accuracy": finite_or_null(e.eval_accuracy),
+                       "eval_s": 0.0}
                       for e in replayed.evals.itertuples(index=False) if t0 + float(e.t) <= failed_at]
         if w == failed_worker:
             lines.append({"event": "error", "t": failed_at, "worker": w, "message": replayed.stopped,
@@ -126,12 +122,5 @@ def _write_logs(rd: RunDir, opts: RunOptions, replayed: Any, t0: float) -> None:
         elif replayed.stopped is None:
             lines.append({"event": "done", "t": end, "worker": w, "steps": 0 if mine is None else len(mine)})
         lines.sort(key=lambda r: r["t"])
-        write_whole(rd.worker_log(w), "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
+        write_whole(rd.worker_log(w), "".join(json_line(r) for r in lines))
 
-
-def _finite(x: Any) -> float | None:
-    """JSON has no NaN or infinity: ``null`` (as real runs write them)."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None

@@ -1,5 +1,24 @@
-"""What a task prints for its launcher: the lines :class:`ssptk.launch.cluster.LocalCluster` waits for."""
+"""What a task tells its launcher: its status file (when it is written), its exit codes, the lines it prints.
+
+A task reports through :func:`report_ready`, :func:`report_run_done` and :func:`report_failure`, which write its
+status file (the format: :mod:`ssptk.rundir.task_status`) where the launcher asked (``SSPTK_STATUS_DIR``; a task
+started by hand has none and writes none). A process holding several tasks (the shared layout) writes one file
+per task, and only the first failure of the process: the task it names is the one that ended it. The marker
+lines (``SSPTK_READY worker:1``, ...) are still printed, for the person reading the logs.
+"""
 from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import replace
+
+from ssptk.core.errors import DiskFull
+from ssptk.rundir.task_status import FAILED, READY_STATE, STATUS_DIR_ENV, TaskError, TaskStatus, write_status
+
+__all__ = ["EXIT_DISK_FULL", "PREDICT", "READY", "RUN_DONE", "TASK_FAILED", "report_failure", "report_ready",
+           "report_run_done"]
 
 #: ``SSPTK_READY <task>``: the task's server is up.
 READY = "SSPTK_READY"
@@ -14,3 +33,44 @@ TASK_FAILED = "SSPTK_TASK_FAILED"
 #: ``SSPTK_PREDICT <job> <gradients done> <of>`` after each wave of a predicting task's replay, and
 #: ``SSPTK_PREDICT <job> done`` when a predicted run's logs are written (:mod:`ssptk.runtime.predict`).
 PREDICT = "SSPTK_PREDICT"
+
+
+_lock = threading.Lock()
+_reported: dict[str, TaskStatus] = {}  # task -> the last status this process wrote for it
+_first_failure: list[str] = []  # the task whose failure this process reported first
+
+
+def _report(status: TaskStatus) -> None:
+    """Write ``status`` where the launcher asked (``SSPTK_STATUS_DIR``; nothing without it). Never raises:
+    a status that cannot be written leaves the launcher the exit code and the log, as before."""
+    directory = os.environ.get(STATUS_DIR_ENV)
+    _reported[status.task] = status
+    if directory:
+        with contextlib.suppress(OSError, DiskFull):
+            write_status(directory, status)
+
+
+def report_ready(task: str) -> None:
+    """Task ``task``'s server is up (or, without a server, the task is running)."""
+    with _lock:
+        _report(TaskStatus(task, os.getpid(), READY_STATE, time.time()))
+
+
+def report_run_done(tasks: list[str], run_id: str) -> None:
+    """Serving tasks ``tasks`` finished run ``run_id`` and wait for the next one."""
+    with _lock:
+        for task in tasks:
+            old = _reported.get(task)
+            if old is None or old.state != FAILED:
+                _report(replace(old or TaskStatus(task, os.getpid(), READY_STATE, 0.0), run=run_id, time=time.time()))
+
+
+def report_failure(task: str, error: TaskError | None = None) -> str:
+    """Task ``task`` is ending because of ``error``. Only the first failure of a process is written (in the
+    shared layout, the worker that ends the process); returns the task that was reported first."""
+    with _lock:
+        if not _first_failure:
+            _first_failure.append(task)
+            old = _reported.get(task)
+            _report(TaskStatus(task, os.getpid(), FAILED, time.time(), old.run if old else None, error))
+        return _first_failure[0]

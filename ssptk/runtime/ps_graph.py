@@ -199,7 +199,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     graph = tf.Graph()
     with graph.as_default(), v1.container(container):
         device = f"/job:worker/task:{index}" + ("" if gpu is None else f"/device:GPU:{gpu}")
-        setter = v1.train.replica_device_setter(worker_device=device, cluster=v1.train.ClusterSpec(cluster))
+        setter = shard_setter(v1, device, cluster)
         with v1.device(setter):
             global_step, x, y, module, model_vars = model_graph(spec, seed)
             # The step's parameters are read after the global step, so `staleness` counts every update
@@ -248,6 +248,40 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue(1), **extra)
 
 
+def shard_setter(v1: Any, worker_device: str, cluster: dict[str, list[str]]) -> Any:
+    """The device function of a worker's graph: computation on ``worker_device``, variables on the PS tasks.
+    With K > 1 PS tasks (``--ps K``) each variable goes to the shard holding the fewest bytes so far, as
+    ``replica_device_setter`` with a byte-size load balancer does: every worker builds the same variables in the
+    same order, so every worker places them alike. The global step is made first, so it lands on ``ps:0``
+    with the mode's coordination (clocks, queues, tokens, claims), which is pinned there."""
+    shards = len(cluster.get("ps", [])) or 1
+    strategy = None if shards == 1 else BalanceBytes(shards)
+    return v1.train.replica_device_setter(ps_tasks=shards, worker_device=worker_device,
+                                          cluster=v1.train.ClusterSpec(cluster), ps_strategy=strategy)
+
+
+class BalanceBytes:
+    """``replica_device_setter``'s ``ps_strategy``: each variable to the shard with the fewest bytes so far (TF 1's
+    ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``, gone with ``tf.contrib``). ``load`` is each
+    shard's bytes."""
+
+    def __init__(self, shards: int) -> None:
+        self.load = [0] * shards
+
+    def __call__(self, op: Any) -> int:
+        import tensorflow as tf
+
+        shard = min(range(len(self.load)), key=self.load.__getitem__)
+        self.load[shard] += (tf.TensorShape(op.get_attr("shape")).num_elements() or 1) * \
+            tf.as_dtype(op.get_attr("dtype")).size
+        return shard
+
+
+def _on_its_shard(v1: Any, var: Any) -> Any:
+    """A device scope for an op that updates ``var``: where ``var`` lives (its shard)."""
+    return v1.device(var.device)
+
+
 def _run_over_queue(tf: Any, v1: Any) -> Any:
     """The PS's queue that worker 0 puts one token in when the run is over (after the model is saved)."""
     return v1.FIFOQueue(1, tf.int32, shapes=[[]], shared_name="run_over", name="run_over")
@@ -276,8 +310,13 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
             scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
         grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
         tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
-    with v1.device(PS):  # the gradients are its inputs; on the PS, its learning rate is no message per step
-        apply = s.opt.apply_gradients(zip(grads, s.model_vars))
+    # The gradients are its inputs; on the PS (each variable's own shard), its learning rate is no message per step.
+    updates = []
+    for g, var in zip(grads, s.model_vars):
+        with _on_its_shard(v1, var):
+            updates.append(s.opt.apply_gradients([(g, var)]))
+    with v1.device(PS):
+        apply = tf.group(*updates)
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
     # tiny ops, are what a step costs here.
@@ -323,7 +362,7 @@ def _sync_ops(s: _Shared) -> dict[str, Any]:
     extra["local_step"] = local_step
     accs = []
     for k, var in enumerate(s.model_vars):
-        with v1.device(PS):
+        with _on_its_shard(v1, var):  # a gradient's bytes go to its variable's shard, not all to ps:0
             accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
                                                   shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
     # The global step read on the PS just before the push tells whether this gradient was in time for its
@@ -355,8 +394,11 @@ def _sync_ops(s: _Shared) -> dict[str, Any]:
     # the chief per update. Each iteration takes the mean of the first N-B fresh gradients, applies it,
     # and puts one token in every worker's queue.
     def aggregate_once(i: Any) -> Any:
-        taken = [acc.take_grad(n - s.backup) for acc in accs]
-        update = s.opt.apply_gradients(zip(taken, s.model_vars))
+        applied = []
+        for acc, var in zip(accs, s.model_vars):
+            with _on_its_shard(v1, var):
+                applied.append(s.opt.apply_gradients([(acc.take_grad(n - s.backup), var)]))
+        update = tf.group(*applied)
         with tf.control_dependencies([update]):
             new_step = fetch_add(tf, s.global_step)
         with tf.control_dependencies([new_step]):

@@ -26,6 +26,7 @@ from ssptk.core.delays import DelayModel
 from ssptk.core.errors import DiskFull, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
+from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
 from ssptk.runtime.reaper import exit_with_descendants
@@ -210,7 +211,8 @@ class Trainer:
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
             lr_scale = float(meta[-1:].view(np.float64)[0]) if self.opts.lr_staleness == "inverse" else None
-            self.rec.step(step, g_after, loss, wait_s, g_after - g_read - 1, mb, delay, t=t, lr_scale=lr_scale)
+            self.rec.step(StepRecord(t=t, worker=self.index, step=step, global_step=g_after, loss=loss, wait_s=wait_s,
+                                     staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
@@ -281,10 +283,13 @@ class Trainer:
                 token = int(s.run(g.drain, {g.drain_n: backlog})[0][-1])
             applied = g_at_push == local
             if applied:
-                self.rec.step(step, token, loss, max(0.0, applied_at - pushed_at), 0, mb, delay, t=float(applied_at))
-            else:
-                self.rec.step(step, g_at_push, loss, 0.0, g_at_push - local, mb, delay, applied=False,
-                              t=float(pushed_at))
+                self.rec.step(StepRecord(t=applied_at, worker=self.index, step=step, global_step=token, loss=loss,
+                                         wait_s=max(0.0, applied_at - pushed_at), staleness=0, minibatch=mb,
+                                         delay_s=delay))
+            else:  # a late backup gradient, dropped
+                self.rec.step(StepRecord(t=pushed_at, worker=self.index, step=step, global_step=g_at_push, loss=loss,
+                                         wait_s=0.0, staleness=g_at_push - local, minibatch=mb, delay_s=delay,
+                                         applied=False))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, token if applied else g_at_push)
             local = max(token, g_now)
             self._maybe_evaluate(local)

@@ -3,12 +3,11 @@ complete or absent (line-atomic with O_APPEND) and readers can follow the file w
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import time
 from typing import Any
 
+from ssptk.core.records import StepRecord, json_line
 from ssptk.rundir.space import disk_full, is_disk_full
 
 
@@ -23,8 +22,8 @@ class Recorder:
         self.enabled = enabled
         self.cpu_s = 0.0  # this thread's CPU spent writing step records (the `done` event reports it)
 
-    def _write(self, record: dict[str, Any]) -> None:
-        data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    def _write(self, line: str) -> None:
+        data = line.encode()
         done = 0
         try:
             while done < len(data):  # a full disk first takes part of a line, then refuses the rest
@@ -37,27 +36,18 @@ class Recorder:
                 raise disk_full(self.path) from None
             raise
 
-    def step(self, step: int, global_step: int, loss: float, wait_s: float, staleness: int, minibatch: int,
-             delay_s: float, applied: bool = True, t: float | None = None, lr_scale: float | None = None) -> None:
+    def step(self, record: StepRecord) -> None:
+        """Append one step record (nothing with ``enabled=False``); its CPU cost counts in :attr:`cpu_s`."""
         if not self.enabled:
             return
         c0 = time.thread_time()  # per thread: TF's own threads keep running meanwhile
-        record = {"t": time.time() if t is None else t, "worker": self.worker, "step": step,
-                  "global_step": int(global_step), "loss": _finite(float(loss)), "wait_s": round(wait_s, 6),
-                  "staleness": int(staleness), "minibatch": int(minibatch), "delay_s": round(delay_s, 6),
-                  "applied": applied}
-        if lr_scale is not None:  # --lr-staleness inverse: the factor this step's learning rate was multiplied by
-            record["lr_scale"] = lr_scale
-        self._write(record)
+        self._write(record.json_line())
         self.cpu_s += time.thread_time() - c0
 
     def event(self, event: str, **fields: Any) -> None:
-        self._write({"event": event, "t": time.time(), "worker": self.worker, **fields})
+        """Append an event record: ``{"event", "t" (now), "worker", **fields}``."""
+        self._write(json_line({"event": event, "t": time.time(), "worker": self.worker, **fields}))
 
     def close(self) -> None:
         os.close(self._fd)
 
-
-def _finite(x: float) -> float | None:
-    """NaN and infinities are written as ``null`` (strict JSON has no token for them)."""
-    return x if math.isfinite(x) else None

@@ -6,8 +6,10 @@ in the one-process-per-task layout; only the Python side differs: each worker's 
 and TensorFlow is imported once instead of once per task (far less memory, a faster start).
 
 Failure semantics: a worker thread that fails logs its ``error`` event (or ``hung``) as a worker
-process would, prints ``SSPTK_TASK_FAILED worker:I`` and ends the whole process at once with the
-worker's exit code, so the launcher names that worker. A worker cannot be restarted on its own
+process would, writes its status file (``failed``: the first failure of the process is the one written,
+see :mod:`ssptk.runtime.protocol`), prints ``SSPTK_TASK_FAILED worker:I`` and ends the whole process at
+once with the worker's exit code, so the launcher names that worker. Each task's status file says
+``ready`` once its server is up. A worker cannot be restarted on its own
 (``--restart-failed`` needs the processes layout). allreduce needs a process per worker.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from ssptk.core.models import ModelSpec
 from ssptk.core.options import RunOptions
-from ssptk.runtime.protocol import READY, TASK_FAILED
+from ssptk.runtime.protocol import READY, TASK_FAILED, report_failure, report_ready
 from ssptk.runtime.reaper import exit_with_descendants
 
 __all__ = ["SharedTasks"]
@@ -30,11 +32,12 @@ _fail_lock = threading.Lock()
 
 
 def fail(task: str, code: int) -> None:
-    """End the shared process because ``task`` failed (it logged why): the launcher reads the line."""
+    """End the shared process because ``task`` failed (it logged why): the launcher reads its status file."""
     with _fail_lock:  # the first failing worker is the one named
+        named = report_failure(task)  # a no-op if a worker's error was reported already: that one is named
         with contextlib.suppress(OSError):
             sys.stderr.flush()
-            print(f"{TASK_FAILED} {task} {code}", flush=True)
+            print(f"{TASK_FAILED} {named} {code}", flush=True)
         exit_with_descendants(code)
 
 
@@ -65,6 +68,7 @@ class SharedTasks:
                 self.servers[f"{job}:{i}"] = tf.compat.v1.train.Server(spec, job_name=job, task_index=i, start=True,
                                                                       config=config)
                 print(f"{READY} {job}:{i}", flush=True)
+                report_ready(f"{job}:{i}")
 
     def train(self, spec_of: Callable[[], ModelSpec], opts: RunOptions, run_dir: str, run_id: str,
               guard: Callable[[Callable[[], None], str, int, Callable[[int], None]], None],

@@ -18,10 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ssptk.core.errors import DiskFull, LossNotFinite, UsageError
+from ssptk.core.labels import parse_mode
 from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
-from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE
+from ssptk.rundir.task_status import TRACEBACK_LINES, TaskError
+from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE, report_failure, report_ready, report_run_done
 from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
 from ssptk.runtime.retry import ATTEMPTS, DUPLICATE_TEXT
 from ssptk.runtime.tf_import import skip_eager_keras
@@ -73,7 +75,7 @@ def _cluster_and_task(args: argparse.Namespace) -> tuple[dict[str, list[str]], s
     from ssptk.runtime.cluster_env import SOURCES, from_environment
 
     if args.cluster in SOURCES:
-        mode = str(args.mode or "ssp").partition(":")[0]
+        mode, _ = parse_mode(args.mode or "ssp")
         cluster, task = from_environment(args.cluster, mode, args.port_base)
         if args.task is not None and args.task != task:
             raise UsageError(f"--task {args.task} contradicts the environment, which makes this task {task}: "
@@ -143,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
             return 2
         print(f"{READY} {args.task}", flush=True)
+        report_ready(args.task)
         from ssptk.runtime import allreduce
 
         _run_guarded(lambda: allreduce.run(spec, opts, cluster, index, run_dir), run_dir, index)
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster), job_name=job, task_index=index,
                                        start=True)
     print(f"{READY} {args.task}", flush=True)
+    report_ready(args.task)
     if job == "ps":
         if os.environ.get("SSPTK_WATCH_PARENT") == "1":  # a launcher's PS: the launcher stops it
             server.join()
@@ -193,7 +197,8 @@ def _predict(jobs: str | None) -> int:
         from ssptk.runtime.predict import predict_jobs
 
         predict_jobs(jobs)
-    except BaseException as e:  # noqa: BLE001 - the launcher shows the log's last error line
+    except BaseException as e:  # noqa: BLE001 - the launcher shows the error of the task's status file
+        report_failure("predict", _task_error(e, f"{type(e).__name__}: {_message(e)}"))
         print(f"ssptk worker: error: predict: {type(e).__name__}: {_message(e)}", file=sys.stderr, flush=True)
         if not isinstance(e, UsageError):
             import traceback
@@ -219,19 +224,20 @@ def _shared(args: argparse.Namespace, cluster: dict[str, list[str]], opts: RunOp
         def serve_run(opts: RunOptions, run_dir: str, run_id: str) -> None:
             tasks.train(lambda: load_model(opts.model, fresh=True), opts, run_dir, run_id, guard, reset_container=True)
 
-        _serve(serve_run, "shared")
+        _serve(serve_run, "shared", [f"worker:{i}" for i in range(len(cluster["worker"]))])
         return 0
     tasks.train(lambda: spec, opts, opts.out or ".", args.run_id, guard)
     exit_with_descendants(0)
     return 0
 
 
-def _serve(run: Callable[[RunOptions, str, str], None], log_task: str) -> None:
+def _serve(run: Callable[[RunOptions, str, str], None], log_task: str, tasks: list[str] | None = None) -> None:
     """A warm task: run after run on the same server(s), one per stdin line, until stdin closes.
 
     Each run's state lives in its own container on the PS (``run_id``), which the chief resets when
     the run is over, so nothing of one run (variables, counters, queues) is seen by the next. The
-    task's output goes to the run's own ``logs/<log_task>.log``, which ends with ``RUN_DONE run_id``.
+    task's output goes to the run's own ``logs/<log_task>.log``, which ends with ``RUN_DONE run_id``; the
+    status file of each of ``tasks`` (default: ``log_task``) then names the run (:mod:`ssptk.runtime.protocol`).
     A run that fails ends the process: the launcher then discards the whole cluster.
     """
     run_parser = argparse.ArgumentParser(prog="ssptk worker --serve")
@@ -246,6 +252,7 @@ def _serve(run: Callable[[RunOptions, str, str], None], log_task: str) -> None:
         run(opts, run_dir, msg["run_id"])
         kill_descendants()  # the task lives on; what the run's user code started does not
         print(f"{RUN_DONE} {msg['run_id']}", flush=True)
+        report_run_done(tasks or [log_task], msg["run_id"])
 
 
 def _redirect_output(path: str) -> None:
@@ -273,6 +280,7 @@ def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
             from ssptk.runtime.recorder import Recorder
 
             Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
+        report_failure(f"worker:{index}", _task_error(e, msg))
         with contextlib.suppress(OSError):
             if isinstance(e, (LossNotFinite, DiskFull)):  # the message says it all; a traceback would bury it
                 print(f"ssptk worker: error: worker:{index}: {msg}", file=sys.stderr)
@@ -287,6 +295,14 @@ def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _task_error(e: BaseException, message: str) -> TaskError:
+    """What the task's status file says of ``e``: its type, ``message`` (one line), its traceback's last lines."""
+    import traceback
+
+    lines = "".join(traceback.format_exception(e)).splitlines()
+    return TaskError(type(e).__name__, message, tuple(ln for ln in lines if ln.strip())[-TRACEBACK_LINES:])
 
 
 def _message(e: BaseException) -> str:

@@ -1,7 +1,8 @@
 """The simulator: a discrete-event model of the training modes, with the engine's own delay streams.
 
-Layer 2 (beside :mod:`ssptk.rundir`): pure functions to pandas, no TensorFlow, no plotting. May import
-:mod:`ssptk.core` only; analysis (measured / ideal) and the front ends import it.
+Beside :mod:`ssptk.rundir` (CONTRIBUTING.md has the layers): pure functions, no TensorFlow, no plotting. May
+import :mod:`ssptk.core` only; analysis (measured / ideal), the task runtime (predicted runs), experiments and
+the front ends import it.
 """
 from __future__ import annotations
 

@@ -15,8 +15,10 @@ import numpy as np
 import pandas as pd
 
 from ssptk.core.delays import DelayModel
+from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
 
-COLUMNS = ("t", "worker", "step", "global_step", "loss", "wait_s", "staleness", "minibatch", "delay_s", "applied")
+#: The columns of a simulated schedule: those of a real run's step records.
+COLUMNS = STEP_COLUMNS
 
 
 class Counts:
@@ -96,18 +98,13 @@ class Log:
 
     def frame(self) -> pd.DataFrame:
         """The step records as a DataFrame with :data:`COLUMNS` and fixed dtypes."""
-        if self.rows:
-            t, w, st, gs, wait, stale, mb, d, ap = zip(*self.rows)
-        else:
-            t = w = st = gs = wait = stale = mb = d = ap = ()
-        n = len(self.rows)
-        return pd.DataFrame({
-            "t": np.asarray(t, dtype=float), "worker": np.asarray(w, dtype=np.int64),
-            "step": np.asarray(st, dtype=np.int64), "global_step": np.asarray(gs, dtype=np.int64),
-            "loss": np.full(n, np.nan), "wait_s": np.asarray(wait, dtype=float),
-            "staleness": np.asarray(stale, dtype=np.int64), "minibatch": np.asarray(mb, dtype=np.int64),
-            "delay_s": np.asarray(d, dtype=float), "applied": np.asarray(ap, dtype=bool),
-        }, columns=list(COLUMNS))
+        # a row holds every column but the loss (no loss is modelled), in COLUMNS' order
+        names = [c for c in COLUMNS if c != "loss"]
+        values = list(zip(*self.rows)) if self.rows else [() for _ in names]
+        data = {c: np.asarray(v, dtype=np.int64 if c in INT_STEP_COLUMNS else bool if c == "applied" else float)
+                for c, v in zip(names, values)}
+        data["loss"] = np.full(len(self.rows), np.nan)
+        return pd.DataFrame(data, columns=list(COLUMNS))
 
     def timeline(self) -> pd.DataFrame:
         """Skew as a step function: one row per distinct time (the state after all changes at it), from t=0."""

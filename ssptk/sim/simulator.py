@@ -56,7 +56,7 @@ import pandas as pd
 
 from ssptk.core.delays import DelayModel, Jitter, parse_jitter, straggler_seconds
 from ssptk.core.errors import UsageError
-from ssptk.core.options import parse_label
+from ssptk.core.labels import LabelError, parse_label
 from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
 
 __all__ = [
@@ -138,9 +138,9 @@ def _parse_mode(mode: str, staleness: int | None) -> tuple[str, int | None]:
     text = str(mode).strip().lower()
     try:
         name, s = parse_label(text)
-    except UsageError as e:
+    except LabelError as e:
         if ":" in text:
-            raise UsageError(f"bad mode {mode!r}: {str(e).partition(': ')[2]}") from None
+            raise UsageError(f"bad mode {mode!r}: {e.reason}") from None
         raise UsageError(f"unknown mode {mode!r}: use sync, ssp (with staleness, or 'ssp:S'), async "
                          "or allreduce") from None
     if s is not None:

@@ -1,0 +1,74 @@
+"""The step record (one line of a worker's JSONL log per minibatch, ``docs/run-directory.md``) and the one rule
+that turns a record into a JSON line: NaN and infinities become ``null``.
+
+It lives in :mod:`ssptk.core` rather than :mod:`ssptk.rundir` because the simulator, which may import ``core``
+only, gives its schedules in the same columns; the runtime's recorder and predicted-run writer, and the log
+reader's column list (:data:`ssptk.rundir.logs.STEP_COLUMNS`), all take them from here. Standard library only:
+every task imports it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["INT_STEP_COLUMNS", "OPTIONAL_STEP_COLUMNS", "STEP_COLUMNS", "StepRecord", "finite_or_null", "json_line"]
+
+
+def finite_or_null(x: Any) -> float | None:
+    """``x`` as a float JSON can hold: NaN, infinities and ``None`` are ``None`` (``null``; strict JSON has no
+    token for them). Every number ssptk writes into a run directory goes through here."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def json_line(record: Mapping[str, Any]) -> str:
+    """One record (step or event) as the JSONL logs hold it: compact JSON and a newline."""
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    """One minibatch a worker computed, as its log records it (the meaning of each field:
+    ``docs/run-directory.md``). ``loss`` may be NaN or infinite here; the JSON line has ``null``."""
+
+    t: float
+    worker: int
+    step: int
+    global_step: int
+    loss: float | None
+    wait_s: float
+    staleness: int
+    minibatch: int
+    delay_s: float
+    applied: bool = True
+    #: only with ``--lr-staleness inverse`` (absent from the line otherwise)
+    lr_scale: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as its JSON object: keys in :data:`STEP_COLUMNS` order (then ``lr_scale`` if set), plain
+        Python numbers, the loss ``None`` when not finite, ``wait_s`` and ``delay_s`` to the microsecond."""
+        record: dict[str, Any] = {
+            "t": float(self.t), "worker": int(self.worker), "step": int(self.step),
+            "global_step": int(self.global_step), "loss": finite_or_null(self.loss),
+            "wait_s": round(float(self.wait_s), 6), "staleness": int(self.staleness),
+            "minibatch": int(self.minibatch), "delay_s": round(float(self.delay_s), 6), "applied": bool(self.applied)}
+        if self.lr_scale is not None:
+            record["lr_scale"] = float(self.lr_scale)
+        return record
+
+    def json_line(self) -> str:
+        """The record's line in ``workers/worker-<i>.jsonl`` (with its newline)."""
+        return json_line(self.to_dict())
+
+
+#: Step-record keys that only some runs have.
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale",)
+#: The step-record keys every record has, in order: the columns of step DataFrames, real, predicted or simulated.
+STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in OPTIONAL_STEP_COLUMNS)
+#: The integer ones among them.
+INT_STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.type in ("int", int))

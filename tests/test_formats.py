@@ -1,0 +1,122 @@
+"""The owners of on-disk formats: the step record (:mod:`ssptk.core.records`: one type, one JSON-line rule) and
+the comparison directory (:class:`ssptk.rundir.ComparisonDir`: every path, and what is there)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ssptk.core.errors import UsageError
+from ssptk.core.records import STEP_COLUMNS, StepRecord, finite_or_null, json_line
+from ssptk.rundir import ComparisonDir, RunDir, read_run
+from ssptk.rundir import logs as rundir_logs
+from ssptk.runtime.recorder import Recorder
+from ssptk.sim import COLUMNS as SIM_COLUMNS
+
+
+def _record(**kw: object) -> StepRecord:
+    fields: dict = {"t": 1.5, "worker": 1, "step": 2, "global_step": 5, "loss": 0.25, "wait_s": 0.1234567,
+                    "staleness": 1, "minibatch": 7, "delay_s": 0.0, **kw}
+    return StepRecord(**fields)
+
+
+# --- the step record ----------------------------------------------------------------------------------------
+
+def test_a_step_record_line_is_what_workers_always_wrote() -> None:
+    """Byte for byte the line the recorder wrote before the record had a type (old run directories and new ones
+    read alike): compact, keys in contract order, wait and delay to the microsecond, lr_scale only when set."""
+    assert _record().json_line() == ('{"t":1.5,"worker":1,"step":2,"global_step":5,"loss":0.25,"wait_s":0.123457,'
+                                     '"staleness":1,"minibatch":7,"delay_s":0.0,"applied":true}\n')
+    line = _record(loss=np.float32("nan"), applied=False, lr_scale=0.5, t=np.float64(2.0), minibatch=np.int64(3))
+    assert json.loads(line.json_line()) == {"t": 2.0, "worker": 1, "step": 2, "global_step": 5, "loss": None,
+                                            "wait_s": 0.123457, "staleness": 1, "minibatch": 3, "delay_s": 0.0,
+                                            "applied": False, "lr_scale": 0.5}
+    assert list(json.loads(line.json_line())) == [*STEP_COLUMNS, "lr_scale"]
+
+
+def test_the_step_record_takes_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        StepRecord(1.0, 0, 1, 1, 0.5, 0.0, 0, 0, 0.0)  # positional: refused
+
+
+def test_one_column_list_for_logs_simulator_and_record() -> None:
+    assert rundir_logs.STEP_COLUMNS == SIM_COLUMNS == STEP_COLUMNS
+    assert STEP_COLUMNS == ("t", "worker", "step", "global_step", "loss", "wait_s", "staleness", "minibatch",
+                            "delay_s", "applied")
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), (float("nan"), None), (-math.inf, None),
+                                             (np.float32(0.5), 0.5), (3, 3.0)])
+def test_finite_or_null(value: object, expected: float | None) -> None:
+    assert finite_or_null(value) == expected
+
+
+def test_the_recorder_writes_records_and_events_as_lines(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    rec = Recorder(rd.worker_log(1), 1)
+    rec.event("start", cpu_s=0.5)
+    rec.step(_record(loss=math.inf))
+    rec.close()
+    lines = Path(rd.worker_log(1)).read_text().splitlines(keepends=True)
+    assert lines[1] == _record(loss=None).json_line()
+    assert json.loads(lines[0])["event"] == "start" and lines[0] == json_line(json.loads(lines[0]))
+    steps, events = read_run(tmp_path)
+    assert list(steps.columns) == list(STEP_COLUMNS) and steps["loss"].isna().all()
+    assert list(events["event"]) == ["start"]
+
+
+# --- the comparison directory -------------------------------------------------------------------------------
+
+def _run(path: Path) -> None:
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text("{}")
+
+
+def test_comparison_paths(tmp_path: Path) -> None:
+    cd = ComparisonDir(tmp_path / "out")
+    out = str(tmp_path / "out")
+    assert os.fspath(cd) == out
+    assert cd.run_path("ssp:2") == os.path.join(out, "ssp-2")
+    assert cd.run_path("ssp:2", 3) == os.path.join(out, "ssp-2", "rep-3")
+    assert cd.predicted_path("ssp:2") == os.path.join(out, "predicted", "ssp-2")
+    assert cd.predicted_dir == os.path.join(out, "predicted")
+    assert (cd.metrics_path, cd.report_path) == (os.path.join(out, "metrics.csv"), os.path.join(out, "report.html"))
+
+
+def test_comparison_lists_labels_in_metrics_order(tmp_path: Path) -> None:
+    """Labels as metrics.csv lists them, the others by name; repetitions by k (10 after 2); predicted runs
+    beside them; directories that are no run (``predicted/`` itself, ``logs/``, a rep-k without a run) left out."""
+    out = tmp_path / "out"
+    _run(out / "async")
+    for k in (1, 2, 10):
+        _run(out / "ssp-2" / f"rep-{k}")
+    (out / "ssp-2" / "rep-3").mkdir()
+    _run(out / "sync")
+    _run(out / "predicted" / "ssp-2")
+    (out / "logs").mkdir()
+    cd = ComparisonDir(out)
+    cd.write_metrics(pd.DataFrame({"label": ["ssp:2", "async", "gone"], "rep": [1, 1, 1]}))
+    assert cd.listed_labels() == ["ssp:2", "async", "gone"]
+    found = cd.labels()
+    assert [x.label for x in found] == ["ssp:2", "async", "sync"]
+    ssp = found[0]
+    assert ssp.path == cd.label_path("ssp:2") and ssp.predicted == cd.predicted_path("ssp:2")
+    assert ssp.reps == tuple(cd.run_path("ssp:2", k) for k in (1, 2, 10))
+    assert found[1].reps == () and found[1].predicted is None
+    assert cd.run_dirs() == []  # no config.json nor workers/ anywhere
+    os.makedirs(RunDir(cd.run_path("sync")).workers_dir)
+    assert cd.run_dirs() == [cd.run_path("sync")]
+
+
+def test_comparison_without_runs_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not a directory; pass a comparison output directory"):
+        ComparisonDir(tmp_path / "nothing").labels()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"^no run directories \(with config.json, summary.json or workers/\)"):
+        ComparisonDir(tmp_path / "empty").labels()
+    assert ComparisonDir(tmp_path / "empty").listed_labels() == []

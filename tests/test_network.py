@@ -1,0 +1,108 @@
+"""``--network``: the spec's grammar, the link addresses both ends agree on, and real links built with the
+kernel's traffic control in a private namespace (a shaped transfer takes the time its bytes need, the counters
+see it, and the host's loopback is untouched)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ssptk.core.errors import UsageError
+from ssptk.core.network import Network, addressed_spec, link_address, parse_network, task_order
+from ssptk.launch.links import kernel_has_netem, tc_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "tests" / "fixtures" / "link_probe.py"
+
+
+@pytest.mark.parametrize("spec, ps, worker, delay", [
+    ("100mbit", 100e6, 100e6, 0.0),
+    ("ps=1gbit,worker=100mbit", 1e9, 100e6, 0.0),
+    ("ps=2.5gbit", 2.5e9, None, 0.0),
+    ("1gbit, delay=2ms", 1e9, 1e9, 0.002),
+])
+def test_specs_parse(spec: str, ps: float | None, worker: float | None, delay: float) -> None:
+    net = parse_network(spec)
+    assert net is not None and net.rates == {"ps": ps, "worker": worker} and net.delay_s == pytest.approx(delay)
+    assert parse_network(str(net)) == net  # the label round-trips
+
+
+def test_no_network() -> None:
+    assert parse_network(None) is None and parse_network("") is None and parse_network("none") is None
+    assert str(Network(rates={"ps": 1e8, "worker": None})) == "ps=100mbit"
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("100", "no rate unit"),
+    ("100furlongs", "no rate unit"),
+    ("0mbit", "positive finite rate"),
+    ("-5mbit", "not a rate"),
+    ("ps=inf", "not a rate"),
+    ("100mbps", "bytes per second"),
+    ("gpu=1gbit", "unknown key 'gpu'"),
+    ("1gbit,delay=2", "no time unit"),
+])
+def test_bad_specs_are_refused_in_one_line(spec: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match) as e:
+        parse_network(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_each_task_sees_every_other_at_the_address_of_their_pair() -> None:
+    spec = {"ps": ["127.0.0.1:10"], "worker": ["127.0.0.1:11", "127.0.0.1:12"]}
+    assert task_order(spec) == ["ps:0", "worker:0", "worker:1"]
+    view = addressed_spec(spec, "worker:1")
+    assert view == {"ps": ["127.3.0.2:10"], "worker": ["127.3.0.3:11", "127.3.0.4:12"]}
+    assert link_address(0, 253) == "127.1.0.255"
+    with pytest.raises(UsageError, match="at most 254 tasks"):
+        link_address(254, 0)
+
+
+def test_the_batch_has_two_classes_per_task_and_pass() -> None:
+    lines = tc_batch(["ps:0", "worker:0"], parse_network("ps=100mbit"))
+    assert lines.count("class add") == 2 + 2 * 2 * 2
+    assert "rate 100000000bit" in lines and "netem" not in lines
+
+
+needs_ns = pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("tc") is None,
+                              reason="needs unshare and tc (iproute2)")
+
+
+def probe(spec: str, megabytes: float) -> dict:
+    out = subprocess.run(["unshare", "-rn", sys.executable, str(PROBE), spec, str(megabytes)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip().splitlines()[-1])
+    return json.loads(out.stdout)
+
+
+@needs_ns
+def test_a_shaped_link_holds_a_transfer_to_its_rate_and_counts_its_bytes() -> None:
+    free = probe("none", 2.0)
+    shaped = probe("ps=16mbit", 2.0)  # 2 MB = 16 Mbit: about one second through the PS's link
+    assert free["received"] == shaped["received"] == 2_000_000
+    assert free["seconds"] < 0.5
+    assert 0.8 < shaped["seconds"] < 2.0, shaped["seconds"]
+    for run in (free, shaped):  # worker:0 sent it, ps:0 received it; both counted with headers (< 10% more)
+        t = run["traffic"]
+        assert 2.0e6 <= t["worker:0"]["sent"] < 2.2e6 and 2.0e6 <= t["ps:0"]["received"] < 2.2e6
+        assert t["ps:0"]["sent"] < 2e5 and t["worker:0"]["received"] < 2e5  # only the ACKs came back
+
+
+@needs_ns
+def test_the_calling_tasks_link_is_shaped_too() -> None:
+    shaped = probe("worker=16mbit", 2.0)
+    assert 0.8 < shaped["seconds"] < 2.0, shaped["seconds"]
+
+
+@needs_ns
+def test_a_delay_needs_netem() -> None:
+    if kernel_has_netem():
+        assert probe("1gbit,delay=20ms", 0.1)["seconds"] > 0.02
+    else:
+        with pytest.raises(RuntimeError, match="needs the kernel's netem qdisc"):
+            probe("1gbit,delay=20ms", 0.1)
