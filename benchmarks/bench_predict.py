@@ -38,7 +38,7 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, Any]]] = {
 def bench_predict_speed(ctx: Context) -> list[Row]:
     """Seconds per predicted run as the cluster grows, and a 17-point staleness sweep in one process."""
     from ssptk import api
-    from ssptk.experiment.predict import plan, predict
+    from ssptk.experiment.predicted_runs import plan, predict
 
     steps = 60 if ctx.quick else SPEED["steps"]
     seconds: dict[str, float] = {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ssptk.experiment.compare import CompareResult, compare, parse_labels
 from ssptk.experiment.compare import predict_comparison as predict
-from ssptk.experiment.predict import simulate
+from ssptk.experiment.predicted_runs import simulate
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_before_start, new_run_dir, run, shutdown
 from ssptk.experiment.sweep import sweep

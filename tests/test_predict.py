@@ -140,7 +140,7 @@ def test_a_cancelled_prediction_stops_its_process_and_says_so(tmp_path: Path) ->
     left running, and the run's summary says it was interrupted (as a real run's does)."""
     import threading
 
-    from ssptk.experiment.predict import plan, predict
+    from ssptk.experiment.predicted_runs import plan, predict
 
     cancel = threading.Event()
     p = plan(None, mode="async", workers=4, steps=3000, model="digits", out=str(tmp_path / "c"), stall_timeout=0)

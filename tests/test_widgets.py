@@ -23,7 +23,8 @@ from ssptk import api
 from ssptk.api import RunResult
 from ssptk.core.errors import RunFailed, TaskFailure, UsageError
 from ssptk.core.options import OPTIONS, resolve
-from ssptk.notebook import predictions, widgets
+from ssptk.notebook import slider_predictions as predictions
+from ssptk.notebook import widgets
 from ssptk.render import figure_png
 from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
 

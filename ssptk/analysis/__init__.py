@@ -36,7 +36,7 @@ from ssptk.analysis.metrics import (
     time_to_target,
     wait_by_worker,
 )
-from ssptk.analysis.predicted import PREDICTED_COLUMNS, best_label, predicted_table
+from ssptk.analysis.predicted_vs_measured import PREDICTED_COLUMNS, best_label, predicted_table
 from ssptk.analysis.progress import MANY_WORKERS, extreme_workers, loss_band, progress_band
 from ssptk.analysis.repeats import aggregate_repeats, ci95_halfwidth, repeat_table
 from ssptk.analysis.run_view import (

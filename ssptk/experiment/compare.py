@@ -126,7 +126,7 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`). ``target``: the
     training loss time and minibatches to target are measured to (default: see
     :func:`ssptk.analysis.compare.compare_table`). ``predict``: after the runs, predict each label with the
-    same options (:mod:`ssptk.experiment.predict`, its clock from the label's calibrated per-step overhead)
+    same options (:mod:`ssptk.experiment.predicted_runs`, its clock from the label's calibrated per-step overhead)
     into ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
     same target (``CompareResult.predicted``, ``report.predicted``).
     """
@@ -155,12 +155,12 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
                        overhead: float | None = None, progress: Callable[[str, int, int], None] | None = None,
                        target: float | None = None, **common: Any) -> CompareResult:
     """``ssptk.predict``: a comparison without a cluster. Every label is predicted (the simulator's schedule
-    replayed with the model's real gradients, :mod:`ssptk.experiment.predict`) in one process, into
+    replayed with the model's real gradients, :mod:`ssptk.experiment.predicted_runs`) in one process, into
     ``out/<label>/`` (default ``runs/<timestamp>-predicted``), and gets the table, ``metrics.csv`` and report of
     :func:`compare`. ``overhead``: the per-step cost the clocks are simulated with (default
-    :data:`ssptk.experiment.predict.DEFAULT_OVERHEAD_S`; a real run's ``overhead_ms`` / 1000 for times that
+    :data:`ssptk.experiment.predicted_runs.DEFAULT_OVERHEAD_S`; a real run's ``overhead_ms`` / 1000 for times that
     mean something on that machine). A prediction whose loss became NaN stays in the result, failed."""
-    from ssptk.experiment.predict import plan, predict
+    from ssptk.experiment.predicted_runs import plan, predict
 
     labelled = parse_labels(labels)
     target = check_target(target)
@@ -182,7 +182,7 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
 def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
                     progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
     """Each label predicted with its options, its clock from the median calibrated overhead of its runs."""
-    from ssptk.experiment.predict import DEFAULT_OVERHEAD_S, plan, predict
+    from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S, plan, predict
     cd = ComparisonDir(base)
     plans = []
     for label, kw in options.items():

@@ -21,7 +21,6 @@ from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
 from ssptk.experiment.sweep import staleness_values
-from ssptk.notebook.predictions import PREDICTED
 from ssptk.notebook.runner import (
     RUNNER_OPTIONS,
     Key,
@@ -32,6 +31,7 @@ from ssptk.notebook.runner import (
     ipywidgets,
     split_runner_options,
 )
+from ssptk.notebook.slider_predictions import PREDICTED
 from ssptk.notebook.sweep_view import SweepResult, from_runs, sweep
 from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import summary_line
@@ -96,7 +96,8 @@ class Explorer(StaticView):
         self.predict_button = w.Button(description="Predict every S", icon="forward",
                                        tooltip="predict this N and straggler at every staleness of the slider: the "
                                                "simulator's schedule replayed with the model's gradients, no cluster")
-        #: Predicted runs (:func:`ssptk.notebook.predictions.predict_staleness`), drawn dashed beside the real ones.
+        #: Predicted runs (:func:`ssptk.notebook.slider_predictions.predict_staleness`), drawn dashed beside the
+        #: real ones.
         self.predicted: dict[Key, RunResult] = {}
         #: What staleness costs and buys, predicted for every staleness of the slider (after Predict).
         self.predicted_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
@@ -217,7 +218,7 @@ class Explorer(StaticView):
         return self._predict_all(reraise=True)
 
     def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
-        from ssptk.notebook.predictions import calibrated_overhead, predict_staleness
+        from ssptk.notebook.slider_predictions import calibrated_overhead, predict_staleness
 
         def progress(done: int, total: int) -> None:
             self.progress.max, self.progress.value = total, done

@@ -15,7 +15,7 @@ from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
-from ssptk.render.predicted import predicted_figure, predicted_lines
+from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
 from ssptk.render.tradeoff import tradeoff_figure

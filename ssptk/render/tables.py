@@ -150,7 +150,7 @@ _PREDICTED_HEADERS = {"label": "label", "steps_to_target": "mb to target", "step
 
 def predicted_text(table: pd.DataFrame, width: int = 100) -> str:
     """The predicted-and-measured table (:func:`ssptk.analysis.predicted_table`) for a terminal."""
-    from ssptk.render.predicted import predicted_lines
+    from ssptk.render.predicted_overlay import predicted_lines
 
     columns = list(_PREDICTED_HEADERS)
     shown = table[columns].copy()

@@ -6,7 +6,7 @@ environment (``TF_CONFIG``, Slurm: :mod:`~ssptk.runtime.cluster_env`), builds th
 (:mod:`~ssptk.runtime.ps_graph`) and runs its mode's loop (:mod:`~ssptk.runtime.ps_loop`, or
 :mod:`~ssptk.runtime.allreduce`), each step through a step callable (:mod:`~ssptk.runtime.fastrun`) and into
 the worker's log (:mod:`~ssptk.runtime.recorder`). :mod:`~ssptk.runtime.shared` holds every task of the shared
-layout in one process; :mod:`~ssptk.runtime.predict` runs predicted runs (the simulator's schedule replayed with
+layout in one process; :mod:`~ssptk.runtime.predict_task` runs predicted runs (the simulator's schedule replayed with
 gradients from :mod:`~ssptk.runtime.gradients`); :mod:`~ssptk.runtime.protocol` is what a task tells its
 launcher; the rest keeps a task safe (its user code's processes reaped, duplicate requests re-run, TensorFlow
 imported without Keras 3). The options, models and injected delays a task uses are :mod:`ssptk.core`'s, the

@@ -31,7 +31,7 @@ EXIT_DISK_FULL = 28
 #: process, which exits with ``code``.
 TASK_FAILED = "SSPTK_TASK_FAILED"
 #: ``SSPTK_PREDICT <job> <gradients done> <of>`` after each wave of a predicting task's replay, and
-#: ``SSPTK_PREDICT <job> done`` when a predicted run's logs are written (:mod:`ssptk.runtime.predict`).
+#: ``SSPTK_PREDICT <job> done`` when a predicted run's logs are written (:mod:`ssptk.runtime.predict_task`).
 PREDICT = "SSPTK_PREDICT"
 
 

@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-gpus", default="", metavar="LIST",
                    help="--task shared: each worker's GPU among those the process sees (0,1,-,...; -: CPU)")
     p.add_argument("--jobs", default=None, metavar="FILE",
-                   help="--task predict: the predicted runs to make (JSON; see ssptk.runtime.predict)")
+                   help="--task predict: the predicted runs to make (JSON; see ssptk.runtime.predict_task)")
     add_run_arguments(p)
     return p
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     reap_on_sigterm()
     skip_eager_keras()  # ~1 s less start-up per task (ssptk.runtime.tf_import)
     args = parser().parse_args(argv)
-    if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict)
+    if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict_task)
         return _predict(args.jobs)
     try:
         cluster, args.task, started_by = _cluster_and_task(args)
@@ -194,7 +194,7 @@ def _predict(jobs: str | None) -> int:
     try:
         if not jobs:
             raise UsageError("--task predict needs --jobs FILE")
-        from ssptk.runtime.predict import predict_jobs
+        from ssptk.runtime.predict_task import predict_jobs
 
         predict_jobs(jobs)
     except BaseException as e:  # noqa: BLE001 - the launcher shows the error of the task's status file

@@ -1,5 +1,5 @@
 """Predicted runs for the notebook's widgets: every staleness value of a slider at once, in one predicting
-process (:mod:`ssptk.experiment.predict`), cached for the kernel's life like the widgets' real runs."""
+process (:mod:`ssptk.experiment.predicted_runs`), cached for the kernel's life like the widgets' real runs."""
 from __future__ import annotations
 
 import os
@@ -34,7 +34,7 @@ def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhea
     """Predict ``options`` (mode ssp) at every staleness of ``values`` not predicted yet; returns every
     prediction of those values, by cache key. Runs go to ``out/predicted-<n>/ssp-S`` (default under ``runs/``).
     ``progress(done, of)``: predicted runs written so far. A prediction that fails (a NaN loss) is kept."""
-    from ssptk.experiment.predict import plan, predict
+    from ssptk.experiment.predicted_runs import plan, predict
 
     todo = {}
     for s in values:

@@ -35,7 +35,8 @@ def _curve(run: Any, held_out: bool) -> tuple[Any, Any]:
 def predicted_figure(runs: Mapping[str, Any], predicted: Mapping[str, Any], table: pd.DataFrame) -> Figure:
     """Two panels: each label's smoothed training loss against minibatches, measured (solid, its first run)
     and predicted (dashed, same colour), with the target; and minibatches to that target, measured beside
-    predicted (:func:`ssptk.analysis.predicted.predicted_table` is ``table``), a missing bar said in words."""
+    predicted (:func:`ssptk.analysis.predicted_vs_measured.predicted_table` is ``table``), a missing bar said in
+    words."""
     fig = NotebookFigure(figsize=(13, 4.4), layout="constrained")
     ax_loss, ax_bar = fig.subplots(1, 2, width_ratios=[3, 2])
     labels = list(runs)

@@ -1,6 +1,6 @@
 """Predicted runs: what a run would do, loss included, without a cluster.
 
-:func:`predict` has one process (:func:`ssptk.launch.predict.run_predictor`) simulate each run's schedule and
+:func:`predict` has one process (:func:`ssptk.launch.predictor.run_predictor`) simulate each run's schedule and
 replay it with the model's real gradients (:mod:`ssptk.sim.replay`), then leaves in each run directory what
 a real run leaves: the workers' logs, ``model/final.json``, ``summary.json`` (with ``"predicted"``). So a
 predicted run reads like a real one everywhere (``RunResult``, tables, figures, reports, ``ssptk report``);
@@ -21,7 +21,7 @@ from ssptk.core.options import RunOptions, check_target, resolve
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
-from ssptk.launch.predict import PredictProgress, run_predictor
+from ssptk.launch.predictor import PredictProgress, run_predictor
 from ssptk.rundir import RunDir, load_run
 
 __all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
