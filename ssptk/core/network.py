@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ssptk.core.errors import UsageError
@@ -27,6 +28,9 @@ RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 ROLES = ("ps", "worker")
 MAX_TASKS = 254  # the caller's byte of the address: 1..254
+#: Set in a task's environment when the launcher built the links: the task then sees the cluster through
+#: :func:`addressed_spec` (tasks started by hand or by srun see the spec as given).
+LINKS_ENV = "SSPTK_LINKS"
 HINT = ("give RATE, ps=RATE, worker=RATE and delay=TIME, comma-separated, with RATE in bit, kbit, mbit, gbit or tbit "
         "(e.g. 100mbit or ps=1gbit,worker=100mbit) and TIME in s, ms or us")
 _NUMBER = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)([a-z]*)$")
@@ -114,11 +118,18 @@ def link_address(caller: int, callee: int) -> str:
 
 
 def addressed_spec(spec: dict[str, list[str]], me: str) -> dict[str, list[str]]:
-    """``spec`` as task ``me`` sees it: each task at its port and at the address of the link pair (me, it)."""
+    """``spec`` as task ``me`` sees it: every other task at its port and at the address of the link pair
+    (me, it). ``me``'s own entry stays as given: its session talks to its own server in-process, on no link."""
     order = task_order(spec)
     caller = order.index(me)
     out: dict[str, list[str]] = {}
     for job, hosts in spec.items():
-        out[job] = [f"{link_address(caller, order.index(f'{job}:{i}'))}:{h.rpartition(':')[2]}"
+        out[job] = [h if f"{job}:{i}" == me else
+                    f"{link_address(caller, order.index(f'{job}:{i}'))}:{h.rpartition(':')[2]}"
                     for i, h in enumerate(hosts)]
     return out
+
+
+def task_view(spec: dict[str, list[str]], me: str, environ: Mapping[str, str]) -> dict[str, list[str]]:
+    """The spec task ``me`` builds its server from: :func:`addressed_spec` when its launcher built links."""
+    return addressed_spec(spec, me) if environ.get(LINKS_ENV) == "1" else spec

@@ -14,6 +14,7 @@ from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, label_of, parse_mode
 from ssptk.core.models import BUILTIN, MODEL_HINT
+from ssptk.core.network import Network, parse_network
 
 LAYOUTS = ("auto", "processes", "shared")
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
@@ -23,6 +24,7 @@ LR_CONVENTIONS = ("minibatch", "mean")
 LR_STALENESS = ("none", "inverse")
 DATA_SPLITS = ("iid", "label")
 DEFAULT_STALENESS = 2
+MAX_PS = 16
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, "linear", "linear (y = 2x + 10), keras (Dense(2) on 5 features), digits (an MLP on 8x8 "
-           "handwritten digits, held-out accuracy), package.module:function or file.py:function", "M"),
+           "handwritten digits, held-out accuracy), mlp[:WIDTH] (the digits with two hidden layers of WIDTH "
+           "units, default 1024: 1.1 M parameters, 4.5 MB through the PS per pull and per push), "
+           "package.module:function or file.py:function", "M"),
     Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
     Option("staleness", int, None,
            f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
@@ -77,6 +81,12 @@ OPTIONS: tuple[Option, ...] = (
            "and every worker, each task still with its own TensorFlow server, the workers as threads (far less "
            f"memory, faster start); auto: shared from {AUTO_SHARED_FROM} workers up, except with allreduce or "
            "--restart-failed, which need processes", "auto|processes|shared"),
+    Option("network", str, None,
+           "each task's link, shaped by the kernel inside the cluster's private network namespace: RATE (every "
+           "task), ps=RATE, worker=RATE, delay=TIME, comma-separated, e.g. ps=100mbit (rates in bit, kbit, mbit, "
+           "gbit; a transfer crosses both ends' links, so N workers share their PS's)", "SPEC"),
+    Option("ps", int, 1, "parameter-server tasks: the model's variables are spread over K shards by bytes; the "
+           "mode's coordination stays on ps:0 (sync, ssp, async)", "K"),
     Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
     Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
@@ -116,6 +126,8 @@ class RunOptions:
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     jitter: str | None = _DEFAULT["jitter"]
     layout: str = _DEFAULT["layout"]
+    network: str | None = _DEFAULT["network"]
+    ps: int = _DEFAULT["ps"]
     gpus: str = _DEFAULT["gpus"]
     out: str | None = _DEFAULT["out"]
     no_log: bool = _DEFAULT["no_log"]
@@ -139,6 +151,10 @@ class RunOptions:
         jitter (uniform: its upper end; exp: 20 times its mean, exceeded once in 5e8 steps)."""
         j = self.jitter_spec
         return max(self.stragglers.values(), default=0.0) + (0.0 if j is None else j.longest)
+
+    @property
+    def network_spec(self) -> Network | None:
+        return parse_network(self.network)
 
     @property
     def shared(self) -> bool:
@@ -186,11 +202,11 @@ def resolve(**kwargs: Any) -> RunOptions:
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
-    kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out")}
+    kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out", "network")}
     kw["mode"], staleness = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4" is a shorthand
     if staleness is not None:
         kw["staleness"] = staleness
-    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed", "eval_every"):
+    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed", "eval_every", "ps"):
         if name in kw:
             kw[name] = _integer(name, kw[name])
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
@@ -263,6 +279,7 @@ def _validate(o: RunOptions) -> None:
     if o.restart_failed and o.mode == "allreduce":
         raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
                          "(its collectives cannot take a new member mid-run)")
+    _check_network(o)
     if o.layout not in LAYOUTS:
         raise UsageError(f"--layout must be {', '.join(LAYOUTS)}, got {o.layout!r}")
     if o.layout == "shared" and o.mode == "allreduce":
@@ -273,6 +290,16 @@ def _validate(o: RunOptions) -> None:
                          "a failed one takes the whole process with it")
     if ":" not in o.model and o.model not in BUILTIN_MODELS:
         raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
+
+
+def _check_network(o: RunOptions) -> None:
+    """``--network`` parses (and is kept in its canonical form), ``--ps`` is a shard count the mode has."""
+    net = parse_network(o.network)
+    o.network = None if net is None else str(net)
+    if not 1 <= o.ps <= MAX_PS:
+        raise UsageError(f"--ps must be from 1 to {MAX_PS} parameter-server tasks, got {o.ps}")
+    if o.ps > 1 and o.mode == "allreduce":
+        raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
 
 
 def skew_bound(staleness: int) -> int:

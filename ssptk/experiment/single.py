@@ -191,14 +191,18 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
 
     kind = SharedCluster if opts.shared else LocalCluster
     for attempt in range(PORT_RETRIES):
-        with kind(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce") as cluster:
+        with kind(opts.workers, run_dir, gpus, with_ps=opts.mode != "allreduce", ps_tasks=opts.ps,
+                  network=opts.network_spec) as cluster:
             # inside the `with`: whatever fails from here on, the cluster's namespace and tasks are let go
             RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
                                          tasks={"warm": False, "layout": _layout(opts), "isolation": cluster.isolation})
             cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
             failure = cluster.wait_ready(cancel=cancel, progress=lambda r, p: notify_starting(observers, r, p))
             if failure is None:
-                return supervise(cluster, run_dir, total, observers, opts, cancel)
+                before = cluster.traffic()
+                outcome = supervise(cluster, run_dir, total, observers, opts, cancel)
+                _record_traffic(run_dir, before, cluster.traffic())
+                return outcome
             if attempt + 1 < PORT_RETRIES and _port_taken(failure):
                 RunDir(run_dir).set_aside_attempt()
                 continue
@@ -215,7 +219,8 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
     os.makedirs(rd.logs_dir, exist_ok=True)
     for attempt in range(PORT_RETRIES):
         cluster, reused, failure = warm.acquire(opts.workers, gpus, cancel,
-                                                lambda r, p: notify_starting(observers, r, p), shared=opts.shared)
+                                                lambda r, p: notify_starting(observers, r, p), shared=opts.shared,
+                                                ps_tasks=opts.ps, network=opts.network_spec)
         if failure is None:
             break
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
@@ -228,12 +233,27 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
         rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
                         tasks={"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
                                "layout": _layout(opts), "isolation": cluster.isolation})
+        before = cluster.traffic()
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
         outcome = supervise(cluster, run_dir, total, observers, opts, cancel)
+        _record_traffic(run_dir, before, cluster.traffic())
         ok = outcome.failure is None
         return outcome
     finally:
         warm.release(cluster, ok)
+
+
+def _record_traffic(run_dir: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    """``traffic.json``: what each task sent and received through its link during the run (the counters' change,
+    so a warm cluster's earlier runs are not counted). Never fails the run: without it, no traffic is shown."""
+    if before is None or after is None:
+        return
+    tasks = {t: {k: v - before["tasks"].get(t, {}).get(k, 0) for k, v in c.items()} for t, c in after["tasks"].items()}
+    try:
+        seconds = after["measured_at"] - before["measured_at"]
+        RunDir(run_dir).write_traffic({**after, "tasks": tasks, "seconds": seconds})
+    except OSError:  # a full disk is reported by the summary's own write
+        pass
 
 
 def _layout(opts: RunOptions) -> str:

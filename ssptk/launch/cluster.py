@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ssptk.core.errors import RunInterrupted, TaskFailure
+from ssptk.core.errors import RunInterrupted, TaskFailure, UsageError
+from ssptk.core.network import LINKS_ENV, Network, task_order
 from ssptk.launch import netns
+from ssptk.launch.links import Links
 from ssptk.launch.process import TaskProcess, preexec
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
@@ -72,13 +74,16 @@ class LocalCluster:
     """
 
     def __init__(self, workers: int, run_dir: str, gpu_assignment: dict[str, str], with_ps: bool = True,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", ps_tasks: int = 1, network: Network | None = None) -> None:
         self.run_dir = run_dir
         self.with_ps = with_ps
-        ports = free_ports(workers + (1 if with_ps else 0), host)
-        self.spec: dict[str, list[str]] = {"worker": [f"{host}:{p}" for p in ports[-workers:]]}
+        shards = ps_tasks if with_ps else 0
+        ports = free_ports(workers + shards, host)
+        self.spec: dict[str, list[str]] = {"worker": [f"{host}:{p}" for p in ports[shards:]]}
         if with_ps:
-            self.spec = {"ps": [f"{host}:{ports[0]}"], **self.spec}
+            self.spec = {"ps": [f"{host}:{p}" for p in ports[:shards]], **self.spec}
+        self.network = network
+        self.links: Links | None = None  # every task's link, built in the namespace at start
         self.gpu_assignment = gpu_assignment
         self.tasks: list[TaskProcess] = []
         self.serving = False  # warm: the workers serve one run after another (see submit)
@@ -91,10 +96,14 @@ class LocalCluster:
             self.namespace, self.isolation = netns.isolate(preexec())
         else:
             self.isolation = f"none (host {host} is not a loopback address)"
+        if network is not None and self.namespace is None:
+            raise UsageError(f"--network {network} shapes links inside the cluster's private network namespace, and "
+                             f"this cluster has none (isolation: {self.isolation}): unset SSPTK_NO_NETNS, or leave "
+                             "--network out")
 
     @property
     def task_names(self) -> list[str]:
-        return (["ps:0"] if self.with_ps else []) + [f"worker:{i}" for i in range(len(self.spec["worker"]))]
+        return task_order(self.spec)
 
     @property
     def worker_names(self) -> list[str]:
@@ -122,6 +131,11 @@ class LocalCluster:
         os.makedirs(self.status_dir)
         base_env["TMPDIR"] = os.path.join(self.task_tmp, "tmp")
         base_env[STATUS_DIR_ENV] = self.status_dir
+        if self.namespace is not None and self.links is None:  # every task's link: shaped, and counted
+            self.links = Links(self.task_names, self.network, self.namespace.wrap([]), self.namespace.fds)
+            self.links.build()
+        if self.links is not None:
+            base_env[LINKS_ENV] = "1"
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         base_env["SSPTK_WATCH_PARENT"] = "1"
         base_env["PYTHONUNBUFFERED"] = "1"
@@ -135,7 +149,7 @@ class LocalCluster:
         ``hosts``: the tasks it holds, if not just ``name``. A serving worker reads its runs from stdin."""
         argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), *args]
         task = TaskProcess(name, argv, env, RunDir(self.run_dir).task_log(name), self.status_dir, hosts,
-                           stdin_pipe=self.serving and name != "ps:0", namespace=self.namespace)
+                           stdin_pipe=self.serving and not name.startswith("ps:"), namespace=self.namespace)
         task.start()
         self.tasks.append(task)
 
@@ -214,7 +228,7 @@ class LocalCluster:
         after what its status file says failed (in the shared layout: the worker whose failure ended it)."""
         for t in self.tasks:
             code = t.exit_code
-            if code is None or (code == 0 and t.name != "ps:0" and not self.serving):
+            if code is None or (code == 0 and not t.name.startswith("ps:") and not self.serving):
                 continue
             reported = t.failed_status() if code != 0 else None
             name = reported.task if reported is not None else t.name
@@ -264,6 +278,15 @@ class LocalCluster:
         """CPU time (user + system) task ``name``'s process has used so far; ``None`` where /proc cannot tell."""
         task = self._host(name)
         return None if task is None else task.cpu_seconds()
+
+    def traffic(self) -> dict[str, Any] | None:
+        """What every task sent and received so far through its link (bytes, packets; the links' rates), or
+        ``None`` for a cluster without links (no private namespace)."""
+        if self.links is None:
+            return None
+        return {"network": None if self.network is None else str(self.network), "measured_at": time.time(),
+                "rates": {t: None if self.network is None else self.network.rate(t) for t in self.task_names},
+                "tasks": self.links.traffic()}
 
     def stop(self, grace: float = 3.0) -> None:
         """SIGTERM every task's process group, wait up to ``grace`` seconds, then SIGKILL what is left.

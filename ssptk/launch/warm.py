@@ -16,32 +16,36 @@ import shutil
 import threading
 
 from ssptk.core.errors import TaskFailure
+from ssptk.core.network import Network
 from ssptk.launch.cluster import LocalCluster, StartProgress
 from ssptk.launch.shared import SharedCluster
 from ssptk.launch.tempdirs import make_temp_dir
 
-PoolKey = tuple[int, tuple[tuple[str, str], ...], bool]
+PoolKey = tuple[int, tuple[tuple[str, str], ...], bool, int, str]
 
 _lock = threading.Lock()
 _idle: dict[PoolKey, LocalCluster] = {}
 _busy: set[int] = set()
 
 
-def _key(workers: int, gpus: dict[str, str], shared: bool) -> PoolKey:
-    return workers, tuple(sorted(gpus.items())), shared
+def _key(workers: int, gpus: dict[str, str], shared: bool, ps_tasks: int = 1,
+         network: Network | None = None) -> PoolKey:
+    return workers, tuple(sorted(gpus.items())), shared, ps_tasks, str(network or "")
 
 
 def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None = None,
             progress: StartProgress | None = None,
-            shared: bool = False) -> tuple[LocalCluster, bool, TaskFailure | None]:
+            shared: bool = False, ps_tasks: int = 1,
+            network: Network | None = None) -> tuple[LocalCluster, bool, TaskFailure | None]:
     """A serving cluster for this key: ``(cluster, reused, failure)``.
 
     A live idle cluster is reused; otherwise a new one is started and waited for (``failure`` is
     set, and the cluster already stopped, if it could not start). A cluster in use by another run
     (a background run) is never shared: that run gets a new one. ``cancel`` and ``progress``: see
-    :meth:`LocalCluster.wait_ready`. ``shared``: the shared layout (:class:`~ssptk.launch.shared.SharedCluster`).
+    :meth:`LocalCluster.wait_ready`. ``shared``: the shared layout (:class:`~ssptk.launch.shared.SharedCluster`);
+    ``ps_tasks``, ``network``: its PS shards and links.
     """
-    key = _key(workers, gpus, shared)
+    key = _key(workers, gpus, shared, ps_tasks, network)
     with _lock:
         cluster = _idle.pop(key, None)
         if cluster is not None and cluster.alive():
@@ -50,7 +54,8 @@ def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None =
     if cluster is not None:
         _discard(cluster)
     home = make_temp_dir("warm")
-    cluster = (SharedCluster if shared else LocalCluster)(workers, home, gpus, with_ps=True)
+    cluster = (SharedCluster if shared else LocalCluster)(workers, home, gpus, with_ps=True, ps_tasks=ps_tasks,
+                                                          network=network)
     try:
         cluster.start([], run_id="warm", serve=True)
         failure = cluster.wait_ready(cancel=cancel, progress=progress)
@@ -69,7 +74,8 @@ def release(cluster: LocalCluster, ok: bool) -> None:
     """Give a cluster back after a run: kept for the next run if the run went well, else stopped."""
     with _lock:
         _busy.discard(id(cluster))
-        key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment, isinstance(cluster, SharedCluster))
+        key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment, isinstance(cluster, SharedCluster),
+                   len(cluster.spec.get("ps", [])), cluster.network)
         keep = ok and cluster.alive() and key not in _idle
         if keep:
             _idle[key] = cluster

@@ -23,6 +23,18 @@ def _bound_note(s: dict[str, Any]) -> str:
     return f" (SSP bound: at most S+1 = {skew_bound(s['staleness'])})"
 
 
+def _network_lines(t: dict[str, Any]) -> list[str]:
+    """The run's measured traffic in one line (nothing for a run that measured none)."""
+    if not t:
+        return []
+    line = (f"network   {t.get('network') or 'free loopback (no --network)'}   "
+            f"{_fmt(t.get('mb_per_minibatch'), '.3g')} MB per minibatch to and from the workers")
+    if t.get("busiest"):
+        task, share = t["busiest"]
+        line += f"   busiest link {task} at {_fmt(100 * share, '.0f')}% of its rate"
+    return [line]
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """A run's summary.json as a short block of text."""
     mode = f"ssp (staleness {s.get('staleness')})" if s.get("mode") == "ssp" else str(s.get("mode"))
@@ -43,6 +55,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
                      f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead: measured / ideal "
                      f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
+    lines += _network_lines(s.get("traffic") or {})
     if s.get("target") is not None:
         reached = (f"reached in {_fmt(s.get('time_to_target_s'), '.2f')} s, "
                    f"{_fmt(s.get('steps_to_target'))} minibatches" if s.get("steps_to_target") is not None

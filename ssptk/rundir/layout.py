@@ -71,6 +71,10 @@ class RunDir:
         return self._join("summary.json")
 
     @property
+    def traffic_path(self) -> str:
+        return self._join("traffic.json")
+
+    @property
     def workers_dir(self) -> str:
         return self._join("workers")
 
@@ -165,6 +169,14 @@ class RunDir:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         _write_json(self.summary_path, summary)
+
+    def traffic(self) -> dict[str, Any]:
+        """``traffic.json`` (``{}`` where the run measured none: no private namespace, or an older run)."""
+        return read_json(self.traffic_path) if os.path.exists(self.traffic_path) else {}
+
+    def write_traffic(self, traffic: dict[str, Any]) -> None:
+        """What each task sent and received through its link during the run (``docs/run-directory.md``)."""
+        _write_json(self.traffic_path, traffic)
 
     def write_final(self, loss: float, names: list[str], values: list[Any], accuracy: float | None = None) -> None:
         """``model/final.json``: eval loss and accuracy (``null`` for a model without one), variable names and

@@ -24,11 +24,12 @@ SOURCES = ("tf_config", "slurm")
 SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
 
 
-def from_environment(source: str, mode: str, port_base: int) -> tuple[dict[str, list[str]], str]:
-    """``(cluster spec, this task)`` from ``TF_CONFIG`` (``source="tf_config"``) or Slurm (``"slurm"``)."""
+def from_environment(source: str, mode: str, port_base: int, ps: int = 1) -> tuple[dict[str, list[str]], str]:
+    """``(cluster spec, this task)`` from ``TF_CONFIG`` (``source="tf_config"``) or Slurm (``"slurm"``: the first
+    ``ps`` ranks are the PS tasks)."""
     if source == "tf_config":
         return _tf_config()
-    return _slurm(mode, port_base)
+    return _slurm(mode, port_base, ps)
 
 
 def _tf_config() -> tuple[dict[str, list[str]], str]:
@@ -56,7 +57,7 @@ def _tf_config() -> tuple[dict[str, list[str]], str]:
     return _as_lists(spec), f"{task_type}:{int(task_id)}"
 
 
-def _slurm(mode: str, port_base: int) -> tuple[dict[str, list[str]], str]:
+def _slurm(mode: str, port_base: int, ps: int = 1) -> tuple[dict[str, list[str]], str]:
     missing = [v for v in SLURM_VARS if v not in os.environ]
     if missing:
         raise UsageError(f"--cluster slurm: {missing[0]} is not set: run `ssptk worker --cluster slurm ...` as the "
@@ -65,10 +66,11 @@ def _slurm(mode: str, port_base: int) -> tuple[dict[str, list[str]], str]:
 
     n = int(os.environ["SLURM_STEP_NUM_TASKS"])
     with_ps = mode != "allreduce"
-    if n < (2 if with_ps else 1):
-        raise UsageError(f"--cluster slurm: the job step has {n} task(s); {mode} needs a PS and at least one worker "
-                         "(srun --ntasks N+1 for N workers)")
-    jobs = {"ps": 1, "worker": n - 1} if with_ps else {"worker": n}
+    shards = ps if with_ps else 0
+    if n < shards + 1:
+        raise UsageError(f"--cluster slurm: the job step has {n} task(s); {mode} needs {shards or 'no'} PS task(s) "
+                         f"and at least one worker (srun --ntasks N+{shards} for N workers)")
+    jobs = {"ps": shards, "worker": n - shards} if with_ps else {"worker": n}
     # no GPU bookkeeping here (see the module's docstring): as many "GPUs" as tasks keeps the resolver content
     resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
         jobs=jobs, port_base=port_base, gpus_per_node=n, gpus_per_task=1, auto_set_gpu=False)

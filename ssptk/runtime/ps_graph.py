@@ -195,7 +195,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    n = len(cluster["worker"])
+    n, shards = len(cluster["worker"]), len(cluster.get("ps", [])) or 1
     graph = tf.Graph()
     with graph.as_default(), v1.container(container):
         device = f"/job:worker/task:{index}" + ("" if gpu is None else f"/device:GPU:{gpu}")
@@ -231,7 +231,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 arrive_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive")
                 go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
-                over_q = _run_over_queue(tf, v1)
+                over_q = _run_over_queue(tf, v1, shards)
             shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
                              claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness)
             extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
@@ -245,7 +245,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go,
                 rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),
                 done=done_q.enqueue(index),
-                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue(1), **extra)
+                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]), **extra)
 
 
 def shard_setter(v1: Any, worker_device: str, cluster: dict[str, list[str]]) -> Any:
@@ -282,19 +282,20 @@ def _on_its_shard(v1: Any, var: Any) -> Any:
     return v1.device(var.device)
 
 
-def _run_over_queue(tf: Any, v1: Any) -> Any:
-    """The PS's queue that worker 0 puts one token in when the run is over (after the model is saved)."""
-    return v1.FIFOQueue(1, tf.int32, shapes=[[]], shared_name="run_over", name="run_over")
+def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:
+    """The queue on ``ps:0`` that worker 0 puts a token in for each PS task when the run is over (after the model
+    is saved)."""
+    return v1.FIFOQueue(shards, tf.int32, shapes=[[]], shared_name="run_over", name="run_over")
 
 
-def wait_for_run_end(target: str, container: str) -> None:
-    """On the PS: block until worker 0 says the run is over (a PS no launcher stops then exits by itself)."""
+def wait_for_run_end(target: str, container: str, shards: int = 1) -> None:
+    """On a PS task: block until worker 0 says the run is over (a PS no launcher stops then exits by itself)."""
     import tensorflow as tf
 
     v1 = tf.compat.v1
     graph = tf.Graph()
     with graph.as_default(), v1.container(container), v1.device(PS):
-        take = _run_over_queue(tf, v1).dequeue()
+        take = _run_over_queue(tf, v1, shards).dequeue()
     config = v1.ConfigProto(device_filters=[PS])  # the workers need not be up yet
     with v1.Session(target, graph=graph, config=config) as sess:
         sess.run(take)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ssptk.core.models import ModelSpec
+from ssptk.core.network import task_view
 from ssptk.core.options import RunOptions
 from ssptk.runtime.protocol import READY, TASK_FAILED, report_failure, report_ready
 from ssptk.runtime.reaper import exit_with_descendants
@@ -55,7 +56,6 @@ class SharedTasks:
             where = ", ".join(f"worker:{i} on {'CPU' if g is None else f'GPU:{g}'}" for i, g in enumerate(worker_gpus))
             visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
             print(f"ssptk shared: CUDA_VISIBLE_DEVICES={visible}; {where}", flush=True)
-        spec = tf.compat.v1.train.ClusterSpec(cluster)
         # TensorFlow runs every server's ops on ONE process-wide pool, sized by the first server's config (its
         # default: a thread per core). An injected delay is an op that sleeps on a pool thread, so with a thread
         # per core a paused worker stalled every other worker and the PS (8 async workers under pause jitter ran
@@ -65,6 +65,8 @@ class SharedTasks:
         self.servers: dict[str, Any] = {}
         for job in ("ps", "worker"):
             for i in range(len(cluster.get(job, []))):
+                # with --network each server sees the others at their links' addresses (ssptk.core.network)
+                spec = tf.compat.v1.train.ClusterSpec(task_view(cluster, f"{job}:{i}", os.environ))
                 self.servers[f"{job}:{i}"] = tf.compat.v1.train.Server(spec, job_name=job, task_index=i, start=True,
                                                                       config=config)
                 print(f"{READY} {job}:{i}", flush=True)

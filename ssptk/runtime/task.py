@@ -19,6 +19,7 @@ from typing import Any
 
 from ssptk.core.errors import DiskFull, LossNotFinite, UsageError
 from ssptk.core.labels import parse_mode
+from ssptk.core.network import task_view
 from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
@@ -76,7 +77,7 @@ def _cluster_and_task(args: argparse.Namespace) -> tuple[dict[str, list[str]], s
 
     if args.cluster in SOURCES:
         mode, _ = parse_mode(args.mode or "ssp")
-        cluster, task = from_environment(args.cluster, mode, args.port_base)
+        cluster, task = from_environment(args.cluster, mode, args.port_base, args.ps or 1)
         if args.task is not None and args.task != task:
             raise UsageError(f"--task {args.task} contradicts the environment, which makes this task {task}: "
                              f"drop --task")
@@ -148,13 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         report_ready(args.task)
         from ssptk.runtime import allreduce
 
-        _run_guarded(lambda: allreduce.run(spec, opts, cluster, index, run_dir), run_dir, index)
+        view = task_view(cluster, args.task, os.environ)
+        _run_guarded(lambda: allreduce.run(spec, opts, view, index, run_dir), run_dir, index)
         exit_with_descendants(0)  # skips TF's slow teardown
     import tensorflow as tf
 
     for gpu in tf.config.list_physical_devices("GPU"):
         tf.config.experimental.set_memory_growth(gpu, True)
-    server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(cluster), job_name=job, task_index=index,
+    view = task_view(cluster, args.task, os.environ)  # with --network: the other tasks at their links' addresses
+    server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(view), job_name=job, task_index=index,
                                        start=True)
     print(f"{READY} {args.task}", flush=True)
     report_ready(args.task)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         # started by hand, srun or a TFJob: exit 0 once worker 0 has saved the model (srun waits for every task)
         from ssptk.runtime.ps_graph import wait_for_run_end
 
-        wait_for_run_end(server.target, args.run_id)
+        wait_for_run_end(server.target, args.run_id, len(cluster["ps"]))
         exit_with_descendants(0)
     from ssptk.runtime.ps_loop import Trainer
 

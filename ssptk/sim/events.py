@@ -96,6 +96,11 @@ class Log:
         self.tl_t.append(t)
         self.tl_skew.append(self.counts.skew)
 
+    def max_skew(self) -> int:
+        """The largest skew after any step record, peaks between records at the same time included (which
+        :meth:`timeline`, one row per distinct time, does not show)."""
+        return max(self.tl_skew, default=0)
+
     def frame(self) -> pd.DataFrame:
         """The step records as a DataFrame with :data:`COLUMNS` and fixed dtypes."""
         # a row holds every column but the loss (no loss is modelled), in COLUMNS' order

@@ -72,7 +72,10 @@ class SimResult:
     ``steps_per_s`` is records (minibatches computed, dropped ones included) per second, the figure
     real runs report; ``updates_per_s`` counts applied updates (one per record in async/ssp, one per
     global step in sync). ``wait_fraction`` = sum of ``wait_s`` / (workers * ``wall_s``); ``max_skew``
-    the largest (max - min) completed steps among unfinished workers at any moment.
+    the largest (max - min) completed steps among unfinished workers after any step record, as a real run's
+    summary measures it (:meth:`skew_timeline` shows the state at each distinct time: where steps take no
+    time, several records share one and a peak between them is not in it). ``overhead``: the fixed per-step
+    seconds it was simulated with (``overhead + compute``).
     """
 
     mode: str
@@ -88,6 +91,7 @@ class SimResult:
     wait_fraction: float
     max_skew: int
     late: str | None = None
+    overhead: float = 0.0
     _skew: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t": [0.0], "skew": [0]}), repr=False)
 
     def skew_timeline(self) -> pd.DataFrame:
@@ -179,7 +183,9 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     like ``sync`` without backup. ``steps``: the budget ``K`` (N*K shared minibatches for async/ssp,
     K per worker for sync, K updates for sync with backup). ``straggler``: ``{worker: seconds}`` or
     ``[(worker, seconds), ...]`` (or ``"I:S"`` strings); ``jitter``: ``exp:MEAN``, ``uniform:LO:HI`` or a
-    :class:`Jitter`. ``overhead`` and ``compute``: fixed seconds added to every step. ``late``: ``drop``
+    :class:`Jitter`. ``overhead`` and ``compute``: fixed seconds added to every step (0 here: a step lasts its
+    delays only, so undelayed workers take no time; ``ssptk sim`` and ``ssptk.simulate`` default to a measured
+    5 ms). ``late``: ``drop``
     (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with backup.
     Raises :class:`UsageError` on bad input.
     """
@@ -217,8 +223,8 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     return SimResult(
         mode=name, workers=n, staleness=s, backup=b, steps=df, wall_s=wall, total_steps=records,
         updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
-        wait_fraction=wait_fraction, max_skew=int(skew["skew"].max()),
-        late=late if (name == "sync" and b) else None, _skew=skew,
+        wait_fraction=wait_fraction, max_skew=int(log.max_skew()),
+        late=late if (name == "sync" and b) else None, overhead=base, _skew=skew,
     )
 
 
