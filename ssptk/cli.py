@@ -3,8 +3,11 @@
 Front-end layer: the commands themselves, their grammar included, are :mod:`ssptk.commands`' (the ``%dtrain``
 magic calls the same); this module parses argv, shows progress, and is the only one that turns results and
 errors into text and exit codes.
-Exit codes: 0 ok, 1 the run failed (with the reason and the failing task's log tail), 2 bad usage, 128 + the
-signal's number when SIGINT (130), SIGTERM (143) or SIGHUP (129) stopped it.
+Exit codes (:data:`ssptk.commands.EXIT_CODES` says them in every command's help): 0 done, 3 (:data:`EXIT_DIVERGED`)
+a run (``run``, ``sim --model``) finished but diverged: it did what was asked, but its model is not a trained one,
+so a script that chains on success stops there (a comparison exits 0 however many of its runs diverged:
+divergence is one of its findings), 1 a run failed (with the reason and the failing task's log tail), 2 bad usage,
+128 + the signal's number when SIGINT (130), SIGTERM (143) or SIGHUP (129) stopped it.
 """
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ from ssptk.commands import build_parser
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError
 from ssptk.core.options import from_namespace
 
-__all__ = ["StopSignals", "build_parser", "dispatch", "main"]
+__all__ = ["EXIT_DIVERGED", "StopSignals", "build_parser", "dispatch", "main"]
+
+#: The exit code of a run that finished but diverged (``summary.json``: ``"diverged": true``).
+EXIT_DIVERGED = 3
 
 
 def dispatch(args: argparse.Namespace) -> int:
@@ -128,7 +134,12 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(result)
-    return 0
+    return _exit_code(result)
+
+
+def _exit_code(result: Any) -> int:
+    """0 for a run that finished and did not diverge, :data:`EXIT_DIVERGED` for one that diverged."""
+    return EXIT_DIVERGED if result.summary.get("diverged") else 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -190,7 +201,7 @@ def _sim(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     print(result)
-    return 0
+    return _exit_code(result)
 
 
 if __name__ == "__main__":

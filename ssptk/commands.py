@@ -46,6 +46,14 @@ EXAMPLES = """examples:
 """
 
 
+#: What a command's exit code says (``ssptk run --help`` and the other commands' help end with it; :mod:`ssptk.cli`
+#: returns them).
+EXIT_CODES = ("exit codes: 0 done; 3 (run, sim --model) the run finished but diverged: its model is not a trained "
+              "one (with --stop-on-divergence it is stopped and fails: 1); compare and sweep exit 0 when every run "
+              "finished, some diverged or not (divergence is one of their findings); 1 a run failed; 2 bad usage; "
+              "130, 143, 129 stopped by SIGINT, SIGTERM, SIGHUP.")
+
+
 class _Parser(argparse.ArgumentParser):
     """Raises :class:`UsageError` instead of exiting, where asked (the notebook magics). ``commands``: the
     parser of each sub-command, by name (on the top-level parser)."""
@@ -79,19 +87,21 @@ def build_parser(notebook: bool = False) -> _Parser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    codes = {} if notebook else {"epilog": EXIT_CODES}  # the magics have no exit codes
     r = sub.add_parser("run", help="train one model in one mode on a local cluster" +
-                       (" (the default command)" if notebook else ""))
+                       (" (the default command)" if notebook else ""), **codes)
     add_run_arguments(r)
     c = sub.add_parser("compare", help="run several modes with the same options and write a report",
                        description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
                                    "OUT/report.html. With --repeat R: R rounds, alternating the order, into "
-                                   "OUT/<label>/rep-<k>/; the table shows mean [min-max].")
+                                   "OUT/<label>/rep-<k>/; the table shows mean [min-max].", **codes)
     c.add_argument("labels", nargs="+", metavar="MODE",
                    help="sync, ssp:S, async, allreduce; ssp:S+inverse or async+inverse: with --lr-staleness inverse")
     add_run_arguments(c, skip=("mode", "staleness"))
     sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
                         description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, then write "
-                                    "OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the runs).")
+                                    "OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the runs).",
+                        **codes)
     sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
                     help="the staleness values to run, e.g. 0,1,2,4,8")
     add_run_arguments(sw, skip=("mode", "staleness"))
@@ -115,7 +125,7 @@ def build_parser(notebook: bool = False) -> _Parser:
                              "final one among the runs that converged)")
     if notebook:
         _add_notebook_flags(r, c, sw)
-    _add_sim(sub)
+    _add_sim(sub, codes)
     if not notebook:
         sub.add_parser("worker", help="run one task of a cluster (see `ssptk worker --help`)", add_help=False)
     for parser in (p, *sub.choices.values()):
@@ -134,20 +144,22 @@ def _add_notebook_flags(run: argparse.ArgumentParser, *comparisons: argparse.Arg
                      help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
 
 
-def _add_sim(sub: Any) -> None:
+def _add_sim(sub: Any, codes: dict[str, str]) -> None:
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator, no cluster: its timing; with "
                                    "--model also its loss (the schedule replayed with the model's real gradients)",
                        description="Without --model: the timing only (steps/s, waiting, skew, staleness), in "
                                    "milliseconds, nothing written. With --model: a predicted run, loss included: "
                                    "the schedule replayed with the model's real gradients in one TensorFlow process "
-                                   "(seconds), left in --out like a real run (summary.json says predicted).")
+                                   "(seconds), left in --out like a real run (summary.json says predicted).",
+                       **codes)
     add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
     s.add_argument("--target", type=float, default=None, metavar="LOSS",
                    help="with --model: also predict the time and minibatches to this loss (held-out with "
                         "--eval-every, else the smoothed training loss)")
     s.add_argument("--overhead", type=float, default=None, metavar="SECONDS",
-                   help="fixed per-step cost, e.g. a real run's overhead_ms / 1000 from its summary (default: 0; "
-                        "with --model 0.005)")
+                   help="fixed per-step cost in seconds: a real run's overhead_ms / 1000 from its summary times your "
+                        "machine (default: 0.005, what a step of the built-in models costs on a 2-core machine, "
+                        "2-8 ms; 0 makes undelayed steps take no time)")
 
 
 def _kwargs(opts: RunOptions) -> dict[str, Any]:
@@ -306,7 +318,8 @@ class Timing:
         return (f"simulated {self.label}: {r.total_steps} minibatches in {r.wall_s:.3f} s = {r.steps_per_s:.1f} "
                 f"steps/s, {r.updates_per_s:.1f} updates/s\nmax skew {r.max_skew}, waiting "
                 f"{100 * r.wait_fraction:.1f}% of worker time, staleness mean {r.steps['staleness'].mean():.2f} max "
-                f"{int(r.steps['staleness'].max())}")
+                f"{int(r.steps['staleness'].max())}\nclock: each step {1000 * r.overhead:.2f} ms plus its delays "
+                "(--overhead SECONDS: a real run's overhead_ms / 1000 times your machine)")
 
 
 def sim_options(args: argparse.Namespace) -> RunOptions:
@@ -324,12 +337,10 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only "
                              "the timing (add --model linear, keras, digits or your own to predict the loss too)")
-        from ssptk.sim import simulate
-
-        opts = sim_options(args)
-        r = simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
-                     staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                     seed=opts.seed, overhead=args.overhead or 0.0)
+        opts = sim_options(args)  # the overhead's default is ssptk.simulate's
+        r = api.simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
+                         staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
+                         seed=opts.seed, overhead=args.overhead)
         return Timing(opts.label, r)
     return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
                         overhead=args.overhead, target=args.target, **_kwargs(sim_options(args)))

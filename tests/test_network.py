@@ -56,7 +56,7 @@ def test_each_task_sees_every_other_at_the_address_of_their_pair() -> None:
     spec = {"ps": ["127.0.0.1:10"], "worker": ["127.0.0.1:11", "127.0.0.1:12"]}
     assert task_order(spec) == ["ps:0", "worker:0", "worker:1"]
     view = addressed_spec(spec, "worker:1")
-    assert view == {"ps": ["127.3.0.2:10"], "worker": ["127.3.0.3:11", "127.3.0.4:12"]}
+    assert view == {"ps": ["127.3.0.2:10"], "worker": ["127.3.0.3:11", "127.0.0.1:12"]}  # its own: no link
     assert link_address(0, 253) == "127.1.0.255"
     with pytest.raises(UsageError, match="at most 254 tasks"):
         link_address(254, 0)

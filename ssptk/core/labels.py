@@ -32,8 +32,11 @@ class LabelError(UsageError):
 
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
-        raise LabelError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}",
-                         f"choose one of {', '.join(MODES)}")
+        reason = f"choose one of {', '.join(MODES)}"
+        staleness = mode[3:].lstrip("-_= ")
+        if mode.startswith("ssp") and staleness.isdigit():  # ssp4, ssp-4, ssp_4: a staleness without its colon
+            reason = f"did you mean ssp:{int(staleness)}? ({reason}; ssp:S for SSP with staleness S)"
+        raise LabelError(f"unknown mode {mode!r}: {reason}", reason)
 
 
 def parse_label(label: str) -> tuple[str, int | None]:

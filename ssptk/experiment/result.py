@@ -65,9 +65,11 @@ class RunResult:
         return format_summary(self.summary)
 
     def __repr__(self) -> str:
+        from ssptk.render.text import status_word
+
         s = self.summary
         rate, loss = s.get("steps_per_s"), s.get("final_loss")
-        parts = [self.options.label, s.get("status", "?"), f"{s.get('total_steps', 0)} steps"]
+        parts = [self.options.label, status_word(s) if s.get("status") else "?", f"{s.get('total_steps', 0)} steps"]
         parts += [f"{rate:.1f} steps/s"] if rate else []
         parts += [f"final loss {loss:.4g}"] if loss is not None else []
         return f"<RunResult {', '.join(parts)}: {self.run_dir}>"

@@ -13,8 +13,8 @@ import pandas as pd
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
 
-__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "shown_cells", "takeaway_line",
-           "target_lines", "terminal_table", "terminal_text"]
+__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "evaluated_every", "format_table", "lr_lines", "percent",
+           "shown_cells", "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
@@ -38,7 +38,7 @@ class ShownTable(pd.DataFrame):
         return str(self._shown().to_html(notebook=True))
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: Any, spec: str = ".4g") -> str:
     if value is None or value is pd.NA:
         return "-"
     if isinstance(value, (bool, np.bool_)):
@@ -48,30 +48,63 @@ def _fmt(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "-"
-        return f"{value:.4g}" if value != 0 else "0"
+        return format(value, spec) if value != 0 else "0"
     return str(value)
 
 
-def _with_range(mean: Any, lo: Any, hi: Any) -> str:
-    shown = _fmt(mean)
-    return shown if shown == "-" else f"{shown} [{_fmt(lo)}\u2013{_fmt(hi)}]"
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
-def shown_cells(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
+def percent(value: Any) -> str:
+    """A share (0.143) as every table and the sentences under them show it: ``14%`` (``0.4%`` below 10%, ``0%``
+    for none), ``-`` when missing. The wait fraction is a share in ``metrics.csv`` and a percentage in words."""
+    if _missing(value):
+        return "-"
+    p = 100.0 * float(value)
+    return f"{p:.0f}%" if p == 0 or round(p, 1) >= 10 else f"{p:.1f}%"
+
+
+def _range(lo: Any, hi: Any, fmt: Any = _fmt) -> str:
+    return f"[{fmt(lo)}\u2013{fmt(hi)}]"
+
+
+def _short_range(lo: Any, hi: Any, share: bool) -> str:
+    """``150–301``, ``13–15%``: a range on its own line, 3 significant digits, one unit."""
+    if _missing(lo) or _missing(hi):
+        return ""
+    if share:
+        return f"{percent(lo).rstrip('%')}\u2013{percent(hi)}"
+    return f"{_fmt(lo, '.3g')}\u2013{_fmt(hi, '.3g')}"
+
+
+def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFrame, dict[Any, bool]]:
     """The cells of a table as shown (strings) and which columns are right-aligned numbers.
 
     A table of repeated runs (:func:`ssptk.analysis.aggregate_repeats`: ``<figure>_min`` and
     ``_max`` columns) shows the :data:`KEY_FIGURES` as ``mean [min–max]`` and the other figures as
     the mean; the spread columns themselves stay in the table (and metrics.csv) but are not shown.
+    ``ranges_below``: each ``[min–max]`` goes on a line of its own under its mean (a terminal's narrow table).
+    The wait fraction shows as a percentage (:func:`percent`).
     """
     spread = [c for c in FIGURE_COLUMNS if f"{c}_min" in df.columns and f"{c}_max" in df.columns]
     hidden = {f"{c}{suffix}" for c in spread for suffix in SPREAD_SUFFIXES}
     columns = [c for c in df.columns if c not in hidden]
     cells: dict[Any, list[str]] = {}
+    below: dict[Any, list[str]] = {c: [""] * len(df) for c in columns}
     for c in columns:
+        fmt = percent if c == "wait_fraction" else _fmt
         if c in spread and c in KEY_FIGURES:
-            cells[c] = [_with_range(m, lo, hi) for m, lo, hi in
-                        zip(df[c].tolist(), df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist())]
+            means = [fmt(m) for m in df[c].tolist()]
+            bounds = list(zip(df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist()))
+            if ranges_below:
+                cells[c] = means
+                below[c] = ["" if m == "-" else _short_range(lo, hi, fmt is percent)
+                            for m, (lo, hi) in zip(means, bounds)]
+            else:
+                cells[c] = [m if m == "-" else f"{m} {_range(lo, hi, fmt)}" for m, (lo, hi) in zip(means, bounds)]
+        elif c == "wait_fraction":
+            cells[c] = [percent(v) for v in df[c].tolist()]
         elif c == "diverged":
             cells[c] = ["yes" if v is True or v == 1 else "" for v in df[c].tolist()]
         elif c == "label" and "diverged" in df.columns:  # where the eye goes first
@@ -81,7 +114,11 @@ def shown_cells(df: pd.DataFrame) -> tuple[pd.DataFrame, dict[Any, bool]]:
             cells[c] = [_fmt(v) for v in df[c].tolist()]
     numeric = {c: c in spread or (c != "diverged" and pd.api.types.is_numeric_dtype(df[c])
                                   and not pd.api.types.is_bool_dtype(df[c])) for c in columns}
-    return pd.DataFrame(cells, columns=columns), numeric
+    shown = pd.DataFrame(cells, columns=columns)
+    if ranges_below and spread:  # row i's means, then its ranges
+        shown = pd.concat([shown, pd.DataFrame(below, columns=columns)]).sort_index(kind="stable")
+        shown = shown.reset_index(drop=True)
+    return shown, numeric
 
 
 def format_table(df: pd.DataFrame) -> str:
@@ -101,7 +138,7 @@ TERMINAL_COLUMNS: dict[str, str] = {
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
     "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "status": "status",
 }
-_DROP_ORDER = ("mean_staleness", "final_accuracy", "repeats", "steps_to_target", "wait_fraction")
+_DROP_ORDER = ("repeats", "final_accuracy", "mean_staleness", "steps_to_target", "wait_fraction")
 _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
@@ -113,8 +150,10 @@ _LEGEND = {
 
 def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     """The comparison table for a terminal: the columns of :data:`TERMINAL_COLUMNS` under short headers,
-    dropping the least telling ones until it fits ``width``, then a legend of what the figures mean."""
-    cells, numeric = shown_cells(table)
+    dropping the least telling ones until it fits ``width``, then a legend of what the figures mean. A table of
+    repeated runs shows each key figure's ``[min–max]`` on a line under its mean, so that it has the columns of
+    a single run's table in the same width."""
+    cells, numeric = shown_cells(table, ranges_below=True)
     columns = [c for c in TERMINAL_COLUMNS if c in cells.columns]
     if "final_accuracy" in columns and table["final_accuracy"].isna().all():
         columns.remove("final_accuracy")
@@ -126,6 +165,10 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
             columns.remove(c)
             text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)
     legend = [line for c, line in _LEGEND.items() if c in columns]
+    if len(cells) > len(table):
+        counts = " or ".join(str(int(n)) for n in sorted(set(table["repeats"].dropna()))) \
+            if "repeats" in table.columns else ""
+        legend.append(f"min\u2013max: under a mean, its range over the {counts + ' ' if counts else ''}repeats")
     legend.append(f"Every figure ({len(cells.columns)} columns): metrics.csv and the report.")
     return "\n".join([text, "", *legend])
 
@@ -194,17 +237,11 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
         shown = f"{r['label']} {_fmt(v)}"
         return shown if r is base or not (v and b) else f"{shown} ({v / b:.3g}x {base['label']})"
 
-    def missing(v: Any) -> bool:
-        return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
-
-    def pct(v: Any) -> str:
-        return "-" if missing(v) else f"{100 * v:.0f}%"
-
     def num(v: Any) -> str:
-        return "-" if missing(v) else f"{v:.2g}"
+        return "-" if _missing(v) else f"{v:.2g}"
 
     return ("What differs: steps/s " + ", ".join(speed(r) for r in rows)
-            + "; time spent waiting " + ", ".join(f"{r['label']} {pct(r.get('wait_fraction'))}" for r in rows)
+            + "; time spent waiting " + ", ".join(f"{r['label']} {percent(r.get('wait_fraction'))}" for r in rows)
             + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows) + ".")
 
 
@@ -224,7 +261,7 @@ def target_lines(table: pd.DataFrame) -> list[str]:
         best = "held-out loss at the end" if held_out else "smoothed training loss"
         how = (f"{TARGET_FACTOR:g} x the best final {best} among the runs that converged"
                if table.attrs.get("target_auto") else "given with --target")
-        measured = ("worker 0's held-out evaluations every --eval-every updates" if held_out
+        measured = (f"worker 0's held-out evaluations {evaluated_every(table.attrs.get('eval_every'))}" if held_out
                     else "smoothed over 5 x workers step records")
         first = table.attrs.get("first_to_target")
         if first is not None:
@@ -239,6 +276,13 @@ def target_lines(table: pd.DataFrame) -> list[str]:
         lines.append(f"Diverged: {names} ({DIVERGENCE_RULE}): "
                      "no time to target is shown for them.")
     return lines
+
+
+def evaluated_every(values: Iterable[Any] | None) -> str:
+    """How often runs evaluated the held-out loss, from their ``eval_every`` options: ``every 50 updates``
+    (``every 50 or 100 updates`` where they differ; ``every --eval-every updates`` where none is known)."""
+    ks = sorted({int(v) for v in values or () if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0})
+    return f"every {' or '.join(str(k) for k in ks) if ks else '--eval-every'} update{'' if ks == [1] else 's'}"
 
 
 def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:

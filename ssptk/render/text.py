@@ -35,13 +35,21 @@ def _network_lines(t: dict[str, Any]) -> list[str]:
     return [line]
 
 
+def status_word(s: dict[str, Any]) -> str:
+    """A run's status as its summary line shows it: ``summary.json``'s ``status`` (ok, failed, interrupted), but
+    ``diverged`` for a run that finished with a diverged loss: it did what was asked, yet its model is not a
+    trained one (``ssptk run`` exits 3)."""
+    status = s.get("status")
+    return "diverged" if status == "ok" and s.get("diverged") else str(status)
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """A run's summary.json as a short block of text."""
     mode = f"ssp (staleness {s.get('staleness')})" if s.get("mode") == "ssp" else str(s.get("mode"))
     if s.get("backup"):
         mode += f", {s['backup']} backup worker(s)"
     lines = [
-        f"run       {s.get('run_dir')}  [{s.get('status')}{', PREDICTED' if s.get('predicted') else ''}]",
+        f"run       {s.get('run_dir')}  [{status_word(s)}{', PREDICTED' if s.get('predicted') else ''}]",
         f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",
         f"steps     {s.get('total_steps')} minibatches in {_fmt(s.get('wall_s'), '.2f')} s "
         f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",

@@ -145,8 +145,9 @@ def _parse_mode(mode: str, staleness: int | None) -> tuple[str, int | None]:
     except LabelError as e:
         if ":" in text:
             raise UsageError(f"bad mode {mode!r}: {e.reason}") from None
-        raise UsageError(f"unknown mode {mode!r}: use sync, ssp (with staleness, or 'ssp:S'), async "
-                         "or allreduce") from None
+        hint = e.reason if e.reason.startswith("did you mean") else \
+            "use sync, ssp (with staleness, or 'ssp:S'), async or allreduce"
+        raise UsageError(f"unknown mode {mode!r}: {hint}") from None
     if s is not None:
         if staleness is not None and staleness != s:
             raise UsageError(f"mode {mode!r} conflicts with staleness={staleness}")
