@@ -48,10 +48,10 @@ EXAMPLES = """examples:
 
 #: What a command's exit code says (``ssptk run --help`` and the other commands' help end with it; :mod:`ssptk.cli`
 #: returns them).
-EXIT_CODES = ("exit codes: 0 done; 3 (run, sim --model) the run finished but diverged: its model is not a trained "
-              "one (with --stop-on-divergence it is stopped and fails: 1); compare and sweep exit 0 when every run "
-              "finished, some diverged or not (divergence is one of their findings); 1 a run failed; 2 bad usage; "
-              "130, 143, 129 stopped by SIGINT, SIGTERM, SIGHUP.")
+EXIT_CODES = ("exit codes: 0 done; 1 a run failed; 2 bad usage; 3 (run, sim --model) the run finished but diverged: "
+              "its model is not a trained one (--stop-on-divergence stops it instead, and it fails: 1); compare and "
+              "sweep exit 0 when every run finished, diverged or not (divergence is one of their findings), 1 when "
+              "one failed; 130, 143, 129: stopped by SIGINT, SIGTERM, SIGHUP.")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,21 +87,21 @@ def build_parser(notebook: bool = False) -> _Parser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    codes = {} if notebook else {"epilog": EXIT_CODES}  # the magics have no exit codes
+    codes = None if notebook else EXIT_CODES  # the magics have no exit codes
     r = sub.add_parser("run", help="train one model in one mode on a local cluster" +
-                       (" (the default command)" if notebook else ""), **codes)
+                       (" (the default command)" if notebook else ""), epilog=codes)
     add_run_arguments(r)
     c = sub.add_parser("compare", help="run several modes with the same options and write a report",
                        description="Run each mode in turn into OUT/<label>/, then write OUT/metrics.csv and "
                                    "OUT/report.html. With --repeat R: R rounds, alternating the order, into "
-                                   "OUT/<label>/rep-<k>/; the table shows mean [min-max].", **codes)
+                                   "OUT/<label>/rep-<k>/; the table shows mean [min-max].", epilog=codes)
     c.add_argument("labels", nargs="+", metavar="MODE",
                    help="sync, ssp:S, async, allreduce; ssp:S+inverse or async+inverse: with --lr-staleness inverse")
     add_run_arguments(c, skip=("mode", "staleness"))
     sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
                         description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, then write "
                                     "OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the runs).",
-                        **codes)
+                        epilog=codes)
     sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
                     help="the staleness values to run, e.g. 0,1,2,4,8")
     add_run_arguments(sw, skip=("mode", "staleness"))
@@ -144,14 +144,14 @@ def _add_notebook_flags(run: argparse.ArgumentParser, *comparisons: argparse.Arg
                      help="return at once with a live widget; the kernel stays usable (.wait(), .stop())")
 
 
-def _add_sim(sub: Any, codes: dict[str, str]) -> None:
+def _add_sim(sub: Any, codes: str | None) -> None:
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator, no cluster: its timing; with "
                                    "--model also its loss (the schedule replayed with the model's real gradients)",
                        description="Without --model: the timing only (steps/s, waiting, skew, staleness), in "
                                    "milliseconds, nothing written. With --model: a predicted run, loss included: "
                                    "the schedule replayed with the model's real gradients in one TensorFlow process "
                                    "(seconds), left in --out like a real run (summary.json says predicted).",
-                       **codes)
+                       epilog=codes)
     add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
     s.add_argument("--target", type=float, default=None, metavar="LOSS",
                    help="with --model: also predict the time and minibatches to this loss (held-out with "

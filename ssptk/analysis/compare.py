@@ -26,16 +26,26 @@ TARGET_FACTOR = 1.25
 COMPARE_COLUMNS: tuple[str, ...] = (
     "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
     "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
-    "max_staleness", "diverged", "status",
+    "max_staleness", "mb_per_minibatch", "link_busy", "diverged", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
     "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-    "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness",
+    "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness", "mb_per_minibatch",
+    "link_busy",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
 _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+
+def _traffic_columns(traffic: Any) -> dict[str, Any]:
+    """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
+    ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``)."""
+    t = traffic if isinstance(traffic, Mapping) else {}
+    busiest = t.get("busiest")
+    return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),
+            "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None}
+
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
     """:data:`TARGET_FACTOR` above the best (lowest) of the converged runs' final smoothed losses (for a
@@ -104,6 +114,7 @@ def compare_table(
             "time_to_target_s": None, "steps_to_target": None,
             "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
             "mean_staleness": pick("mean_staleness"), "max_staleness": pick("max_staleness"),
+            **_traffic_columns(summary.get("traffic")),
             "status": summary.get("status") or "unknown",
         })
         if steps is not None and not steps.empty:
@@ -115,7 +126,7 @@ def compare_table(
     target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-                "wait_fraction", "mean_staleness"):
+                "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")

@@ -13,6 +13,9 @@ import numpy as np
 from ssptk.core.errors import UsageError
 
 JITTER_KINDS = ("exp", "uniform", "pause")
+#: The longest delay a straggler or a jitter may inject into one step: a day. Longer ones are a typo, and
+#: beyond ~1e9 s the workers' clocks overflow (``OverflowError: timestamp out of range``).
+MAX_DELAY_S = 86_400.0
 JITTER_HINT = ("use exp:MEAN, uniform:LO:HI or pause:P:SECONDS with seconds >= 0 (LO <= HI) and 0 <= P <= 1, "
                "e.g. exp:0.02")
 
@@ -92,9 +95,23 @@ def parse_stragglers(specs: Any) -> tuple[tuple[int, float], ...]:
     elif isinstance(specs, (str, bytes)) or (isinstance(specs, tuple) and len(specs) == 2
                                                and not isinstance(specs[0], (str, tuple, list))):
         items = [specs]
-    else:
+    elif isinstance(specs, (list, tuple)):
         items = list(specs)
+    else:
+        raise UsageError(f"bad --straggler {specs!r}: use I:SECONDS strings (or (I, SECONDS) pairs), e.g. 2:0.05")
     return tuple(parse_straggler(s) for s in items)
+
+
+def check_delay_bounds(stragglers: Any, jitter: Jitter | None) -> None:
+    """Every worker's straggler seconds (added up) and the jitter's seconds are at most :data:`MAX_DELAY_S`,
+    else :class:`UsageError` (the caller has refused non-finite ones already)."""
+    day = f"a day ({MAX_DELAY_S:g} s)"
+    for i, total in straggler_seconds(stragglers).items():
+        if not total <= MAX_DELAY_S:
+            raise UsageError(f"--straggler: worker {i} would be held {total:g} s every step, more than {day}: "
+                             "give fewer or shorter --straggler delays")
+    if jitter is not None and not max(jitter.a if jitter.kind == "exp" else jitter.b, 0.0) <= MAX_DELAY_S:
+        raise UsageError(f"bad --jitter {str(jitter)!r}: its delays run over {day}: give seconds up to {MAX_DELAY_S:g}")
 
 
 def straggler_seconds(stragglers: Any) -> dict[int, float]:

@@ -12,7 +12,9 @@ import numbers
 import os
 from typing import Any, Protocol
 
+from ssptk.core.delays import Jitter
 from ssptk.core.errors import UsageError
+from ssptk.core.network import Network
 
 __all__ = ["integer", "typed"]
 
@@ -84,7 +86,7 @@ def typed(option: OptionLike, value: Any) -> Any:
     """``value`` of ``option`` converted to the option's type (what argparse would have made of it), or
     :class:`UsageError` naming the option. ``None`` stays ``None`` (the option's default); repeatable
     options (``straggler``) are parsed by :func:`ssptk.core.delays.parse_stragglers`, the jitter by
-    :func:`ssptk.core.delays.parse_jitter` (a ``Jitter`` is taken as its spec)."""
+    :func:`ssptk.core.delays.parse_jitter` (a ``Jitter`` or a ``Network`` is taken as its spec)."""
     if value is None or option.repeat:
         return value
     if option.flag:
@@ -93,6 +95,8 @@ def typed(option: OptionLike, value: Any) -> Any:
         return integer(option.name, value)
     if option.type is float:
         return _number(option.name, value)
-    if option.name == "jitter" and hasattr(value, "kind") and hasattr(value, "a"):
+    if isinstance(value, Jitter):  # its spec, every digit kept
         return f"exp:{value.a!r}" if value.kind == "exp" else f"{value.kind}:{value.a!r}:{value.b!r}"
-    return _text(option.name, value)
+    if isinstance(value, Network):
+        return str(value)
+    return _text(option.name, value) if option.type is str else value

@@ -9,12 +9,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
+from ssptk.core.delays import Jitter, check_delay_bounds, parse_jitter, parse_stragglers, straggler_seconds
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, label_of, parse_mode
 from ssptk.core.models import BUILTIN, MODEL_HINT
 from ssptk.core.network import Network, parse_network
+from ssptk.core.option_types import typed
 
 LAYOUTS = ("auto", "processes", "shared")
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
@@ -203,32 +204,17 @@ def resolve(**kwargs: Any) -> RunOptions:
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
     kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out", "network")}
+    table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
+    kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
     kw["mode"], staleness = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4" is a shorthand
     if staleness is not None:
         kw["staleness"] = staleness
-    for name in ("workers", "steps", "batch", "seed", "backup", "restart_failed", "eval_every", "ps"):
-        if name in kw:
-            kw[name] = _integer(name, kw[name])
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
     opts = RunOptions(**kw)
     _validate(opts)
     if opts.mode == "ssp" and opts.staleness is None:
         opts.staleness = DEFAULT_STALENESS
     return opts
-
-
-def _integer(name: str, value: Any) -> int:
-    """``value`` as an int (``"3"`` and ``3.0`` too); booleans and fractions are refused."""
-    if isinstance(value, bool):
-        raise UsageError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
-    try:
-        number = int(value)
-        exact = not isinstance(value, float) or float(number) == value
-    except (TypeError, ValueError):
-        exact = False
-    if not exact:
-        raise UsageError(f"--{name.replace('_', '-')} must be an integer, got {value!r}")
-    return number
 
 
 def _validate(o: RunOptions) -> None:
@@ -273,6 +259,7 @@ def _validate(o: RunOptions) -> None:
     jitter = parse_jitter(o.jitter)
     if jitter is not None and not (math.isfinite(jitter.a) and math.isfinite(jitter.b)):
         raise UsageError(f"bad --jitter {o.jitter!r}: the seconds must be finite numbers")
+    check_delay_bounds(o.straggler, jitter)
     _check_stall_timeout(o)
     if o.restart_failed < 0:
         raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")

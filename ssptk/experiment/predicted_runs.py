@@ -21,7 +21,7 @@ from ssptk.core.options import RunOptions, check_target, resolve
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
-from ssptk.launch.predictor import PredictProgress, run_predictor
+from ssptk.launch.predictor import PREDICT_TASK, PredictProgress, run_predictor
 from ssptk.rundir import RunDir, load_run
 
 __all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
@@ -78,12 +78,22 @@ def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: Pr
         raise RunInterrupted("interrupted; the predicting process was stopped", signal=stop.signal) from None
     results = []
     for p in plans:
-        summary, own = finish_run(p.run_dir, p.opts, failure or stopped(p.run_dir))
+        summary, own = finish_run(p.run_dir, p.opts, ended(p.run_dir, failure))
         results.append(RunResult(p.run_dir, p.opts, summary, own))
     failed = next((r for r in results if r.failure is not None), None)
     if failed is not None and raise_on_failure:
         raise RunFailed(failed.failure, failed)  # type: ignore[arg-type]
     return results
+
+
+def ended(run_dir: str, failure: TaskFailure | None) -> TaskFailure | None:
+    """How one prediction ended, its process having ended with ``failure``: the error its replay logged (a
+    non-finite loss, a divergence), else ``None`` where it wrote ``model/final.json``, else the process's
+    failure: a prediction the process did not finish is failed, whatever the process's exit code said."""
+    own = stopped(run_dir)
+    if own is not None or RunDir(run_dir).final():
+        return own
+    return failure or TaskFailure.of(PREDICT_TASK, "finished without writing model/final.json")
 
 
 def stopped(run_dir: str) -> TaskFailure | None:
@@ -108,8 +118,9 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
     ``lr_staleness``, ``out``, ...): a predicted run, a :class:`~ssptk.experiment.result.RunResult` whose
     ``df`` has every minibatch's predicted loss, ``summary`` its final held-out loss and accuracy and whether
     it diverged. ``overhead`` (seconds per step, default :data:`DEFAULT_OVERHEAD_S` with or without a model)
-    sets its clock; ``target`` (a loss: held-out with ``eval_every``, else smoothed training loss) adds the predicted time and
-    minibatches to it to the summary (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
+    sets its clock; ``target`` (a loss: held-out with ``eval_every``, else smoothed training loss) adds the
+    predicted time and minibatches to it to the summary (``time_to_target_s``, ``steps_to_target``; ``None``: not
+    reached)."""
     if model is None:
         if target is not None:
             raise UsageError("--target needs --model: the timing-only simulator predicts no loss")

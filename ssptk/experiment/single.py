@@ -45,6 +45,8 @@ def _source_model_check(source: str, name: Any) -> str:
 
         try:
             load_model(f"{path}:{name}")
+        except SystemExit as e:  # the cell's code called sys.exit()
+            raise model_left("in the cell", e) from None
         except UsageError as e:
             message = str(e).replace(repr(f"{path}:{name}"), "in the cell").replace(path, USER_MODEL_FILE)
             raise UsageError(message) from None
@@ -79,8 +81,23 @@ def load_model_within(path: str, timeout: float) -> Any:
         raise UsageError(f"model {path!r}: importing it and calling it did not finish within {timeout:g} s; does "
                          "its module run something long (or wait for input) when imported?")
     if "error" in box:
-        raise box["error"]
+        raise model_left(path, box["error"])
     return box["spec"]
+
+
+def model_left(path: str, e: BaseException) -> BaseException:
+    """What a model's import or call raised, as the launcher passes it on. ``sys.exit()`` would end ssptk with
+    the model's exit code (0: success, nothing written), and a ``KeyboardInterrupt`` no signal sent (the model
+    is loaded in a thread of its own, which signals never reach) would read as the user's: both fail the run
+    in one line instead (:class:`RunFailed`, nothing started or written)."""
+    if isinstance(e, SystemExit):
+        what = f"called sys.exit({e.code!r})"
+    elif isinstance(e, KeyboardInterrupt):
+        what = "raised KeyboardInterrupt (no signal came)"
+    else:
+        return e
+    return RunFailed(TaskFailure.of("ssptk", f"model {path!r} {what} while ssptk imported it and called it: a model "
+                                             "function must return an ssptk.ModelSpec; nothing was started"))
 
 
 def check_model(opts: RunOptions) -> None:

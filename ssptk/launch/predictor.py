@@ -60,7 +60,8 @@ class Predictor(LocalCluster):
 
 def run_predictor(log_dir: str, jobs: list[dict[str, object]], progress: PredictProgress | None = None,
                   cancel: threading.Event | None = None, poll_s: float = 0.2) -> TaskFailure | None:
-    """Predict ``jobs`` in one process and wait for it; its failure (``None``: every job's logs are written).
+    """Predict ``jobs`` in one process and wait for it; its failure (``None``: every job's logs are written;
+    a process that exits 0 before it said every job done failed too).
 
     Setting ``cancel`` stops the process and raises :class:`~ssptk.core.errors.RunInterrupted`; so does a
     ``KeyboardInterrupt``. The process is gone when this returns or raises."""
@@ -78,7 +79,16 @@ def run_predictor(log_dir: str, jobs: list[dict[str, object]], progress: Predict
                         seen[job] = state
                         progress(job, *state)
             if code is not None:
-                return None if code == 0 else p.poll()
+                return p.poll() if code != 0 else _unfinished(p, len(jobs))
             time.sleep(poll_s)
     finally:
         p.stop()
+
+
+def _unfinished(p: Predictor, jobs: int) -> TaskFailure | None:
+    """The process exited 0: its failure if it had not finished every job (user code calling ``exit()``)."""
+    done = sum(1 for job, state in p.progress().items() if job < jobs and state == (1, 1))
+    if done == jobs:
+        return None
+    return p.failure(PREDICT_TASK, f"exited without finishing: its process ended (exit code 0) after "
+                                 f"{done} of {jobs} predictions; does the model's code call exit()?", 0)

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
+from ssptk.render.tables import evaluated_every
 
 __all__ = ["has_held_out", "held_out_figure", "held_out_points"]
 
@@ -44,7 +45,9 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
     tuples or :class:`Repeats` of them (each repetition drawn, thinner)."""
     fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
-    fig.suptitle("held-out loss (worker 0's evaluations every --eval-every updates, and the final one)")
+    every = evaluated_every(an.run_options(r[2]).get("eval_every") for v in runs.values() for r in Repeats.of(v)
+                            if isinstance(r, tuple) and len(r) > 2)
+    fig.suptitle(f"held-out loss (worker 0's evaluations {every}, and the final one)")
     losses = []
     for i, (label, value) in enumerate(runs.items()):
         curves = held_out_points(value)

@@ -138,10 +138,12 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         table = an.aggregate_repeats(runs_table)
     else:
         table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
+    options = [an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
+               if isinstance(r, tuple) and len(r) > 2]
+    table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
     takeaway = takeaway_line(table)
     notes = ([takeaway] if takeaway else []) + target_lines(table)
-    notes += lr_lines(an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
-                      if isinstance(r, tuple) and len(r) > 2)
+    notes += lr_lines(options)
     if repeated:
         counts = sorted({int(n) for n in table["repeats"].dropna()})
         times = " or ".join(str(n) for n in counts) or "0"

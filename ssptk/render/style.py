@@ -20,8 +20,8 @@ from ssptk.core.options import skew_bound
 __all__ = ["BOUND_COLOR", "BOUND_STYLE", "DELAY_COLOR", "EXTREME_LINES", "LABELS", "LOSS_BAND", "MAX_LEGEND",
            "MEDIAN_LINE", "NOTE_COLOR", "OVERALL_LINE", "PROGRESS_BANDS", "SKEW_COLOR", "STALENESS_COLOR",
            "TARGET_STYLE", "WAIT_COLOR", "WORKER_LINE", "NotebookFigure", "bound_label", "color", "default_colors",
-           "draw_bound", "draw_target", "extreme_label", "figure_png", "figure_to_png_base64", "palette", "run_title",
-           "set_loss_scale", "skew_bound", "wants_log_loss", "worker_label"]
+           "draw_bound", "draw_target", "extreme_label", "figure_png", "figure_to_png_base64", "model_name", "palette",
+           "run_title", "set_loss_scale", "skew_bound", "wants_log_loss", "worker_label"]
 
 #: Most per-worker entries a legend lists; beyond it the workers go unnamed.
 MAX_LEGEND = 10
@@ -94,15 +94,29 @@ def set_loss_scale(ax: Axes, losses: pd.Series | Iterable[pd.Series]) -> None:
 
 
 def run_title(opts: Mapping[str, Any]) -> str:
-    """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` (no
-    ``staleness=None`` for the modes that have none)."""
+    """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` and the conditions
+    it ran under (PS shards, ``--network``, ``--jitter``) (no
+    ``staleness=None`` for the modes that have none; a model from a file, ``DIR/user_model.py:mlp2``, as ``mlp2``)."""
     mode, s = opts.get("mode"), opts.get("staleness")
     parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
     if opts.get("workers"):
         parts.append(f"{opts['workers']} workers")
     if opts.get("model"):
-        parts.append(f"model {opts['model']}")
+        parts.append(f"model {model_name(opts['model'])}")
+    if opts.get("ps") and int(opts["ps"]) > 1 and mode != "allreduce":
+        parts.append(f"{opts['ps']} PS shards")
+    if opts.get("network"):
+        parts.append(f"network {opts['network']}")
+    if opts.get("jitter"):
+        parts.append(f"jitter {opts['jitter']}")
     return " \u00b7 ".join(parts)
+
+
+def model_name(model: str) -> str:
+    """A model as titles name it: ``--model`` as given, but a model from a file (a ``%%dtrain`` cell's
+    ``runs/<stamp>/user_model.py:mlp2``) by its function's name, ``mlp2``."""
+    module, colon, function = str(model).rpartition(":")
+    return function if colon and module.endswith(".py") else str(model)
 
 
 def bound_label(staleness: int) -> str:

@@ -17,6 +17,8 @@ __all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "evaluated_every", "
            "shown_cells", "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
+#: Shares shown as percentages.
+_PERCENT = ("wait_fraction", "link_busy")
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
 
 
@@ -93,7 +95,7 @@ def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFr
     cells: dict[Any, list[str]] = {}
     below: dict[Any, list[str]] = {c: [""] * len(df) for c in columns}
     for c in columns:
-        fmt = percent if c == "wait_fraction" else _fmt
+        fmt = percent if c in _PERCENT else _fmt
         if c in spread and c in KEY_FIGURES:
             means = [fmt(m) for m in df[c].tolist()]
             bounds = list(zip(df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist()))
@@ -103,7 +105,7 @@ def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFr
                             for m, (lo, hi) in zip(means, bounds)]
             else:
                 cells[c] = [m if m == "-" else f"{m} {_range(lo, hi, fmt)}" for m, (lo, hi) in zip(means, bounds)]
-        elif c == "wait_fraction":
+        elif c in _PERCENT:
             cells[c] = [percent(v) for v in df[c].tolist()]
         elif c == "diverged":
             cells[c] = ["yes" if v is True or v == 1 else "" for v in df[c].tolist()]
@@ -136,15 +138,18 @@ def format_table(df: pd.DataFrame) -> str:
 TERMINAL_COLUMNS: dict[str, str] = {
     "label": "run", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
-    "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "status": "status",
+    "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
+    "link_busy": "net busy", "status": "status",
 }
-_DROP_ORDER = ("repeats", "final_accuracy", "mean_staleness", "steps_to_target", "wait_fraction")
+_DROP_ORDER = ("mb_per_minibatch", "repeats", "final_accuracy", "mean_staleness", "steps_to_target", "wait_fraction")
 _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
     "max_skew": "max skew: most minus least completed steps (SSP: at most S+1)",
     "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound)",
     "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
+    "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
+    "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
 }
 
 
@@ -155,8 +160,9 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     a single run's table in the same width."""
     cells, numeric = shown_cells(table, ranges_below=True)
     columns = [c for c in TERMINAL_COLUMNS if c in cells.columns]
-    if "final_accuracy" in columns and table["final_accuracy"].isna().all():
-        columns.remove("final_accuracy")
+    for c in ("final_accuracy", "link_busy", "mb_per_minibatch"):  # a column no run has says nothing
+        if c in columns and (c not in table.columns or table[c].isna().all()):
+            columns.remove(c)
     text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)
     for c in _DROP_ORDER:
         if max(len(line) for line in text.splitlines()) <= width:
@@ -281,7 +287,8 @@ def target_lines(table: pd.DataFrame) -> list[str]:
 def evaluated_every(values: Iterable[Any] | None) -> str:
     """How often runs evaluated the held-out loss, from their ``eval_every`` options: ``every 50 updates``
     (``every 50 or 100 updates`` where they differ; ``every --eval-every updates`` where none is known)."""
-    ks = sorted({int(v) for v in values or () if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0})
+    ks = sorted({int(v) for v in values or ()
+                 if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0})
     return f"every {' or '.join(str(k) for k in ks) if ks else '--eval-every'} update{'' if ks == [1] else 's'}"
 
 
