@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
+    claimed: list[str] = []  # the directories the command claims: what a signal's message says it left
     try:
-        with StopSignals():
+        with StopSignals(), commands.recording(claimed):
             return dispatch(args)
     except UsageError as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
@@ -57,8 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         name = getattr(e, "signal", None) or "SIGINT"
         why = "interrupted" if name == "SIGINT" else f"stopped by {name}"
-        print(f"ssptk: {why}; every task was stopped, the logs and summary kept", file=sys.stderr)
+        print(f"ssptk: {why}{_left(args.command, commands.left_behind(claimed))}", file=sys.stderr)
         return 128 + int(signal.Signals[name])
+
+
+def _left(command: str, left: commands.Left) -> str:
+    """What a command a signal stopped had kept, in words that follow why it stopped."""
+    if left.run_dir is None:
+        return "" if command == "report" else " before any run started; nothing was written"
+    if left.status == "interrupted":
+        return f"; every task was stopped, the logs and summary kept in {left.run_dir}"
+    if left.status is not None:  # the signal came after the summary was written
+        return f" after the run in {left.run_dir} had ended: its summary.json says {left.status}"
+    if left.started:
+        return f"; every task was stopped, the logs kept in {left.run_dir} (no summary.json was written)"
+    return f" before the run started: nothing was written in {left.run_dir} but its claim"
 
 
 class StopSignals:
@@ -152,6 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     print(result)
     print(f"\nreport: {result.report_path}")
     failed = {name: r for name, r in result.all_runs.items() if not r.ok}
+    failed.update({f"{name} (predicted)": r for name, r in result.predicted.items() if not r.ok})
     for name, r in failed.items():
         print(f"ssptk: {name} failed: {r.summary.get('reason')}", file=sys.stderr)
     return 1 if failed else 0

@@ -11,6 +11,7 @@ with the same parser. Each result's ``str`` is what both print.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
     from ssptk.rundir import RunDir
     from ssptk.sim import SimResult
 
-__all__ = ["ComparePlan", "Report", "Timing", "build_parser", "compare", "compare_plan", "report", "run", "sim",
-           "sim_options", "staleness_list", "warning"]
+__all__ = ["ComparePlan", "Left", "Report", "Timing", "build_parser", "compare", "compare_plan", "left_behind",
+           "recording", "report", "run", "sim", "sim_options", "staleness_list", "warning"]
 
 NOTEBOOK_EXAMPLES = """examples:
   %dtrain --model keras --mode ssp --staleness 4 --workers 3 --steps 500 --straggler 2:0.02
@@ -297,6 +298,41 @@ def _one_run_summary(rd: RunDir) -> str:
         return format_summary(stored)
     return format_summary(summary_from_logs(rd.path)) + \
         "\n(computed from the logs: the run has no summary.json; nothing was written)"
+
+
+# --- what a stopped command left -------------------------------------------------------------------------
+
+def recording(into: list[str]) -> contextlib.AbstractContextManager[list[str]]:
+    """A ``with`` during which every directory this process claims is appended to ``into``
+    (:func:`ssptk.rundir.claim.recording_claims`): what a command had written when a signal stopped it."""
+    from ssptk.rundir.claim import recording_claims
+
+    return recording_claims(into)
+
+
+@dataclass(frozen=True)
+class Left:
+    """What a command stopped half-way had written: ``run_dir``, the last run directory it claimed (``None``:
+    none), whether that run had started (``config.json``), and its ``summary.json``'s status (``None``: none)."""
+
+    run_dir: str | None = None
+    started: bool = False
+    status: str | None = None
+
+
+def left_behind(claimed: list[str]) -> Left:
+    """:class:`Left` by the directories a command claimed, in order (:func:`recording`): the last one that no
+    other lies under (a comparison's last run, not the comparison)."""
+    import os
+
+    from ssptk.rundir import RunDir
+
+    runs = [p for p in claimed if not any(q.startswith(os.path.join(p, "")) for q in claimed)]
+    if not runs:
+        return Left()
+    rd = RunDir(runs[-1])
+    status = rd.summary().get("status")
+    return Left(rd.path, os.path.exists(rd.config_path), status if isinstance(status, str) else None)
 
 
 # --- sim ------------------------------------------------------------------------------------------------

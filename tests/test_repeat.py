@@ -235,3 +235,37 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert rebuilt.stdout.splitlines()[:4] == lines[:4]
     assert_gone(str(out))
+
+
+def test_the_terminal_table_of_repeats_has_the_columns_of_a_single_run(tmp_path: Path) -> None:
+    """Regression: `mean [min–max]` cells made the --repeat table too wide for 100 columns, so it dropped wait,
+    staleness and to target mb. Each range now sits on a line under its mean."""
+    from ssptk.render.tables import terminal_table
+
+    root = tmp_path / "cmp"
+    for k in (1, 2, 3):
+        _write(root / "ssp:2" / f"rep-{k}", "ssp", {"status": "ok", "steps_per_s": 100.3 + 35 * k, "wall_s": 5.123,
+                                                    "final_loss": 0.01234 * k, "max_skew": 11 * k,
+                                                    "wait_fraction": 0.1234 + k / 100, "mean_staleness": 1.234 + k})
+        _write(root / "async" / f"rep-{k}", "async", {"status": "ok", "steps_per_s": 150.3 * k, "final_loss": 0.5123,
+                                                      "max_skew": 100 + k, "wait_fraction": 0.0,
+                                                      "mean_staleness": 2.1 + k})
+    repeated = rp.load_comparison(root, per_run=False).table
+    single = rp.load_comparison(root / "ssp:2", per_run=False).table if False else None  # noqa: F841
+    text = terminal_table(repeated)
+    lines = text.splitlines()
+    assert lines[0].split("  ")[0] == "run" and max(len(line) for line in lines) <= 100
+    headers = [h.strip() for h in lines[0].split("  ") if h.strip()]
+    assert headers == ["run", "steps/s", "to target s", "to target mb", "final loss", "max skew", "wait", "staleness",
+                       "status"]
+    assert lines[2].split()[:2] == ["async", "300.6"] and lines[3].split()[:1] == ["150\u2013451"]
+    assert lines[4].split()[:2] == ["ssp:2", "170.3"] and "14%" in lines[4] and "13\u201315%" in lines[5]
+    assert "min\u2013max: under a mean, its range over the 3 repeats" in text
+
+
+def test_a_label_without_its_colon_gets_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    from ssptk.cli import main
+
+    assert main(["compare", "sync", "ssp4", "async"]) == 2
+    assert capsys.readouterr().err.strip() == ("ssptk: error: unknown mode 'ssp4': did you mean ssp:4? (choose one of "
+                                               "sync, ssp, async, allreduce; ssp:S for SSP with staleness S)")

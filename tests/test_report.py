@@ -206,3 +206,76 @@ def test_figures_show_in_a_notebook_without_matplotlib_inline(runs) -> None:
     data, _ = DisplayFormatter().format(rp.run_figure(*runs["a"][:3]))
     png = data["image/png"]
     assert (base64.b64decode(png) if isinstance(png, str) else png).startswith(PNG_MAGIC)
+
+
+# --- what a newcomer reads never contradicts itself (issue 27.8) --------------------------------------
+
+def test_wait_is_one_percentage_in_the_table_and_the_sentence_under_it(runs) -> None:
+    from ssptk.render.tables import percent, shown_cells, terminal_text
+
+    report = rp.build_report(runs, per_run=False)
+    a = report.table.set_index("label").loc["a", "wait_fraction"]
+    assert 0 < a < 1  # a share in the table's data (and metrics.csv) ...
+    shown = percent(a)
+    assert shown.endswith("%") and percent(0.0) == "0%" and percent(0.004) == "0.4%" and percent(0.1434) == "14%"
+    text = terminal_text(report.table)
+    (row,) = [line for line in text.splitlines() if line.startswith("a ")]
+    assert f" {shown} " in row  # ... a percentage where it is shown: the table and the sentence say the same
+    assert f"time spent waiting a {shown}" in text.replace("\n", " ")
+    assert f" {shown} " in [line for line in rp.format_table(report.table).splitlines() if line.startswith("a ")][0]
+    assert shown in shown_cells(report.table)[0]["wait_fraction"].tolist()  # what the HTML table shows
+
+
+def test_held_out_notes_and_figure_say_how_often_runs_evaluated(tmp_path: Path) -> None:
+    """The target line and the held-out figure's title name the runs' --eval-every (they printed the flag)."""
+    import json
+
+    from ssptk.render.tables import evaluated_every
+
+    runs = {}
+    for label, held_out in (("good", [2.0, 1.0, 0.3, 0.2]), ("fast", [2.0, 1.5, 1.2, 1.1])):
+        d = write_run(tmp_path / label, [(10.0 + 0.1 * (k + 1), k % 2, k // 2 + 1, 0.01, 0.0, 1) for k in range(50)],
+                      workers=2, mode="async", staleness=0, start=10.0, done={0: 15.0, 1: 15.0}, partial=False,
+                      summary={"status": "ok", "mode": "async", "workers": 2, "final_loss": held_out[-1]})
+        config = json.loads((d / "config.json").read_text())
+        config["options"]["eval_every"] = 10
+        (d / "config.json").write_text(json.dumps(config))
+        with open(d / "workers" / "worker-0.jsonl", "a") as f:
+            for k, loss in enumerate(held_out):
+                f.write(json.dumps({"event": "eval", "t": 11.0 + k, "worker": 0, "global_step": 10 * (k + 1),
+                                    "eval_loss": loss}) + "\n")
+        runs[label] = load_run(d)
+    report = rp.build_report(runs, title="t")
+    (line,) = [n for n in report.notes if n.startswith("Target held-out loss")]
+    assert "worker 0's held-out evaluations every 10 updates" in line and "--eval-every" not in line
+    (fig,) = [f for c, f in report.figures if c.startswith("Held-out loss")]
+    assert fig._suptitle.get_text() == "held-out loss (worker 0's evaluations every 10 updates, and the final one)"
+    assert evaluated_every([50, 100, 50, None]) == "every 50 or 100 updates" and evaluated_every([1]) == "every 1 update"
+
+
+def test_a_model_from_a_file_is_titled_by_its_function(runs) -> None:
+    """A %%dtrain cell's model is saved as runs/<stamp>-sync/user_model.py:mlp2: its figures say mlp2."""
+    steps, events, config, _ = runs["a"]
+    config = {**config, "options": {**config["options"], "model": "runs/20260101-000000-sync/user_model.py:mlp2"}}
+    title = rp.run_figure(steps, events, config)._suptitle.get_text()
+    assert "model mlp2" in title and "user_model.py" not in title
+    from ssptk.render.style import model_name
+
+    assert [model_name(m) for m in ("mlp:64", "mypkg.models:make", "linear", "/x/m.py:f")] == \
+        ["mlp:64", "mypkg.models:make", "linear", "f"]
+
+
+def test_a_diverged_run_says_diverged_not_ok(tmp_path: Path) -> None:
+    """The summary's status line, the API's repr (what a notebook shows) and format_summary all say diverged for
+    a run that finished with a diverged loss; summary.json keeps status ok (the run did finish) and diverged."""
+    from ssptk.core.options import resolve
+    from ssptk.experiment.result import RunResult
+
+    s = {"status": "ok", "diverged": True, "diverged_at_step": 698, "run_dir": "r", "mode": "async", "total_steps": 9}
+    assert rp.format_summary(s).splitlines()[0] == "run       r  [diverged]"
+    assert "[diverged, PREDICTED]" in rp.format_summary({**s, "predicted": {"overhead_s": 0.005}})
+    assert "failed " not in rp.format_summary(s)
+    assert "[ok]" in rp.format_summary({**s, "diverged": False})
+    assert "[failed]" in rp.format_summary({**s, "status": "failed", "reason": "x"})
+    result = RunResult(str(tmp_path), resolve(mode="async"), s)
+    assert result.ok and repr(result).startswith("<RunResult async, diverged, 9 steps")

@@ -193,7 +193,7 @@ def test_sync_no_backup_budget_is_per_worker() -> None:
     assert sorted(r.steps["minibatch"]) == list(range(n * k))
     assert r.updates == k and r.steps["applied"].all()
     assert (r.steps["step"] == r.steps["global_step"]).all()
-    assert r.max_skew == 0
+    assert r.max_skew == 1  # as a real sync run's summary says: an update's records come one after another
 
 
 def test_sync_backup_budget_is_updates() -> None:
@@ -357,3 +357,41 @@ def test_pauses_cost_sync_every_pause_and_a_bound_absorbs_short_ones() -> None:
              for label in ("sync", "ssp:1", "ssp:8", "async")}
     assert rates["sync"] < rates["ssp:1"] < rates["ssp:8"] < rates["async"], rates
     assert rates["sync"] < 0.6 * rates["async"] and rates["ssp:8"] > 0.8 * rates["async"], rates
+
+
+# ---------------------------------------------------------------- no contradictions (issue 27.4)
+
+def test_max_skew_is_what_the_analysis_measures_on_the_records_even_when_steps_take_no_time() -> None:
+    """Regression: with no per-step cost, workers 0 and 1 did all 300 steps at t=0 and the skew read from the
+    timeline (one row per distinct time) was 0, beside a staleness of 299."""
+    from ssptk import analysis as an
+
+    r = simulate("async", 3, 100, straggler={2: 0.03})
+    assert r.steps["staleness"].max() == 299 and r.max_skew == 150 == an.max_skew(r.steps)
+    cases = [("async", {"straggler": {2: 0.03}, "overhead": 0.005}), ("ssp", {"staleness": 2, "jitter": "exp:0.01"}),
+             ("sync", {"jitter": "exp:0.01", "overhead": 0.001}), ("sync", {"backup": 1, "jitter": "exp:0.01"})]
+    for mode, kw in cases:
+        r = simulate(mode, 4, 50, **kw)
+        assert r.max_skew == an.max_skew(r.steps) >= r.skew_timeline()["skew"].max(), (mode, kw)
+
+
+def test_cli_timing_has_a_stated_overhead_and_prints_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``ssptk sim`` without a model: a step costs the same default as a predicted run's (5 ms, not 0), and
+    the output says so; the help states that default."""
+    from ssptk.cli import build_parser, main
+    from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S
+
+    assert main(["sim", "--mode", "async", "--workers", "3", "--steps", "100", "--straggler", "2:0.03"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # workers 0 and 1 take 5 ms a step, worker 2 35 ms: 20 steps of its 300, 140 each for the others
+    assert out[0] == "simulated async: 300 minibatches in 0.700 s = 428.6 steps/s, 428.6 updates/s"
+    assert out[1] == "max skew 120, waiting 0.0% of worker time, staleness mean 1.99 max 14"
+    assert out[2].startswith(f"clock: each step {1000 * DEFAULT_OVERHEAD_S:.2f} ms plus its delays (--overhead")
+    assert main(["sim", "--mode", "async", "--workers", "3", "--steps", "100", "--overhead", "0"]) == 0
+    assert "clock: each step 0.00 ms" in capsys.readouterr().out
+    sim_help = build_parser().commands["sim"].format_help()
+    assert f"(default: {DEFAULT_OVERHEAD_S}," in " ".join(sim_help.split())
+    assert simulate("async", 2, 10).overhead == 0.0 and simulate("async", 2, 10, overhead=0.002).overhead == 0.002
+    import ssptk
+
+    assert ssptk.simulate("async", 2, 10).overhead == DEFAULT_OVERHEAD_S  # the API's default is the CLI's

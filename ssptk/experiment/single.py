@@ -191,7 +191,14 @@ def execute(prepared: PreparedRun, *, progress: ProgressFn | None = None, observ
     failure = outcome.failure
     if failure is None and not RunDir(run_dir).final():  # the summary and the exit code must agree
         failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
-    summary, failure = finish_run(run_dir, opts, failure, outcome.ps_train_cpu_s)
+    try:
+        summary, failure = finish_run(run_dir, opts, failure, outcome.ps_train_cpu_s)
+    except KeyboardInterrupt as e:  # a signal while the summary was made: one is kept all the same, saying so
+        if not RunDir(run_dir).summary():
+            finish_run(run_dir, opts, interruption(e))
+        for o in observers:
+            o.finished(None)
+        raise
     result = RunResult(run_dir, opts, summary, failure)
     for o in observers:
         o.finished(result)

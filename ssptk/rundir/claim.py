@@ -15,14 +15,32 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 from ssptk.core.errors import UsageError
 from ssptk.rundir.space import writing
 
-__all__ = ["CLAIM_FILE", "claim", "make_directory", "refusal"]
+__all__ = ["CLAIM_FILE", "claim", "make_directory", "recording_claims", "refusal"]
 
 #: The claim file in every run directory (a JSON object: pid, host, started, mode).
 CLAIM_FILE = ".ssptk-run"
+
+#: The lists :func:`recording_claims` fills, while their ``with`` lasts.
+_RECORDERS: list[list[str]] = []
+_RECORDERS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def recording_claims(into: list[str]) -> Iterator[list[str]]:
+    """Inside the ``with``, append to ``into`` every directory this process claims (runs, comparisons,
+    predictions), in order: what a command stopped half-way has written is in them, and nowhere else."""
+    with _RECORDERS_LOCK:
+        _RECORDERS.append(into)
+    try:
+        yield into
+    finally:
+        with _RECORDERS_LOCK:
+            _RECORDERS.remove(into)
 
 
 def make_directory(path: str) -> None:
@@ -73,26 +91,56 @@ def claim(path: str, mode: str) -> None:
     if others:  # it filled between the caller's look and the claim: not ours after all
         os.unlink(target)
         raise UsageError(refusal(path))
+    with _RECORDERS_LOCK:
+        for into in _RECORDERS:
+            into.append(path)
 
 
 def refusal(path: str) -> str:
-    """Why ``path`` cannot take a new run: a live run holds it, or it is simply not empty."""
+    """Why ``path`` cannot take a new run: a live run holds it, a run that is gone left only its claim (stale:
+    how to reuse it), or it is simply not empty."""
     holder = _holder(path)
     finished = any(os.path.exists(os.path.join(path, n)) for n in ("summary.json", "report.html"))
     if holder is not None and not finished:
         pid, mode, started = holder.get("pid"), holder.get("mode", "?"), holder.get("started", "?")
         return f"{path} is in use by run {mode} (pid {pid}, started {started}): choose another --out"
-    return f"output directory {path} exists and is not empty: choose another --out"
+    return (_only_a_claim(path) if holder is None else None) or \
+        f"output directory {path} exists and is not empty: choose another --out"
 
 
-def _holder(path: str) -> dict[str, object] | None:
-    """The claim of a run still alive on this host, else ``None``."""
+def _only_a_claim(path: str) -> str | None:
+    """Why ``path`` is refused when all it holds is the claim of a run that is gone (stale), or of one on
+    another host, which cannot be checked from here; ``None`` when it holds more."""
+    try:
+        if [n for n in os.listdir(path) if not n.startswith(CLAIM_FILE)]:
+            return None
+    except OSError:
+        return None
+    info, remove = _claim_of(path), f"remove {os.path.join(path, CLAIM_FILE)}"
+    if info is None:
+        return f"{path} holds only an unreadable run claim ({CLAIM_FILE}): {remove} to reuse it, or choose another --out"
+    pid, mode, started, host = info.get("pid"), info.get("mode", "?"), info.get("started", "?"), info.get("host")
+    if host != socket.gethostname():
+        return (f"{path} holds only the claim of run {mode} on host {host} (pid {pid}, started {started}), which "
+                f"cannot be checked from here: if that run is over, {remove} to reuse it, or choose another --out")
+    return (f"{path} holds only the stale claim of run {mode} (pid {pid}, started {started}), which is no longer "
+            f"running: {remove} to reuse it, or choose another --out")
+
+
+def _claim_of(path: str) -> dict[str, object] | None:
+    """The claim in ``path``, read (a JSON object), or ``None``."""
     try:
         with open(os.path.join(path, CLAIM_FILE), encoding="utf-8") as f:
             info = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(info, dict) or info.get("host") != socket.gethostname():
+    return info if isinstance(info, dict) else None
+
+
+def _holder(path: str) -> dict[str, object] | None:
+    """The claim of a run still alive on this host, else ``None``."""
+    info = _claim_of(path)
+    if info is None or info.get("host") != socket.gethostname():
         return None
     pid = info.get("pid")
     if not isinstance(pid, int) or pid <= 0:
