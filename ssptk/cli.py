@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     claimed: list[str] = []  # the directories the command claims: what a signal's message says it left
     try:
-        with StopSignals(), commands.recording(claimed):
+        with StopSignals(claimed), commands.recording(claimed):
             return dispatch(args)
     except UsageError as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
@@ -84,9 +84,11 @@ class StopSignals:
 
     SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
-    def __init__(self) -> None:
+    def __init__(self, claimed: list[str] | None = None) -> None:
         self.first: str | None = None
         self.saved: dict[int, Any] = {}
+        #: the directories the command has claimed so far (None: not known); none yet: no summary to write
+        self.claimed = claimed
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -109,7 +111,8 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.first is None:
             self.first = name
-            _say(f"\nssptk: {name}: stopping every task and writing the summary\n")
+            _say(f"\nssptk: {name}: " + ("stopping every task and writing the summary\n" if self.claimed is None
+                                         or self.claimed else "stopping; no run has started\n"))
             raise RunInterrupted(f"stopped by {name}", signal=name)
         _say(f"\nssptk: {name}: already stopping (after {self.first}); the summary is being written\n")
 

@@ -158,7 +158,9 @@ def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytes
     assert res.table["label"].tolist() == ["ssp:1", "async"]
     assert res.table["steps_per_s"].tolist() == pytest.approx([(11 + 14 + 15) / 3, (12 + 13 + 16) / 3])
     assert res.table["steps_per_s_min"].tolist() == [11.0, 12.0] and res.table["repeats"].tolist() == [3, 3]
-    assert "13.33 [11\u201315]" in str(res)
+    shown = str(res).splitlines()  # on a terminal: the mean, and its range on the line under it
+    assert shown[2].split()[:2] == ["ssp:1", "13.33"] and shown[3].split()[0] == "11\u201315"
+    assert "13.33 [11\u201315]" in rp.format_table(res.table)  # elsewhere: mean [min–max]
     # `ssptk report DIR` rebuilds the same tables
     again = rp.load_comparison(out, per_run=False)
     pd.testing.assert_frame_equal(again.table, pd.DataFrame(res.table))  # res.table shows NA as "-"
@@ -225,15 +227,16 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
     assert (csv["steps_per_s"] > 0).all() and (csv["status"] == "ok").all()
     lines = p.stdout.splitlines()
     assert lines[0].split()[:2] == ["run", "steps/s"]  # short headers, the rest in metrics.csv
-    assert "_min" not in lines[0] and max(len(line) for line in lines[:4]) <= 100
-    assert lines[2].startswith("async") and lines[3].startswith("ssp:1") and "\u2013" in lines[2]
+    assert "_min" not in lines[0] and max(len(line) for line in lines[:6]) <= 100
+    assert "wait" in lines[0] and "staleness" in lines[0] and "to target mb" in lines[0]  # a single run's columns
+    assert lines[2].startswith("async") and lines[4].startswith("ssp:1") and "\u2013" in lines[3]  # ranges below
     assert f"report: {out / 'report.html'}" in p.stdout
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "Each mode ran 2 times" in html and "repetition 1 of 2" in html
     # the report rebuilt from the directory prints the same table
     rebuilt = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert rebuilt.stdout.splitlines()[:4] == lines[:4]
+    assert rebuilt.stdout.splitlines()[:6] == lines[:6]
     assert_gone(str(out))
 
 
@@ -251,7 +254,6 @@ def test_the_terminal_table_of_repeats_has_the_columns_of_a_single_run(tmp_path:
                                                       "max_skew": 100 + k, "wait_fraction": 0.0,
                                                       "mean_staleness": 2.1 + k})
     repeated = rp.load_comparison(root, per_run=False).table
-    single = rp.load_comparison(root / "ssp:2", per_run=False).table if False else None  # noqa: F841
     text = terminal_table(repeated)
     lines = text.splitlines()
     assert lines[0].split("  ")[0] == "run" and max(len(line) for line in lines) <= 100
@@ -269,3 +271,25 @@ def test_a_label_without_its_colon_gets_a_suggestion(capsys: pytest.CaptureFixtu
     assert main(["compare", "sync", "ssp4", "async"]) == 2
     assert capsys.readouterr().err.strip() == ("ssptk: error: unknown mode 'ssp4': did you mean ssp:4? (choose one of "
                                                "sync, ssp, async, allreduce; ssp:S for SSP with staleness S)")
+
+
+def test_a_comparison_with_a_diverged_run_exits_0_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Divergence is one of a comparison's findings, not its failure: exit 0, the table and the line under it name
+    the diverged run (``ssptk run`` exits 3 for the same run: tests/test_runs_cli.py)."""
+    from ssptk.cli import main
+
+    calls: list = []
+    fake = _fake_run(calls)
+
+    def run(**kw):
+        result = fake(**kw)
+        if kw["mode"] == "async":
+            result.summary.update(diverged=True, diverged_at_step=12)
+            (Path(kw["out"]) / "summary.json").write_text(json.dumps(result.summary))
+        return result
+
+    monkeypatch.setattr(single, "run", run)
+    assert main(["compare", "sync", "async", "--workers", "3", "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "async (DIVERGED)" in out and "Diverged: async (" in out.replace("\n", " ")

@@ -196,3 +196,21 @@ def test_parent_killed_outright_leaves_no_task(run_dir: Path) -> None:
     proc.kill()
     proc.wait()
     assert_gone(str(run_dir), within=5.0)
+
+
+def test_a_diverged_run_says_diverged_and_exits_3(tmp_path: Path) -> None:
+    """The convergence tests' scenario (lr 0.45, SyncReplicasOptimizer's convention, 4 async workers), as a real
+    run and as a prediction: the status line says diverged, not ok, and the exit code is 3 (finished, but its
+    model is not a trained one); summary.json keeps status ok (it finished) with diverged true."""
+    common = ["--model", "linear", "--lr", "0.45", "--lr-convention", "mean", "--mode", "async", "--workers", "4",
+              "--steps", "150", "--jitter", "exp:0.01"]
+    for command, out, status in (("run", tmp_path / "real", "[diverged]"), ("sim", tmp_path / "predicted",
+                                                                           "[diverged, PREDICTED]")):
+        p = subprocess.run([*ssptk_cmd(), command, *common, "--out", str(out)], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 3, (command, p.stdout, p.stderr)
+        assert p.stdout.splitlines()[0] == f"run       {out}  {status}", p.stdout
+        assert re.search(r"^DIVERGED  at global step \d+", p.stdout, re.M), p.stdout
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["status"] == "ok" and summary["diverged"] is True
+    assert_gone(str(tmp_path))
