@@ -282,6 +282,17 @@ def mlp(width: int = MLP_WIDTH) -> ModelSpec:
                      name=f"mlp:{width}", eval_data=_digits_eval, accuracy=_classified, train_set=_digits_train)
 
 
+def builtin_parameters(path: str) -> int | None:
+    """How many parameters a built-in model has (``None`` for a user model: only building it can tell)."""
+    fixed = {"linear": 2, "keras": 5 * 2 + 2, "digits": 64 * 32 + 32 + 32 * 10 + 10}
+    if path in fixed:
+        return fixed[path]
+    name, _, width = path.partition(":")
+    if name == "mlp" and (width.isdigit() or not width):
+        return mlp_parameters(int(width) if width else MLP_WIDTH)
+    return None
+
+
 def _builtin(path: str) -> ModelSpec | None:
     """A built-in model by name (``mlp:WIDTH`` included), or ``None``."""
     if path in BUILTIN:

@@ -57,9 +57,11 @@ def predict_jobs(path: str) -> int:
 
 def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec, oracle: Any) -> None:
     """Job ``k``: simulate, replay, and write the run directory's logs and final model."""
+    model_bytes = float(sum(p.nbytes for p in oracle.initial()))  # what a pull or a push moves through the links
     sim = simulate("sync" if opts.mode == "allreduce" else opts.mode, opts.workers, opts.steps,
                    staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                   seed=opts.seed, overhead=float(job["overhead"]))
+                   seed=opts.seed, overhead=float(job["overhead"]), network=opts.network,
+                   ps=opts.ps if opts.mode != "allreduce" else 1, model_bytes=model_bytes)
     sources = [data_source(spec, opts.seed, opts.batch, opts.data_split, w, opts.workers) for w in range(opts.workers)]
 
     def data(worker: int, index: int) -> tuple[np.ndarray, np.ndarray]:

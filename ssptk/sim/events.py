@@ -8,7 +8,7 @@ Pure Python on a heap, no pandas inside: the DataFrame is built once at the end.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import count
 
 import numpy as np
@@ -123,7 +123,17 @@ class Log:
         return pd.DataFrame({"t": t, "skew": s})
 
 
-def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float) -> tuple[Log, int]:
+#: ``(worker, start, seconds of compute) -> when its update lands``: a step without a network ends when its compute
+#: does; :meth:`ssptk.sim.links.Links.ps_step` adds the pull and the push through the links.
+StepEnd = Callable[[int, float, float], float]
+
+
+def _no_network(worker: int, start: float, compute: float) -> float:
+    return start + compute
+
+
+def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float,
+             step_end: StepEnd = _no_network) -> tuple[Log, int]:
     """``async`` (``staleness=None``) or ``ssp``: workers share ``total`` minibatches; each update applies at once.
 
     A worker that completed ``c`` steps starts the next one only when ``c - min(unfinished counts) <=
@@ -156,7 +166,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
         d = models[i].next()
         delay[i] = d
         wait[i] = t - ready[i]
-        heapq.heappush(heap, (t + base + d, next(seq), i))
+        heapq.heappush(heap, (step_end(i, t, base + d), next(seq), i))
         return True
 
     blocked: list[int] = []
@@ -184,7 +194,8 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
     return log, gs
 
 
-def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel], base: float) -> tuple[Log, int]:
+def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel], base: float,
+                  step_end: StepEnd = _no_network) -> tuple[Log, int]:
     """``sync`` as the engine does it: an update needs ``n - backup`` gradients for the current step.
 
     A gradient computed on the current parameters counts (its worker then waits for the update); one
@@ -205,7 +216,7 @@ def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel
         mb[i] = g * n + i  # as the engine numbers sync's minibatches: the step it is for, then the worker
         d = models[i].next()
         delay[i] = d
-        heapq.heappush(heap, (t + base + d, next(seq), i))
+        heapq.heappush(heap, (step_end(i, t, base + d), next(seq), i))
 
     for i in range(n):
         start(i, 0.0)

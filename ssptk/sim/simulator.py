@@ -57,7 +57,9 @@ import pandas as pd
 from ssptk.core.delays import DelayModel, Jitter, parse_jitter, straggler_seconds
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import LabelError, parse_label
+from ssptk.core.network import Network, parse_network
 from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
+from ssptk.sim.links import Links
 
 __all__ = [
     "SimResult", "simulate", "ideal_for", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
@@ -177,7 +179,8 @@ def _parse_stragglers(spec: dict[int, float] | list[Any] | tuple[Any, ...] | Non
 def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, backup: int = 0,
              straggler: dict[int, float] | list[tuple[int, float]] | None = None,
              jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
-             compute: float = 0.0, late: str = "drop") -> SimResult:
+             compute: float = 0.0, late: str = "drop", network: str | Network | None = None, ps: int = 1,
+             model_bytes: float | None = None) -> SimResult:
     """Simulate one run and return its step records and summary (see the module docstring).
 
     ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``; ``allreduce`` is simulated
@@ -188,6 +191,9 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     delays only, so undelayed workers take no time; ``ssptk sim`` and ``ssptk.simulate`` default to a measured
     5 ms). ``late``: ``drop``
     (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with backup.
+    ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes): each
+    pull and push is a transfer through the links it crosses, queued where they are shared
+    (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``.
     Raises :class:`UsageError` on bad input.
     """
     name, s = _parse_mode(mode, staleness)
@@ -207,13 +213,17 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     jit = parse_jitter(jitter)
     models = [DelayModel(i, strag, jit, seed) for i in range(n)]
     base = float(overhead) + float(compute)
+    links = _links(network, n, ps, model_bytes, name)
+    kw = {} if links is None else {"step_end": links.allreduce_step if name == "allreduce" else links.ps_step}
 
     if name in ("async", "ssp"):
-        log, updates = run_free(n, n * k, s, models, base)
+        log, updates = run_free(n, n * k, s, models, base, **kw)
     elif b and late == "abandon":
+        if links is not None:
+            raise UsageError("late='abandon' is not simulated with a network: use late='drop'")
         log, updates = run_sync_abandon(n, k, b, models, base)
     else:
-        log, updates = run_sync_drop(n, k, b, models, base)
+        log, updates = run_sync_drop(n, k, b, models, base, **kw)
 
     df = log.frame()
     skew = log.timeline()
@@ -227,6 +237,18 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         wait_fraction=wait_fraction, max_skew=int(log.max_skew()),
         late=late if (name == "sync" and b) else None, overhead=base, _skew=skew,
     )
+
+
+def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | None, mode: str) -> Links | None:
+    """The simulated links, or ``None`` where transfers take no time (no network, or nothing shaped)."""
+    net = parse_network(network)
+    if net is None or not net.shaped:
+        return None
+    shards = _int_at_least("ps", ps, 1)
+    if model_bytes is None or not np.isfinite(model_bytes) or model_bytes < 0:
+        raise UsageError(f"a simulated --network {net} needs the model's size: give --model (a built-in model, or "
+                         "model_bytes= in Python)")
+    return Links(net, workers, 0 if mode == "allreduce" else shards, float(model_bytes))
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
