@@ -22,6 +22,7 @@ from ssptk import commands
 from ssptk.commands import build_parser
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError
 from ssptk.core.options import from_namespace
+from ssptk.core.printable import printable
 
 __all__ = ["EXIT_DIVERGED", "StopSignals", "build_parser", "dispatch", "main"]
 
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         with StopSignals(claimed), commands.recording(claimed):
             return dispatch(args)
     except UsageError as e:
-        print(f"ssptk: error: {e}", file=sys.stderr)
+        print(f"ssptk: error: {printable(str(e))}", file=sys.stderr)  # it may name what a run directory holds
         return 2
     except RunFailed as e:
         _print_failure(e)

@@ -40,7 +40,7 @@ NOTEBOOK_EXAMPLES = """examples:
 EXAMPLES = """examples:
   ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 300 --straggler 2:0.02
   ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
-  ssptk compare sync ssp:2 async --repeat 3 --workers 3 --steps 300 --straggler 2:0.02
+  ssptk compare sync ssp:4 async --repeat 3 --workers 3 --steps 300 --jitter pause:0.05:0.03
   ssptk sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
   ssptk report runs/cmp
   ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
@@ -225,7 +225,10 @@ class Report:
     note: str | None = None
 
     def __str__(self) -> str:
-        return self.text + (f"\n\nreport: {self.path}" if self.path else "") + (f"\n{self.note}" if self.note else "")
+        from ssptk.core.printable import printable
+
+        text = self.text + (f"\n\nreport: {self.path}" if self.path else "") + (f"\n{self.note}" if self.note else "")
+        return printable(text, keep="\n")  # what a run directory holds must not drive the terminal
 
 
 def warning(line: str) -> None:
@@ -253,7 +256,7 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
     if not os.path.isdir(path):
         raise UsageError(f"{path} is not a directory: give a comparison or run directory")
     cd = ComparisonDir(path)
-    _warn_unreadable(cd.run_dirs(), warn)
+    _warn_unreadable(cd.run_dirs(), warn, cd.path)
     comparison = load_comparison(cd.path, target=args.target)
     saved = comparison.save(cd.report_path)
     return Report(terminal_text(comparison.table, predicted=comparison.predicted), path=str(saved))
@@ -265,11 +268,12 @@ def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], No
     import shutil
     import tempfile
 
+    from ssptk.core.printable import printable
     from ssptk.rundir.gather import gather
 
     dest = keep or tempfile.mkdtemp(prefix="ssptk-gathered-")
     try:
-        rd = gather(dirs, dest)
+        rd = gather(dirs, dest, lambda line: warn(printable(line)))
         _warn_unreadable([rd.path], warn)
         text = _one_run_summary(rd)
     finally:
@@ -278,13 +282,14 @@ def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], No
     return Report(text, note=f"(merged from {len(dirs)} directories" + (f" into {keep})" if keep else ")"))
 
 
-def _warn_unreadable(run_dirs: list[str], warn: Callable[[str], None]) -> None:
-    """A warning per file of these runs that the report has to do without."""
-    from ssptk.rundir.check import unreadable
+def _warn_unreadable(run_dirs: list[str], warn: Callable[[str], None], comparison: str | None = None) -> None:
+    """A warning per file of these runs (and of the ``comparison`` directory) that the report has to do without."""
+    from ssptk.core.printable import printable
+    from ssptk.rundir.check import unreadable, unreadable_comparison
 
-    for run_dir in run_dirs:
-        for line in unreadable(run_dir):
-            warn(line)
+    for line in [*(unreadable_comparison(comparison) if comparison else []), *(x for d in run_dirs
+                                                                               for x in unreadable(d))]:
+        warn(printable(line))  # a file's name may hold control characters
 
 
 def _one_run_summary(rd: RunDir) -> str:
@@ -376,7 +381,7 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
         opts = sim_options(args)  # the overhead's default is ssptk.simulate's
         r = api.simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
                          staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                         seed=opts.seed, overhead=args.overhead)
+                         seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps)
         return Timing(opts.label, r)
     return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
                         overhead=args.overhead, target=args.target, **_kwargs(sim_options(args)))

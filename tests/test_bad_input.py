@@ -74,6 +74,16 @@ ROWS = [
     Row("unknown-option", ("--colour", "red"), {"colour": "red"}, r"unrecognized arguments: --colour red",
         api_message=r"unknown option 'colour': options are ", argparse=True),
     Row("bad-gpus", ("--gpus", "x"), {"gpus": "x"}, r"bad --gpus 'x': use auto, none, or GPU ids like 0,2"),
+    Row("jitter-past-a-day", ("--jitter", "pause:1:1e308", "--stall-timeout", "0"),
+        {"jitter": "pause:1:1e308", "stall_timeout": 0},
+        r"bad --jitter 'pause:1:1e\+308': its delays run over a day \(86400 s\)"),  # crashed a worker (OverflowError)
+    Row("stragglers-adding-up-to-inf", ("--workers", "2", "--straggler", "1:1e308", "--straggler", "1:1e308"),
+        {"workers": 2, "straggler": ["1:1e308", "1:1e308"]},
+        r"--straggler: worker 1 would be held inf s every step, more than a day \(86400 s\)"),
+    Row("lr-nan", ("--lr", "nan"), {"lr": "nan"}, r"--lr must be a finite number > 0, got nan"),  # API: TypeError
+    Row("stall-timeout-true", ("--stall-timeout", "True"), {"stall_timeout": True},
+        r"argument --stall-timeout: invalid float value: 'True'",
+        api_message=r"--stall-timeout must be a number of seconds, got True", argparse=True),  # API: 1 s
     Row("non-empty-out", ("--workers", "2", "--steps", "20"), {"workers": 2, "steps": 20},
         r"output directory \S+existing exists and is not empty: choose another --out", out="existing"),
     # --- malformed user models ---

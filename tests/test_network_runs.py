@@ -38,7 +38,8 @@ def test_a_shaped_run_is_held_to_its_links_bytes(tmp_path: Path) -> None:
     assert shaped.summary["steps_per_s"] >= 0.5 * limit
     assert free.summary["steps_per_s"] > 2 * shaped.summary["steps_per_s"]
     busiest, share = shaped.summary["traffic"]["busiest"]
-    assert busiest == "ps:0" and 0.5 < share <= 1.05
+    # over the training time, with the start-up's bytes (initial values, first pulls) counted: a little over 1 at most
+    assert busiest == "ps:0" and 0.5 < share <= 1.15
 
 
 def test_the_hosts_loopback_keeps_its_speed_during_a_shaped_run(tmp_path: Path) -> None:

@@ -185,6 +185,8 @@ def test_sigterm_and_sighup_stop_the_run_like_ctrl_c(tmp_path: Path, sig: signal
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert f"stopped by {sig.name}" in err and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == f"ssptk: stopped by {sig.name}; every task was stopped, the logs and " \
+                                           f"summary kept in {out}", err
     summary = _summary(out)
     assert summary["status"] == "interrupted" and summary["signal"] == sig.name
     assert summary["reason"] == f"ssptk: stopped by {sig.name}" and summary["total_steps"] > 10
@@ -348,7 +350,7 @@ _NAMED = {
     "workers three": r"async/config.json: its options workers, steps cannot be read: skipped",
     "a step with t abc": r"async/workers/worker-0.jsonl: 1 line skipped \(not a record",
     "an event with worker zz": r"async/workers/worker-0.jsonl: 1 line skipped \(not a record",
-    "final.json params 5": r"async/model/final.json: its params is not a JSON object: skipped",
+    "final.json params 5": r"async/model/final.json: its params is not as docs/run-directory.md has it: left out",
     "summary.json a list": r"async/summary.json: not a JSON object: skipped",
     "binary garbage in a log": r"async/workers/worker-1.jsonl: 1 line skipped \(not a record",
 }

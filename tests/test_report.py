@@ -230,7 +230,7 @@ def test_held_out_notes_and_figure_say_how_often_runs_evaluated(tmp_path: Path) 
     """The target line and the held-out figure's title name the runs' --eval-every (they printed the flag)."""
     import json
 
-    from ssptk.render.tables import evaluated_every
+    from ssptk.render.text import evaluated_every
 
     runs = {}
     for label, held_out in (("good", [2.0, 1.0, 0.3, 0.2]), ("fast", [2.0, 1.5, 1.2, 1.1])):

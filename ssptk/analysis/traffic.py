@@ -2,7 +2,9 @@
 
 Every figure is measured, none assumed from the model's size: bytes are what crossed each task's link, IP
 headers included (``docs/run-directory.md``). A link's *busy* share is the fuller of its two directions over the
-run's training time, against the rate ``--network`` gave it; an unshaped link has no rate to be busy against.
+run's training time, against the rate ``--network`` gave it; an unshaped link has no rate to be busy against. The
+bytes of the start-up (initial values, the first pulls) are counted and its time is not, so a link kept full
+reads a little over 100% (up to ~105% in short runs).
 """
 from __future__ import annotations
 

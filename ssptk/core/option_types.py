@@ -22,10 +22,20 @@ __all__ = ["integer", "typed"]
 class OptionLike(Protocol):
     """What :func:`typed` reads of an :class:`ssptk.core.options.Option`."""
 
-    name: str
-    type: Any
-    flag: bool
-    repeat: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> Any: ...
+
+    @property
+    def flag(self) -> bool: ...
+
+    @property
+    def repeat(self) -> bool: ...
+
+    @property
+    def metavar(self) -> str | None: ...
 
 
 def _flag(name: str) -> str:
@@ -47,11 +57,11 @@ def integer(name: str, value: Any) -> int:
     return number
 
 
-def _number(name: str, value: Any) -> float:
+def _number(name: str, value: Any, what: str = "a number") -> float:
     """``value`` as a float: a real number, or a string the CLI would read as one (``"nan"`` too: the range
     checks that follow say what is wrong with it, in the CLI's words)."""
     if _is_bool(value):
-        raise UsageError(f"{_flag(name)} must be a number, got {value!r}")
+        raise UsageError(f"{_flag(name)} must be {what}, got {value!r}")
     if isinstance(value, numbers.Real):
         return float(value)
     if isinstance(value, str):
@@ -59,7 +69,7 @@ def _number(name: str, value: Any) -> float:
             return float(value)
         except ValueError:
             pass
-    raise UsageError(f"{_flag(name)} must be a number, got {value!r}")
+    raise UsageError(f"{_flag(name)} must be {what}, got {value!r}")
 
 
 def _text(name: str, value: Any) -> str:
@@ -94,7 +104,7 @@ def typed(option: OptionLike, value: Any) -> Any:
     if option.type is int:
         return integer(option.name, value)
     if option.type is float:
-        return _number(option.name, value)
+        return _number(option.name, value, "a number of seconds" if option.metavar == "SECONDS" else "a number")
     if isinstance(value, Jitter):  # its spec, every digit kept
         return f"exp:{value.a!r}" if value.kind == "exp" else f"{value.kind}:{value.a!r}:{value.b!r}"
     if isinstance(value, Network):

@@ -25,6 +25,8 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """The run finished (``status`` ok), a diverged one too: ``summary["diverged"]`` says whether its loss did
+        (its ``repr`` and ``str`` then say ``diverged``; ``ssptk run`` exits 3)."""
         return self.summary.get("status") == "ok"
 
     def _load(self) -> tuple[pd.DataFrame, pd.DataFrame]:

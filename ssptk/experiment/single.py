@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
+from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, resolve, to_argv
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
@@ -46,7 +46,7 @@ def _source_model_check(source: str, name: Any) -> str:
         try:
             load_model(f"{path}:{name}")
         except SystemExit as e:  # the cell's code called sys.exit()
-            raise model_left("in the cell", e) from None
+            raise _model_left("the cell's model", e) from None
         except UsageError as e:
             message = str(e).replace(repr(f"{path}:{name}"), "in the cell").replace(path, USER_MODEL_FILE)
             raise UsageError(message) from None
@@ -81,22 +81,22 @@ def load_model_within(path: str, timeout: float) -> Any:
         raise UsageError(f"model {path!r}: importing it and calling it did not finish within {timeout:g} s; does "
                          "its module run something long (or wait for input) when imported?")
     if "error" in box:
-        raise model_left(path, box["error"])
+        raise _model_left(f"model {path!r}", box["error"])
     return box["spec"]
 
 
-def model_left(path: str, e: BaseException) -> BaseException:
-    """What a model's import or call raised, as the launcher passes it on. ``sys.exit()`` would end ssptk with
-    the model's exit code (0: success, nothing written), and a ``KeyboardInterrupt`` no signal sent (the model
-    is loaded in a thread of its own, which signals never reach) would read as the user's: both fail the run
-    in one line instead (:class:`RunFailed`, nothing started or written)."""
+def _model_left(model: str, e: BaseException) -> BaseException:
+    """What a model's import or call raised (``model``: how to name it), as the launcher passes it on.
+    ``sys.exit()`` would end ssptk with the model's exit code (0: success, nothing written), and a
+    ``KeyboardInterrupt`` no signal sent (the model is loaded in a thread of its own, which signals never reach)
+    would read as the user's: both fail the run in one line instead (:class:`RunFailed`, nothing started)."""
     if isinstance(e, SystemExit):
         what = f"called sys.exit({e.code!r})"
     elif isinstance(e, KeyboardInterrupt):
         what = "raised KeyboardInterrupt (no signal came)"
     else:
         return e
-    return RunFailed(TaskFailure.of("ssptk", f"model {path!r} {what} while ssptk imported it and called it: a model "
+    return RunFailed(TaskFailure.of("ssptk", f"{model} {what} while ssptk imported it and called it: a model "
                                              "function must return an ssptk.ModelSpec; nothing was started"))
 
 
@@ -276,7 +276,7 @@ def _record_traffic(run_dir: str, before: dict[str, Any] | None, after: dict[str
     try:
         seconds = after["measured_at"] - before["measured_at"]
         RunDir(run_dir).write_traffic({**after, "tasks": tasks, "seconds": seconds})
-    except OSError:  # a full disk is reported by the summary's own write
+    except (OSError, DiskFull):  # a full disk is reported by the summary's own write
         pass
 
 

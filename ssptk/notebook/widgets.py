@@ -35,6 +35,7 @@ from ssptk.notebook.slider_predictions import PREDICTED
 from ssptk.notebook.sweep_view import SweepResult, from_runs, sweep
 from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import summary_line
+from ssptk.render.style import model_name
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -167,7 +168,7 @@ class Explorer(StaticView):
     def _title(self) -> str:
         o = self.options()
         straggler = ", ".join(str(s) for s in o.get("straggler") or ()) or "none"
-        return f"ssp, model {o.get('model')}: N={o['workers']}, straggler {straggler}"
+        return f"ssp, model {model_name(str(o.get('model')))}: N={o['workers']}, straggler {straggler}"
 
     def figure(self) -> Figure:
         """The current overlay (a new Figure): every cached run, the slider's run highlighted."""

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
-from ssptk.render.tables import evaluated_every
+from ssptk.render.text import evaluated_every
 
 __all__ = ["has_held_out", "held_out_figure", "held_out_points"]
 

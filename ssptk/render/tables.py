@@ -12,8 +12,9 @@ import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
+from ssptk.render.text import evaluated_every
 
-__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "evaluated_every", "format_table", "lr_lines", "percent",
+__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "percent",
            "shown_cells", "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
@@ -40,7 +41,7 @@ class ShownTable(pd.DataFrame):
         return str(self._shown().to_html(notebook=True))
 
 
-def _fmt(value: Any, spec: str = ".4g") -> str:
+def _fmt(value: Any) -> str:
     if value is None or value is pd.NA:
         return "-"
     if isinstance(value, (bool, np.bool_)):
@@ -50,7 +51,7 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
     if isinstance(value, (float, np.floating)):
         if math.isnan(value):
             return "-"
-        return format(value, spec) if value != 0 else "0"
+        return f"{value:.4g}" if value != 0 else "0"
     return str(value)
 
 
@@ -72,12 +73,12 @@ def _range(lo: Any, hi: Any, fmt: Any = _fmt) -> str:
 
 
 def _short_range(lo: Any, hi: Any, share: bool) -> str:
-    """``150–301``, ``13–15%``: a range on its own line, 3 significant digits, one unit."""
+    """``150.3–300.7``, ``13–15%``: a range on its own line, as its mean is shown, one unit."""
     if _missing(lo) or _missing(hi):
         return ""
     if share:
         return f"{percent(lo).rstrip('%')}\u2013{percent(hi)}"
-    return f"{_fmt(lo, '.3g')}\u2013{_fmt(hi, '.3g')}"
+    return f"{_fmt(lo)}\u2013{_fmt(hi)}"
 
 
 def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFrame, dict[Any, bool]]:
@@ -282,14 +283,6 @@ def target_lines(table: pd.DataFrame) -> list[str]:
         lines.append(f"Diverged: {names} ({DIVERGENCE_RULE}): "
                      "no time to target is shown for them.")
     return lines
-
-
-def evaluated_every(values: Iterable[Any] | None) -> str:
-    """How often runs evaluated the held-out loss, from their ``eval_every`` options: ``every 50 updates``
-    (``every 50 or 100 updates`` where they differ; ``every --eval-every updates`` where none is known)."""
-    ks = sorted({int(v) for v in values or ()
-                 if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0})
-    return f"every {' or '.join(str(k) for k in ks) if ks else '--eval-every'} update{'' if ks == [1] else 's'}"
 
 
 def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:

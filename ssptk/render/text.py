@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import IO, Any
+
+import numpy as np
 
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.options import skew_bound
@@ -14,6 +17,14 @@ def _fmt(v: Any, spec: str = ".4g") -> str:
     if isinstance(v, float):
         return format(v, spec)
     return str(v)
+
+
+def evaluated_every(values: Iterable[Any] | None) -> str:
+    """How often runs evaluated the held-out loss, in words, from their ``eval_every`` options: ``every 50
+    updates`` (``every 50 or 100 updates`` where they differ; ``every --eval-every updates`` where none is known)."""
+    ks = sorted({int(v) for v in values or ()
+                 if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0})
+    return f"every {' or '.join(str(k) for k in ks) if ks else '--eval-every'} update{'' if ks == [1] else 's'}"
 
 
 def _bound_note(s: dict[str, Any]) -> str:
@@ -73,7 +84,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
                      f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead")
     if s.get("params"):
-        lines.append("params    " + "  ".join(f"{k} = {v:.4f}" for k, v in s["params"].items()))
+        lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s["params"].items()))
     if s.get("diverged"):
         lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: {DIVERGENCE_RULE} "
                      "(lower --lr or the staleness)")

@@ -118,7 +118,7 @@ def _only_a_claim(path: str) -> str | None:
         return None
     info, remove = _claim_of(path), f"remove {os.path.join(path, CLAIM_FILE)}"
     if info is None:
-        return f"{path} holds only an unreadable run claim ({CLAIM_FILE}): {remove} to reuse it, or choose another --out"
+        return f"{path} holds only an unreadable run claim: {remove} to reuse it, or choose another --out"
     pid, mode, started, host = info.get("pid"), info.get("mode", "?"), info.get("started", "?"), info.get("host")
     if host != socket.gethostname():
         return (f"{path} holds only the claim of run {mode} on host {host} (pid {pid}, started {started}), which "

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import label_dir
+from ssptk.core.printable import printable
+from ssptk.rundir.contract import MAX_JSON_BYTES, NotRegular, open_regular
 from ssptk.rundir.layout import RunDir
 from ssptk.rundir.space import write_whole
 
@@ -107,14 +109,28 @@ class ComparisonDir:
 
     def listed_labels(self) -> list[str]:
         """The labels in ``metrics.csv``'s ``label`` column, in order; ``[]`` without a readable one."""
-        if not os.path.isfile(self.metrics_path):
-            return []
+        return self.read_listed_labels()[0]
+
+    def read_listed_labels(self) -> tuple[list[str], str]:
+        """:meth:`listed_labels`, and why ``metrics.csv`` could not be read (``""``: it could, or there is none).
+        Only a regular file of at most :data:`~ssptk.rundir.contract.MAX_JSON_BYTES` is read."""
+        import io
+
         import pandas as pd
 
         try:
-            return pd.read_csv(self.metrics_path, dtype={"label": str})["label"].dropna().tolist()
-        except (KeyError, ValueError, OSError):
-            return []
+            with open_regular(self.metrics_path) as f:
+                data = f.read(MAX_JSON_BYTES + 1)
+        except FileNotFoundError:
+            return [], ""
+        except OSError as e:
+            return [], (e.strerror if isinstance(e, NotRegular) else None) or "cannot be read"
+        if len(data) > MAX_JSON_BYTES:
+            return [], f"larger than {MAX_JSON_BYTES // 2**20} MiB"
+        try:
+            return [str(x) for x in pd.read_csv(io.BytesIO(data), dtype={"label": str})["label"].dropna()], ""
+        except (KeyError, ValueError):  # no label column; not CSV (pandas' ParserError is a ValueError)
+            return [], "not a comparison table with a label column"
 
     @staticmethod
     def reps(path: str | os.PathLike[str]) -> list[str]:
@@ -141,7 +157,7 @@ class ComparisonDir:
         for label, name in by_label.items():
             path = os.path.join(self.path, name)
             predicted = os.path.join(self.predicted_dir, name)
-            out.append(LabelRuns(label, path, () if RunDir(path).is_run() else tuple(self.reps(path)),
+            out.append(LabelRuns(printable(label), path, () if RunDir(path).is_run() else tuple(self.reps(path)),
                                  predicted if RunDir(predicted).is_run() else None))
         return out
 

@@ -2,28 +2,34 @@
 
 :func:`gather` copies those directories into one run directory (``config.json`` and ``model/`` from the
 host of worker 0, which writes them; every worker's JSONL log; the task logs), refusing directories
-that are not of one run. ``ssptk report DIR DIR ...`` reads the gathered directory.
+that are not of one run. Only regular files up to :data:`~ssptk.rundir.contract.MAX_LOG_BYTES` are copied
+(a FIFO, a directory or a device where a file should be is left behind, said in one line). ``ssptk report
+DIR DIR ...`` reads the gathered directory.
 """
 from __future__ import annotations
 
 import filecmp
 import os
 import shutil
+import stat
 from collections.abc import Callable
 
 from ssptk.core.errors import UsageError
+from ssptk.rundir.contract import MAX_LOG_BYTES
 from ssptk.rundir.layout import RunDir
 
 __all__ = ["gather"]
 
 
-def gather(sources: list[str], dest: str) -> RunDir:
-    """Copy the run directories ``sources`` (one run, several hosts) into ``dest`` (new or empty)."""
+def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = None) -> RunDir:
+    """Copy the run directories ``sources`` (one run, several hosts) into ``dest`` (new or empty); ``warn``
+    hears a line for each file left behind because it is not a regular file or is too large."""
+    say = warn or (lambda line: None)
     rds = [RunDir(s) for s in sources]
     for rd in rds:
         if not os.path.isdir(rd.path):
             raise UsageError(f"{rd.path} is not a directory: give the run directory of each host")
-    with_config = [rd for rd in rds if os.path.exists(rd.config_path)]
+    with_config = [rd for rd in rds if _copyable(rd.config_path, say)]
     if not with_config:
         raise UsageError("none of these directories has config.json: give the one of worker 0's host too")
     options = {rd.path: rd.config().get("options") for rd in with_config}
@@ -38,20 +44,36 @@ def gather(sources: list[str], dest: str) -> RunDir:
     os.makedirs(out.logs_dir, exist_ok=True)
     shutil.copy2(first.config_path, out.config_path)
     for rd in rds:
-        _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path)
-        _merge(rd.logs_dir, out.logs_dir, lambda n: n.endswith(".log"), rd.path)
-    models = [rd for rd in rds if os.path.exists(rd.final_path)]
+        _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path, say)
+        _merge(rd.logs_dir, out.logs_dir, lambda n: n.endswith(".log"), rd.path, say)
+    models = [rd for rd in rds if _copyable(rd.final_path, say)]
     if models:
-        shutil.copytree(models[0].model_dir, out.model_dir)
+        os.makedirs(out.model_dir, exist_ok=True)
+        _merge(models[0].model_dir, out.model_dir, lambda n: True, models[0].path, say)
     return out
 
 
-def _merge(src: str, dst: str, wanted: Callable[[str], bool], origin: str) -> None:
+def _copyable(path: str, say: Callable[[str], None]) -> bool:
+    """``path`` is a regular file of at most :data:`MAX_LOG_BYTES` (after links); a missing one is not said."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        say(f"{path}: not a regular file: left behind")
+        return False
+    if st.st_size > MAX_LOG_BYTES:
+        say(f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB: left behind")
+        return False
+    return True
+
+
+def _merge(src: str, dst: str, wanted: Callable[[str], bool], origin: str, say: Callable[[str], None]) -> None:
     """Copy ``src``'s wanted files into ``dst``; the same name with other content is two runs mixed up."""
     if not os.path.isdir(src):
         return
     for name in sorted(os.listdir(src)):
-        if not wanted(name):
+        if not wanted(name) or not _copyable(os.path.join(src, name), say):
             continue
         target = os.path.join(dst, name)
         if os.path.exists(target):

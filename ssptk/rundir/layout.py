@@ -15,6 +15,7 @@ import numpy as np
 
 from ssptk.core.options import RunOptions
 from ssptk.core.records import finite_or_null
+from ssptk.rundir.contract import check_config, check_final, check_summary, check_traffic, load_json
 from ssptk.rundir.space import write_whole
 
 __all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "task_log_name"]
@@ -29,12 +30,9 @@ def task_log_name(task: str) -> str:
 
 
 def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a JSON object file; a missing, unreadable or invalid one (or a non-object) is ``{}``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (OSError, ValueError):
-        return {}
+    """Read a JSON object file; a missing, unreadable or invalid one (or a non-object) is ``{}``. Only a regular
+    file is read, and only up to :data:`~ssptk.rundir.contract.MAX_JSON_BYTES` (a FIFO cannot block it)."""
+    obj, _ = load_json(path)
     return obj if isinstance(obj, dict) else {}
 
 
@@ -132,14 +130,16 @@ class RunDir:
                 os.rename(os.path.join(d, name), os.path.join(d, name + ".port-retry"))
 
     # --- readers --------------------------------------------------------------------------------
+    # Each holds its file to the contract (ssptk.rundir.contract): a value that is not as documented is left
+    # out, so no reader trips on it; ssptk.rundir.check says which file lost what.
     def config(self) -> dict[str, Any]:
-        return read_json(self.config_path)
+        return check_config(read_json(self.config_path))[0]
 
     def summary(self) -> dict[str, Any]:
-        return read_json(self.summary_path)
+        return check_summary(read_json(self.summary_path))[0]
 
     def final(self) -> dict[str, Any]:
-        return read_json(self.final_path)
+        return check_final(read_json(self.final_path))[0]
 
     # --- writers --------------------------------------------------------------------------------
     def write_config(self, opts: RunOptions, cluster: dict[str, list[str]], gpus: dict[str, str | None],
@@ -172,7 +172,7 @@ class RunDir:
 
     def traffic(self) -> dict[str, Any]:
         """``traffic.json`` (``{}`` where the run measured none: no private namespace, or an older run)."""
-        return read_json(self.traffic_path) if os.path.exists(self.traffic_path) else {}
+        return check_traffic(read_json(self.traffic_path))[0] if os.path.exists(self.traffic_path) else {}
 
     def write_traffic(self, traffic: dict[str, Any]) -> None:
         """What each task sent and received through its link during the run (``docs/run-directory.md``)."""
@@ -207,6 +207,8 @@ class RunDir:
         from ssptk.rundir.claim import CLAIM_FILE, claim, make_directory, refusal
 
         if out is not None:
+            if not isinstance(out, (str, os.PathLike)):
+                raise UsageError(f"--out must be a string, got {out!r}")
             path = os.fspath(out)
             if os.path.exists(path) and not os.path.isdir(path):
                 raise UsageError(f"{path} exists and is a file: choose another --out")

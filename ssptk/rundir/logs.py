@@ -21,7 +21,9 @@ from typing import Any
 
 import pandas as pd
 
+from ssptk.core.printable import printable
 from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
+from ssptk.rundir.contract import MAX_LINE_BYTES, MAX_LOG_BYTES, NotRegular, open_regular, valid_record
 from ssptk.rundir.layout import RunDir
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
 EVENT_COLUMNS: tuple[str, ...] = ("event", "t", "worker")
 
 _WORKER_FILE = re.compile(r"^worker-(\d+)\.jsonl$")
+_CHUNK = 16 * 2**20  # bytes of a log read at once
+_TEXT_KEYS = ("event", "message", "task")
 
 
 class JsonlTail:
@@ -47,7 +51,10 @@ class JsonlTail:
     ``read_new()`` returns the records appended since the previous call. A missing file reads as
     empty; a last line without its newline yet (still being written) is left for the next call. A
     complete line that is not a JSON object is skipped and counted in :attr:`bad_lines`. If the
-    file shrinks (it was replaced or truncated) reading starts again from its beginning.
+    file shrinks (it was replaced or truncated) reading starts again from its beginning. Only a regular
+    file is read (anything else is :attr:`problem`), in chunks, up to
+    :data:`~ssptk.rundir.contract.MAX_LOG_BYTES`; a line longer than
+    :data:`~ssptk.rundir.contract.MAX_LINE_BYTES` is skipped.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -56,49 +63,68 @@ class JsonlTail:
         self.offset = 0
         #: Complete lines that were skipped because they were not a JSON object.
         self.bad_lines = 0
+        #: Why the file could not be read (whole), e.g. ``a FIFO, not a regular file``; ``None``: it could.
+        self.problem: str | None = None
+        self._in_long_line = False  # skipping the rest of a line longer than MAX_LINE_BYTES
 
     def read_new(self) -> list[dict[str, Any]]:
         """Return the complete records appended since the last call (possibly none)."""
         try:
-            f = open(self.path, "rb")
+            f = open_regular(self.path)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as e:
+            self.problem = e.strerror if isinstance(e, NotRegular) else (e.strerror or type(e).__name__)
+            return []
+        records: list[dict[str, Any]] = []
         with f:
-            if os.fstat(f.fileno()).st_size < self.offset:
-                self.offset = 0
-            f.seek(self.offset)
-            data = f.read()
+            size = os.fstat(f.fileno()).st_size
+            if size < self.offset:
+                self.offset, self._in_long_line = 0, False
+            if size > MAX_LOG_BYTES:
+                self.problem = f"larger than {MAX_LOG_BYTES // 2**20} MiB: read up to there"
+            while self.offset < min(size, MAX_LOG_BYTES):
+                f.seek(self.offset)
+                data = f.read(min(_CHUNK, MAX_LOG_BYTES - self.offset))
+                if not self._take(data, records):
+                    break
+        return records
+
+    def _take(self, data: bytes, records: list[dict[str, Any]]) -> bool:
+        """Parse the complete lines at the start of ``data`` (read at :attr:`offset`) into ``records`` and move
+        past them; ``False`` when nothing was complete (the rest is a line still being written)."""
         end = data.rfind(b"\n")
         if end < 0:
-            return []
+            if len(data) < MAX_LINE_BYTES:
+                return False
+            if not self._in_long_line:
+                self.bad_lines += 1
+            self.offset, self._in_long_line = self.offset + len(data), True
+            return True
         self.offset += end + 1
-        records: list[dict[str, Any]] = []
-        for line in data[: end + 1].split(b"\n"):
+        lines = data[: end + 1].split(b"\n")
+        if self._in_long_line:  # the end of the long line: already counted
+            lines, self._in_long_line = lines[1:], False
+        self._parse(lines, records)
+        return True
+
+    def _parse(self, lines: list[bytes], records: list[dict[str, Any]]) -> None:
+        for line in lines:
             line = line.strip()
             if not line:
                 continue
             try:
                 obj = json.loads(line)
-            except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nested too deep
                 self.bad_lines += 1
                 continue
-            if isinstance(obj, dict):
+            if isinstance(obj, dict) and len(line) <= MAX_LINE_BYTES:
                 records.append(obj)
             else:
                 self.bad_lines += 1
-        return records
 
     def __repr__(self) -> str:
         return f"JsonlTail({str(self.path)!r}, offset={self.offset}, bad_lines={self.bad_lines})"
-
-
-def _valid(obj: Any) -> bool:
-    """A record as the contract has it: a JSON object whose ``t`` is a number and ``worker`` an integer."""
-    if not isinstance(obj, dict):
-        return False
-    t, worker = obj.get("t"), obj.get("worker")
-    return (isinstance(t, (int, float)) and not isinstance(t, bool)
-            and isinstance(worker, int) and not isinstance(worker, bool))
 
 
 def _time_key(record: dict[str, Any]) -> float:
@@ -189,6 +215,10 @@ class RunLogReader:
         counts = {str(tail.path): tail.bad_lines + self._invalid.get(i, 0) for i, tail in self._tails.items()}
         return {path: n for path, n in sorted(counts.items()) if n}
 
+    def problems(self) -> dict[str, str]:
+        """Worker files that could not be read (whole) so far, path -> why: not a regular file, too large."""
+        return {str(tail.path): tail.problem for _, tail in sorted(self._tails.items()) if tail.problem}
+
     def _discover(self) -> None:
         try:
             names = os.listdir(self.workers_dir)
@@ -206,9 +236,12 @@ class RunLogReader:
         events: list[dict[str, Any]] = []
         for index in sorted(self._tails):
             for record in self._tails[index].read_new():
-                if not _valid(record):  # not a record as the contract has it: skipped, counted
+                if not valid_record(record):  # not a record as the contract has it: skipped, counted
                     self._invalid[index] = self._invalid.get(index, 0) + 1
                     continue
+                for key in _TEXT_KEYS:  # what an event says is shown: no control characters in it
+                    if isinstance(text := record.get(key), str) and not text.isprintable():
+                        record[key] = printable(text)
                 (events if "event" in record else steps).append(record)
         steps.sort(key=_time_key)
         events.sort(key=_time_key)
