@@ -42,6 +42,11 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _is_bool(value: Any) -> bool:
+    """A Python or NumPy boolean."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+
+
 def integer(name: str, value: Any) -> int:
     """``value`` as an int (``"3"`` and ``3.0`` too, as the CLI would read them); booleans and fractions are
     refused."""
@@ -79,11 +84,6 @@ def _text(name: str, value: Any) -> str:
     if isinstance(value, str):
         return value
     raise UsageError(f"{_flag(name)} must be a string, got {value!r}")
-
-
-def _is_bool(value: Any) -> bool:
-    """A Python or NumPy boolean."""
-    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
 
 
 def _switch(name: str, value: Any) -> bool:

@@ -9,15 +9,25 @@ that lost something that way, and says what.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 from ssptk.rundir.comparison import ComparisonDir
-from ssptk.rundir.contract import check_config, check_final, check_summary, check_traffic, load_json
+from ssptk.rundir.contract import MAX_WORKERS, check_config, check_final, check_summary, check_traffic, load_json
 from ssptk.rundir.layout import RunDir
 from ssptk.rundir.logs import RunLogReader
 
 __all__ = ["unreadable", "unreadable_comparison"]
+
+_INDEXED = re.compile(r"^worker-(\d+)\.jsonl$")
+
+
+def _listing(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
 
 
 def unreadable_comparison(path: str | os.PathLike[str]) -> list[str]:
@@ -47,6 +57,9 @@ def unreadable(run_dir: str | os.PathLike[str]) -> list[str]:
             lines.append(f"{path}: {why}" + ("" if why.endswith(("left out", "shown escaped")) else ": skipped"))
     if os.path.lexists(rd.workers_dir) and not os.path.isdir(rd.workers_dir):
         lines.append(f"{rd.workers_dir}: not a directory: skipped")
+    lines += [f"{os.path.join(rd.workers_dir, name)}: a worker index of {MAX_WORKERS} or more: skipped"
+              for name in _listing(rd.workers_dir) if (m := _INDEXED.match(name)) and
+              (len(m.group(1)) > 9 or int(m.group(1)) >= MAX_WORKERS)]
     reader = RunLogReader(rd.path)
     reader.read_new()
     problems, skipped = reader.problems(), reader.skipped_lines()

@@ -233,6 +233,12 @@ _NUMBERS = ("wall_s", "steps_per_s", "train_loss_last", "loss_smoothed_last", "w
             "measured_over_ideal", "final_loss", "final_accuracy", "target", "time_to_target_s")
 _INTS = ("backup", "steps", "total_steps", "max_skew", "max_staleness", "staleness", "diverged_at_step",
          "steps_to_target")
+#: summary.json's ``traffic`` (ssptk.analysis.traffic)
+_TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
+    "network": _opt(_is_str), "mb_per_minibatch": _opt(_finite), "ps_mb_per_minibatch": _opt(_finite),
+    "link_busy": _dict_of(_opt(_finite)), "tasks": _dict_of(_dict_of(_opt(_finite))),
+    "busiest": _opt(lambda v: isinstance(v, list) and len(v) == 2 and _is_str(v[0]) and _finite(v[1])),
+}
 _SUMMARY: dict[str, Callable[[Any], bool]] = {
     **{k: _opt(_finite) for k in _NUMBERS}, **{k: _opt(_is_int) for k in _INTS},
     **{k: _opt(_is_str) for k in ("reason", "failed_task", "signal", "mode", "model", "run_dir", "target_on")},
@@ -242,11 +248,6 @@ _SUMMARY: dict[str, Callable[[Any], bool]] = {
     "params": _opt(_dict_of(_opt(_finite))), "per_worker_steps": _dict_of(_is_int),
     "predicted": _opt(lambda v: isinstance(v, dict) and _opt(_finite)(v.get("overhead_s"))),
     "traffic": _opt(lambda v: isinstance(v, dict) and not _kept(v, _TRAFFIC_SUMMARY)[1]),
-}
-_TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
-    "network": _opt(_is_str), "mb_per_minibatch": _opt(_finite), "ps_mb_per_minibatch": _opt(_finite),
-    "link_busy": _dict_of(_opt(_finite)), "tasks": _dict_of(_dict_of(_opt(_finite))),
-    "busiest": _opt(lambda v: isinstance(v, list) and len(v) == 2 and _is_str(v[0]) and _finite(v[1])),
 }
 
 
@@ -289,21 +290,32 @@ def check_traffic(obj: Any) -> tuple[dict[str, Any], str]:
 
 # --- a worker log's records -------------------------------------------------------------------------
 
-_RECORD: dict[str, Callable[[Any], bool]] = {
-    **{k: _is_int for k in ("step", "global_step", "staleness", "minibatch", "steps", "safety_timeouts",
-                            "duplicate_reruns", "attempt", "after_step")},
-    **{k: _opt(_plotted) for k in ("loss", "wait_s", "delay_s", "lr_scale", "cpu_s", "process_cpu_s", "record_cpu_s",
-                                   "eval_loss", "eval_accuracy", "eval_s")},
-    "applied": _is_bool, "event": _is_str, "message": _is_str, "task": _is_str,
-}
+_RECORD_INTS = frozenset({"step", "global_step", "staleness", "minibatch", "steps", "safety_timeouts",
+                          "duplicate_reruns", "attempt", "after_step"})
+_RECORD_NUMBERS = frozenset({"loss", "wait_s", "delay_s", "lr_scale", "cpu_s", "process_cpu_s", "record_cpu_s",
+                             "eval_loss", "eval_accuracy", "eval_s"})  # or null; what figures can draw (_plotted)
+_RECORD_TEXT = frozenset({"event", "message", "task"})
 
 
 def valid_record(obj: Any) -> bool:
     """A record as the contract has it: a JSON object whose ``t`` is a finite time and ``worker`` a worker's
-    index, and whose documented keys hold values of their type."""
+    index, and whose documented keys hold values of their type. (Every record of every log passes here: the
+    checks are written out for speed.)"""
     if not isinstance(obj, dict):
         return False
     t, worker = obj.get("t"), obj.get("worker")
     if not (_finite(t) and abs(t) < _MAX_T and _is_int(worker) and 0 <= worker < MAX_WORKERS):
         return False
-    return all(check(obj[k]) for k, check in _RECORD.items() if k in obj)
+    for key, value in obj.items():
+        if key in _RECORD_NUMBERS:
+            if value is not None and ((type(value) is not float and type(value) is not int) or abs(value) > 1e300):
+                return False
+        elif key in _RECORD_INTS:
+            if type(value) is not int or not -_MAX_INT <= value <= _MAX_INT:
+                return False
+        elif key in _RECORD_TEXT:
+            if type(value) is not str:
+                return False
+        elif key == "applied" and type(value) is not bool:
+            return False
+    return True

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ssptk.core.printable import printable
 from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
-from ssptk.rundir.contract import MAX_LINE_BYTES, MAX_LOG_BYTES, NotRegular, open_regular, valid_record
+from ssptk.rundir.contract import MAX_LINE_BYTES, MAX_LOG_BYTES, MAX_WORKERS, NotRegular, open_regular, valid_record
 from ssptk.rundir.layout import RunDir
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 #: The keys every event record has (events may carry more, e.g. ``steps`` or ``message``).
 EVENT_COLUMNS: tuple[str, ...] = ("event", "t", "worker")
 
-_WORKER_FILE = re.compile(r"^worker-(\d+)\.jsonl$")
+_WORKER_FILE = re.compile(r"^worker-(\d{1,9})\.jsonl$")
 _CHUNK = 16 * 2**20  # bytes of a log read at once
 _TEXT_KEYS = ("event", "message", "task")
 
@@ -81,8 +81,8 @@ class JsonlTail:
             size = os.fstat(f.fileno()).st_size
             if size < self.offset:
                 self.offset, self._in_long_line = 0, False
-            if size > MAX_LOG_BYTES:
-                self.problem = f"larger than {MAX_LOG_BYTES // 2**20} MiB: read up to there"
+            self.problem = f"larger than {MAX_LOG_BYTES // 2**20} MiB: read up to there" if size > MAX_LOG_BYTES \
+                else None
             while self.offset < min(size, MAX_LOG_BYTES):
                 f.seek(self.offset)
                 data = f.read(min(_CHUNK, MAX_LOG_BYTES - self.offset))
@@ -222,11 +222,11 @@ class RunLogReader:
     def _discover(self) -> None:
         try:
             names = os.listdir(self.workers_dir)
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:  # none yet, or not a directory (ssptk.rundir.check says so), or not readable
             return
         for name in names:
             m = _WORKER_FILE.match(name)
-            if m and int(m.group(1)) not in self._tails:
+            if m and int(m.group(1)) < MAX_WORKERS and int(m.group(1)) not in self._tails:
                 self._tails[int(m.group(1))] = JsonlTail(self.workers_dir / name)
 
     def read_new(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
