@@ -279,6 +279,11 @@ RULE_OWNERS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"import matplotlib\.pyplot|from matplotlib import pyplot", "pyplot (global state)", ()),
     (r"\.axhline\(", "bound and target lines", ("ssptk.render.style",)),
     (r"json\.dumps\([^)]*separators", "the JSONL line format", ("ssptk.core.records",)),
+    (r"^MAX_(JSON|LOG|LINE)_BYTES\s*=|^MAX_WORKERS\s*=", "the bounds on what is read from a run directory",
+     ("ssptk.rundir.contract",)),
+    (r"^MAX_DELAY_S\s*=", "the longest injected delay", ("ssptk.core.delays",)),
+    (r"^(LINKS_ENV|MAX_TASKS)\s*=|def link_address\b", "the link addressing rule", ("ssptk.core.network",)),
+    (r"\bhtb\b.*classid|tc\s+-batch", "traffic control", ("ssptk.launch.links",)),
 ]
 
 
