@@ -251,12 +251,17 @@ _SUMMARY: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def check_summary(obj: Any) -> tuple[dict[str, Any], str]:
-    """``summary.json``'s value as readers may take it (values not as documented left out), and what was wrong."""
+def _check_object(obj: Any, table: dict[str, Callable[[Any], bool]]) -> tuple[dict[str, Any], str]:
+    """A JSON object held to ``table`` (key -> check): what passes, and the keys left out, said in words."""
     if not isinstance(obj, dict):
         return {}, "not a JSON object"
-    kept, bad = _kept(obj, _SUMMARY)
+    kept, bad = _kept(obj, table)
     return _safe(kept, _left_out(bad))
+
+
+def check_summary(obj: Any) -> tuple[dict[str, Any], str]:
+    """``summary.json``'s value as readers may take it (values not as documented left out), and what was wrong."""
+    return _check_object(obj, _SUMMARY)
 
 
 _FINAL: dict[str, Callable[[Any], bool]] = {
@@ -268,10 +273,7 @@ _FINAL: dict[str, Callable[[Any], bool]] = {
 
 def check_final(obj: Any) -> tuple[dict[str, Any], str]:
     """``model/final.json``'s value as readers may take it, and what was wrong."""
-    if not isinstance(obj, dict):
-        return {}, "not a JSON object"
-    kept, bad = _kept(obj, _FINAL)
-    return _safe(kept, _left_out(bad))
+    return _check_object(obj, _FINAL)
 
 
 _TRAFFIC: dict[str, Callable[[Any], bool]] = {
@@ -282,10 +284,7 @@ _TRAFFIC: dict[str, Callable[[Any], bool]] = {
 
 def check_traffic(obj: Any) -> tuple[dict[str, Any], str]:
     """``traffic.json``'s value as readers may take it, and what was wrong."""
-    if not isinstance(obj, dict):
-        return {}, "not a JSON object"
-    kept, bad = _kept(obj, _TRAFFIC)
-    return _safe(kept, _left_out(bad))
+    return _check_object(obj, _TRAFFIC)
 
 
 # --- a worker log's records -------------------------------------------------------------------------
