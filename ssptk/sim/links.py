@@ -74,11 +74,6 @@ class Links:
     def _direction(rate: float | None) -> LinkDirection | None:
         return None if rate is None else LinkDirection(float(rate))
 
-    @property
-    def active(self) -> bool:
-        """Whether transfers take any time at all (a network with a rate or a delay, and a model with bytes)."""
-        return self.network is not None and self.network.shaped and self.bits > 0
-
     def _transfer(self, ready: float, shard_links: list[LinkDirection | None], worker_link: LinkDirection | None,
                   bits: float) -> float:
         end = ready + 2 * self.delay
