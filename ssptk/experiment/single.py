@@ -19,7 +19,7 @@ from ssptk.core.options import RunOptions, resolve, to_argv
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, notify_starting
-from ssptk.launch.supervisor import Outcome, supervise
+from ssptk.launch.supervisor import Outcome, not_restarted_in_start_up, supervise
 from ssptk.rundir import USER_MODEL_FILE, RunDir
 
 __all__ = ["PreparedRun", "RunResult", "check_before_start", "check_model", "execute", "new_run_dir", "prepare", "run",
@@ -230,7 +230,7 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
             if attempt + 1 < PORT_RETRIES and _port_taken(failure):
                 RunDir(run_dir).set_aside_attempt()
                 continue
-            return Outcome(failure)
+            return Outcome(not_restarted_in_start_up(failure) if opts.restart_failed else failure)
     raise AssertionError("unreachable")
 
 

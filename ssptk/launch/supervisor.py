@@ -19,7 +19,8 @@ from ssptk.core.options import RunOptions
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import RunLogReader
 
-__all__ = ["Outcome", "StallWatch", "SupervisedCluster", "supervise", "POLL_S", "START_TIMEOUT_S"]
+__all__ = ["Outcome", "StallWatch", "SupervisedCluster", "supervise", "not_restarted_in_start_up", "POLL_S",
+           "START_TIMEOUT_S"]
 
 POLL_S = 0.1
 #: Seconds the tasks get, once they are up, to pass the start barrier before the stall watchdog ends the
@@ -106,9 +107,8 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
             if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
                 return Outcome(replace(failure, reason=f"error: {hung[0].get('message', '')}"))
-            if restarts_left > 0 and failure.task.startswith("worker:") and stall.started is None:
-                return Outcome(replace(failure, reason=f"{failure.reason} (during start-up: not restarted, since a "
-                                                       "restarted worker skips the start barrier its peers wait at)"))
+            if restarts_left > 0 and stall.started is None:
+                return Outcome(not_restarted_in_start_up(failure))
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
                 if opts is not None and opts.mode == "sync" and failure.task == "worker:0":
                     return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in sync mode worker:0 "
@@ -134,6 +134,15 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         if failure is not None:
             return Outcome(failure)
         time.sleep(POLL_S)
+
+
+def not_restarted_in_start_up(failure: TaskFailure) -> TaskFailure:
+    """``failure`` of a run asked to restart failed workers, when it happened before the start barrier
+    (whether the launcher still waited for the tasks to come up or they were building their graphs)."""
+    if not failure.task.startswith("worker:"):
+        return failure
+    return replace(failure, reason=f"{failure.reason} (during start-up: not restarted, since a restarted worker "
+                                   "skips the start barrier its peers wait at)")
 
 
 def _exited_unfinished(cluster: SupervisedCluster, exited: list[str], ended: set[int]) -> TaskFailure | None:
