@@ -116,5 +116,8 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
             table[f"{col}{suffix}"] = pd.to_numeric(table[f"{col}{suffix}"], errors="coerce").astype(kind)
     table["diverged"] = table["diverged"].astype(bool)
     table.attrs.update(runs_table.attrs)
+    # how many of each label's runs reached the target (a mean time hides the ones that did not)
+    table.attrs["reached"] = {str(k): int(v) for k, v in
+                              runs_table.groupby("label", sort=False)["time_to_target_s"].count().items()}
     table.attrs["first_to_target"] = first_to_target(table)
     return table

@@ -18,7 +18,8 @@ from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
-from ssptk.render.tradeoff import tradeoff_figure
+from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
+from ssptk.render.traffic import network_section
 from ssptk.rundir import load_run
 from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
@@ -64,6 +65,8 @@ class Report:
         self.predicted = predicted
         self.figures: list[tuple[str, Figure]] = list(figures)
         self.notes: list[str] = list(notes)
+        #: HTML sections shown after the tables (the network section: :func:`ssptk.render.traffic.network_section`)
+        self.sections: list[str] = []
         self._png: dict[int, str] = {}
 
     def _image(self, fig: Figure) -> str:
@@ -82,6 +85,7 @@ class Report:
         if self.predicted is not None:
             parts += ["<h2>Predicted and measured</h2>", '<div class="table-wrap">'
                       + shown_cells(self.predicted)[0].to_html(index=False, border=0, escape=True) + "</div>"]
+        parts += self.sections
         for caption, fig in self.figures:
             parts.append(f'<figure><img alt="{html.escape(caption, quote=True)}" '
                          f'src="data:image/png;base64,{self._image(fig)}">'
@@ -142,7 +146,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                if isinstance(r, tuple) and len(r) > 2]
     table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
     takeaway = takeaway_line(table)
-    notes = ([takeaway] if takeaway else []) + target_lines(table)
+    notes = ([takeaway] if takeaway else []) + target_lines(table) + tradeoff_lines(table)
     notes += lr_lines(options)
     if repeated:
         counts = sorted({int(n) for n in table["repeats"].dropna()})
@@ -167,7 +171,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                         held_out_figure(runs, table.attrs.get("target") if on else None)))
     if len(table) > 1:
         figures.append(("What staleness costs and buys: minibatches to the target (cost per update), steps/s "
-                        "(speed) and time to the target (both together), from sync to async; the best is starred",
+                        "(speed) and time to the target (both together), from sync to async; the fastest is starred only when its lead is more than noise",
                         tradeoff_figure(table, table.attrs.get("target"))))
     if per_run:
         for label, value in runs.items():
@@ -177,7 +181,10 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
             steps, events, config, _summary = reps[0]
             caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
             figures.append((caption, run_figure(steps, events, config)))
-    return Report(title, table, figures, notes, runs_table, compared)
+    report = Report(title, table, figures, notes, runs_table, compared)
+    report.sections = [s for s in [network_section({k: Repeats.of(v)[0][3] for k, v in runs.items() if Repeats.of(v)})]
+                       if s]
+    return report
 
 
 def load_comparison(directory: str | os.PathLike[str], title: str | None = None,

@@ -13,6 +13,7 @@ import pandas as pd
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.render.text import evaluated_every
+from ssptk.render.tradeoff import tradeoff_lines
 
 __all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "percent",
            "shown_cells", "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
@@ -184,7 +185,7 @@ def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame
     """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line` and
     :func:`target_lines`, wrapped at ``width``; with ``predicted`` (``compare --predict``) its table of
     predicted against measured figures under them."""
-    lines = [takeaway_line(table), *target_lines(table)]
+    lines = [takeaway_line(table), *target_lines(table), *tradeoff_lines(table)]
     out = [terminal_table(table, width), "", *(textwrap.fill(line, width) for line in lines if line)]
     if predicted is not None:
         out += ["", predicted_text(predicted, width)]
