@@ -7,7 +7,7 @@ import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.metrics import summarize
-from ssptk.analysis.traffic import traffic_summary
+from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
 from ssptk.core.errors import TaskFailure
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir, load_run
@@ -37,7 +37,8 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
                          "staleness": opts.staleness, "backup": opts.backup, "steps": opts.steps}
     s.update(summarize(steps, events, config))
     s.update(_startup(steps, config))
-    s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s")))
+    s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s"), opts.workers,
+                             s.get("wait_fraction"), worker_cpu_s(events)))
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     predicted = config.get("predicted") if isinstance(config, dict) else None
     if predicted is None:

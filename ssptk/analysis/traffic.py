@@ -1,25 +1,56 @@
 """What a run sent over its links (``traffic.json``, measured by the kernel's counters) as figures a table shows.
 
-Every figure is measured, none assumed from the model's size: bytes are what crossed each task's link, IP
+Every byte is measured, none assumed from the model's size: bytes are what crossed each task's link, IP
 headers included (``docs/run-directory.md``). A link's *busy* share is the fuller of its two directions over the
 run's training time, against the rate ``--network`` gave it; an unshaped link has no rate to be busy against. The
 bytes of the start-up (initial values, the first pulls) are counted and its time is not, so a link kept full
 reads a little over 100% (up to ~105% in short runs).
+
+A worker's step is split (:func:`step_split`) into what was measured and what its bytes imply:
+
+- **compute**: the workers' own CPU seconds per step (their processes' clocks from the ``start`` to the ``done``
+  event: forward, backward and serialising the tensors), measured; only where each worker is its own process;
+- **transfer**: an *estimate*, the seconds a step's own bytes (pull and push, measured per minibatch) need at
+  the rate of the narrowest shaped link they cross, as if that link carried nothing else: a floor, known only
+  under ``--network``;
+- **wait**: what the mode blocked (``wait_fraction``), measured;
+- **other**: the rest of the step: queueing behind other workers' transfers on a shared link, the PS's own work,
+  waiting for a free core, protocol round trips.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["traffic_summary"]
+import pandas as pd
+
+__all__ = ["link_capacity", "step_split", "traffic_summary", "worker_cpu_s"]
 
 
-def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: float | None) -> dict[str, Any]:
+def worker_cpu_s(events: pd.DataFrame) -> float | None:
+    """CPU seconds the workers' own processes spent from their ``start`` to their ``done`` event, summed; ``None``
+    where that is not measured (the shared layout's one process, a restarted worker's clock, a missing event)."""
+    if events.empty or "cpu_s" not in events or "event" not in events or (events["event"] == "restart").any():
+        return None
+    marks = events[events["event"].isin(("start", "done"))].dropna(subset=["cpu_s"])
+    by = marks.groupby(["worker", "event"])["cpu_s"].first().unstack()
+    if by.empty or not {"start", "done"} <= set(by.columns) or by[["start", "done"]].isna().any().any():
+        return None
+    return max(0.0, float((by["done"] - by["start"]).sum()))
+
+
+def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: float | None,
+                    workers: int | None = None, wait_fraction: float | None = None,
+                    cpu_s: float | None = None) -> dict[str, Any]:
     """The summary's ``traffic`` section, or ``{}`` for a run that measured none.
 
     - ``mb_per_minibatch``: megabytes the workers sent and received per minibatch (pull + push);
     - ``ps_mb_per_minibatch``: megabytes through the PS tasks' links per minibatch (in + out, all shards);
     - ``link_busy``: each shaped link's busy share; ``busiest``: ``[task, share]`` of the fullest one;
-    - ``tasks``: each task's ``sent`` and ``received`` bytes.
+    - ``tasks``: each task's ``sent`` and ``received`` bytes; ``rates``: each shaped link's bits per second;
+    - with ``workers``: ``step_ms`` (a worker's mean step: ``workers`` x ``wall_s`` / minibatches), and what
+      :func:`step_split` splits it into: ``transfer_ms`` (estimated; ``None`` without a shaped link on the
+      way), ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``.
     """
     tasks = traffic.get("tasks") if isinstance(traffic, dict) else None
     if not isinstance(tasks, dict) or not tasks:
@@ -35,7 +66,68 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
     busy = {t: max(s, r) * 8 / (float(rates[t]) * wall_s) for t, (s, r) in counts.items()
             if rates.get(t) and wall_s}
     busiest = max(busy.items(), key=lambda kv: kv[1]) if busy else None
-    return {"traffic": {"network": traffic.get("network"), "mb_per_minibatch": per_minibatch("worker:"),
-                        "ps_mb_per_minibatch": per_minibatch("ps:"),
-                        "link_busy": busy, "busiest": None if busiest is None else [busiest[0], busiest[1]],
-                        "tasks": {t: {"sent": s, "received": r} for t, (s, r) in counts.items()}}}
+    out = {"network": traffic.get("network"), "mb_per_minibatch": per_minibatch("worker:"),
+           "ps_mb_per_minibatch": per_minibatch("ps:"),
+           "link_busy": busy, "busiest": None if busiest is None else [busiest[0], busiest[1]],
+           "tasks": {t: {"sent": s, "received": r} for t, (s, r) in counts.items()},
+           "rates": {t: float(rates[t]) for t in counts if rates.get(t)}}
+    if workers and n and wall_s:
+        out.update(_step_parts(counts, rates, n, workers, wall_s, wait_fraction, cpu_s))
+    return {"traffic": out}
+
+
+def _step_parts(counts: Mapping[str, tuple[int, int]], rates: Mapping[str, Any], n: int, workers: int,
+                wall_s: float, wait_fraction: float | None, cpu_s: float | None) -> dict[str, float | None]:
+    """``step_ms``, ``transfer_ms``, ``compute_ms``, ``wait_ms`` (see :func:`traffic_summary`)."""
+    n_workers = sum(t.startswith("worker:") for t in counts) or workers
+    seconds: list[float] = []  # per shaped link the step crosses: its bytes of one step at the link's rate
+    for task, (sent, received) in counts.items():
+        rate = rates.get(task)
+        if not rate:
+            continue
+        # a PS shard carries its part of every minibatch; a worker's link carries its own steps' bytes
+        steps = n if task.startswith("ps:") else n / n_workers
+        seconds.append((sent + received) * 8 / float(rate) / steps)
+    step_s = workers * wall_s / n
+    return {"step_ms": 1000.0 * step_s, "transfer_ms": 1000.0 * max(seconds) if seconds else None,
+            "compute_ms": None if cpu_s is None else 1000.0 * cpu_s / n,
+            "wait_ms": None if wait_fraction is None else 1000.0 * wait_fraction * step_s}
+
+
+def step_split(traffic: Mapping[str, Any]) -> dict[str, float | None]:
+    """A worker's step as shares of its time: ``compute`` (measured), ``transfer`` (estimated from the bytes and
+    the rate: a floor), ``wait`` (the mode's, measured) and ``other`` (the rest, at least 0), each ``None`` where
+    it is not known (``other`` needs the three); ``{}`` for a summary's ``traffic`` section without ``step_ms``."""
+    step = traffic.get("step_ms") if isinstance(traffic, Mapping) else None
+    if not step:
+        return {}
+    parts: dict[str, float | None] = {}
+    for part in ("compute", "transfer", "wait"):
+        ms = traffic.get(f"{part}_ms")
+        parts[part] = None if ms is None else min(1.0, max(0.0, float(ms) / float(step)))
+    known = [v for v in parts.values() if v is not None]
+    parts["other"] = max(0.0, 1.0 - sum(known)) if len(known) == 3 else None
+    return parts
+
+
+def link_capacity(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """How close a run came to each shaped link's capacity, fullest first, from its summary: per link ``task``,
+    ``rate`` (bits/s), ``mb_per_minibatch`` (its fuller direction), ``limit_steps_per_s`` (the most minibatches a
+    second that direction can carry: rate / 8 / bytes per minibatch, the physical limit) and ``share``
+    (``steps_per_s`` over that limit: 1.0 is a link full the whole run). ``[]`` without a shaped link."""
+    traffic, n, speed = summary.get("traffic"), summary.get("total_steps"), summary.get("steps_per_s")
+    if not isinstance(traffic, Mapping) or not n or not speed:
+        return []
+    rates, tasks = traffic.get("rates") or {}, traffic.get("tasks") or {}
+    rows = []
+    for task, rate in rates.items():
+        counts = tasks.get(task)
+        if not rate or not isinstance(counts, Mapping):
+            continue
+        per_minibatch = max(float(counts.get("sent") or 0), float(counts.get("received") or 0)) / n
+        if per_minibatch <= 0:
+            continue
+        limit = float(rate) / 8 / per_minibatch
+        rows.append({"task": task, "rate": float(rate), "mb_per_minibatch": per_minibatch / 1e6,
+                     "limit_steps_per_s": limit, "share": float(speed) / limit})
+    return sorted(rows, key=lambda r: -r["share"])

@@ -35,6 +35,7 @@ from typing import Any
 
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
+from ssptk.render.traffic import status_text
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE"]
 
@@ -137,6 +138,7 @@ class LiveDashboard:
             parts = [head] + ([f"{m['steps_per_s']:.1f} steps/s"] if m.get("steps_per_s") else [])
             parts += [f"final loss {m['final_loss']:.4g}"] if m.get("final_loss") is not None else []
             parts += [f"max skew {m['max_skew']}"] if m.get("max_skew") is not None else []
+            parts += [net] if (net := status_text(m)) else []  # what crossed the links: MB/step, link capacity
             return " · ".join(parts + self._diverged())
         if self.status == "failed":
             return f"failed after {frac}: {self.summary.get('reason') or 'see the run directory'}"
@@ -147,6 +149,7 @@ class LiveDashboard:
         span = (s.last_t or 0.0) - (s.t0 or 0.0)
         rate = s.n_steps / span if span > 0 else None
         parts = [frac] + ([f"{rate:.1f} steps/s"] if rate else []) + [f"elapsed {elapsed}"]
+        parts += [f"network {s.options['network']}"] if s.options.get("network") else []
         if rate and total:
             parts.append(f"ETA {duration(max(0, total - done) / rate)}")
         return " · ".join(parts + self._diverged())
@@ -193,7 +196,8 @@ class LiveDashboard:
 
     def _started(self, run_dir: str, opts: Any, total: int) -> None:
         self.run_dir, self.total, self.done = run_dir, int(total), 0
-        options = {k: getattr(opts, k, None) for k in ("mode", "staleness", "workers", "model")}
+        options = {k: getattr(opts, k, None) for k in ("mode", "staleness", "workers", "model", "ps", "network",
+                                                          "jitter")}
         self.state = LiveRun(int(getattr(opts, "workers", 0) or 0), options)
         self.figure = self._new_figure()
         self.status, self.summary, self._png = "running", {}, None

@@ -19,9 +19,10 @@ from ssptk.core.options import skew_bound
 
 __all__ = ["BOUND_COLOR", "BOUND_STYLE", "DELAY_COLOR", "EXTREME_LINES", "LABELS", "LOSS_BAND", "MAX_LEGEND",
            "MEDIAN_LINE", "NOTE_COLOR", "OVERALL_LINE", "PROGRESS_BANDS", "SKEW_COLOR", "STALENESS_COLOR",
-           "TARGET_STYLE", "WAIT_COLOR", "WORKER_LINE", "NotebookFigure", "bound_label", "color", "default_colors",
-           "draw_bound", "draw_target", "extreme_label", "figure_png", "figure_to_png_base64", "model_name", "palette",
-           "run_title", "set_loss_scale", "skew_bound", "wants_log_loss", "worker_label"]
+           "STEP_SPLIT_COLORS", "TARGET_STYLE", "WAIT_COLOR", "WORKER_LINE", "NotebookFigure", "bound_label",
+           "color", "default_colors", "draw_bound", "draw_target", "extreme_label", "figure_png",
+           "figure_to_png_base64", "model_name", "palette", "run_title", "set_loss_scale", "skew_bound",
+           "wants_log_loss", "worker_label"]
 
 #: Most per-worker entries a legend lists; beyond it the workers go unnamed.
 MAX_LEGEND = 10
@@ -30,6 +31,8 @@ SKEW_COLOR = "tab:purple"
 WAIT_COLOR = "tab:orange"
 DELAY_COLOR = "tab:gray"
 STALENESS_COLOR = "tab:blue"
+#: The parts of a worker's step (ssptk.analysis.traffic.step_split), in the report's network section.
+STEP_SPLIT_COLORS: dict[str, str] = {"compute": "tab:blue", "transfer": "tab:red", "wait": WAIT_COLOR, "other": "0.75"}
 #: Notes written in a panel ("no step records").
 NOTE_COLOR = "0.4"
 #: One worker's curve (thin, faint) and the overall curve of a run (thick, black).

@@ -9,6 +9,7 @@ import numpy as np
 
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.options import skew_bound
+from ssptk.render.traffic import split_text
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -43,7 +44,8 @@ def _network_lines(t: dict[str, Any]) -> list[str]:
     if t.get("busiest"):
         task, share = t["busiest"]
         line += f"   busiest link {task} at {_fmt(100 * share, '.0f')}% of its rate"
-    return [line]
+    split = split_text(t)
+    return [line] + ([f"          {split}"] if split else [])
 
 
 def status_word(s: dict[str, Any]) -> str:

@@ -236,7 +236,8 @@ _INTS = ("backup", "steps", "total_steps", "max_skew", "max_staleness", "stalene
 #: summary.json's ``traffic`` (ssptk.analysis.traffic)
 _TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
     "network": _opt(_is_str), "mb_per_minibatch": _opt(_finite), "ps_mb_per_minibatch": _opt(_finite),
-    "link_busy": _dict_of(_opt(_finite)), "tasks": _dict_of(_dict_of(_opt(_finite))),
+    "link_busy": _dict_of(_opt(_finite)), "tasks": _dict_of(_dict_of(_opt(_finite))), "rates": _dict_of(_finite),
+    **{k: _opt(_finite) for k in ("step_ms", "transfer_ms", "compute_ms", "wait_ms")},
     "busiest": _opt(lambda v: isinstance(v, list) and len(v) == 2 and _is_str(v[0]) and _finite(v[1])),
 }
 _SUMMARY: dict[str, Callable[[Any], bool]] = {
