@@ -57,7 +57,7 @@ def predict_jobs(path: str) -> int:
 
 def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec, oracle: Any) -> None:
     """Job ``k``: simulate, replay, and write the run directory's logs and final model."""
-    model_bytes = float(sum(p.nbytes for p in oracle.initial()))  # what a pull or a push moves through the links
+    model_bytes = [float(p.nbytes) for p in oracle.initial()]  # each variable's: a pull or a push, shard by shard
     sim = simulate("sync" if opts.mode == "allreduce" else opts.mode, opts.workers, opts.steps,
                    staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
                    seed=opts.seed, overhead=float(job["overhead"]), network=opts.network,

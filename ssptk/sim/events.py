@@ -8,8 +8,9 @@ Pure Python on a heap, no pandas inside: the DataFrame is built once at the end.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import count
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -123,17 +124,39 @@ class Log:
         return pd.DataFrame({"t": t, "skew": s})
 
 
-#: ``(worker, start, seconds of compute) -> when its update lands``: a step without a network ends when its compute
-#: does; :meth:`ssptk.sim.links.Links.ps_step` adds the pull and the push through the links.
-StepEnd = Callable[[int, float, float], float]
+class InFlight(Protocol):
+    """The steps in flight: :meth:`start` one, :meth:`next` gives the next to land, ``(when, worker)``.
+
+    :class:`Free` (no network: a step lands when its compute ends) or :class:`ssptk.sim.links.Links` (the pull
+    and the push through the links it crosses)."""
+
+    def start(self, worker: int, t: float, compute: float) -> None: ...
+
+    def next(self) -> tuple[float, int]: ...
+
+    def __bool__(self) -> bool: ...
 
 
-def _no_network(worker: int, start: float, compute: float) -> float:
-    return start + compute
+class Free:
+    """Steps without a network: each lands when its compute ends; ties in the order they started."""
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int]] = []
+        self.order = count()
+
+    def __bool__(self) -> bool:
+        return bool(self.heap)
+
+    def start(self, worker: int, t: float, compute: float) -> None:
+        heapq.heappush(self.heap, (t + compute, next(self.order), worker))
+
+    def next(self) -> tuple[float, int]:
+        t, _, worker = heapq.heappop(self.heap)
+        return t, worker
 
 
 def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float,
-             step_end: StepEnd = _no_network) -> tuple[Log, int]:
+             flight: InFlight | None = None) -> tuple[Log, int]:
     """``async`` (``staleness=None``) or ``ssp``: workers share ``total`` minibatches; each update applies at once.
 
     A worker that completed ``c`` steps starts the next one only when ``c - min(unfinished counts) <=
@@ -142,8 +165,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
     """
     log = Log(n)
     cnt = log.counts
-    heap: list[tuple[float, int, int]] = []
-    seq = count()
+    heap = Free() if flight is None else flight
     gs = 0
     claimed = 0
     read = [0] * n
@@ -166,7 +188,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
         d = models[i].next()
         delay[i] = d
         wait[i] = t - ready[i]
-        heapq.heappush(heap, (step_end(i, t, base + d), next(seq), i))
+        heap.start(i, t, base + d)
         return True
 
     blocked: list[int] = []
@@ -174,7 +196,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
         if not try_start(i, 0.0):
             blocked.append(i)
     while heap:
-        t, _, i = heapq.heappop(heap)
+        t, i = heap.next()
         stale = gs - read[i]
         gs += 1
         log.record(t, i, gs, wait[i], stale, mb[i], delay[i], True)
@@ -195,7 +217,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
 
 
 def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel], base: float,
-                  step_end: StepEnd = _no_network) -> tuple[Log, int]:
+                  flight: InFlight | None = None) -> tuple[Log, int]:
     """``sync`` as the engine does it: an update needs ``n - backup`` gradients for the current step.
 
     A gradient computed on the current parameters counts (its worker then waits for the update); one
@@ -204,8 +226,7 @@ def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel
     """
     need = n - backup
     log = Log(n)
-    heap: list[tuple[float, int, int]] = []
-    seq = count()
+    heap = Free() if flight is None else flight
     g = 0
     read = [0] * n
     delay = [0.0] * n
@@ -216,14 +237,14 @@ def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel
         mb[i] = g * n + i  # as the engine numbers sync's minibatches: the step it is for, then the worker
         d = models[i].next()
         delay[i] = d
-        heapq.heappush(heap, (step_end(i, t, base + d), next(seq), i))
+        heap.start(i, t, base + d)
 
     for i in range(n):
         start(i, 0.0)
     arrived: list[tuple[int, float]] = []
     done = False
     while heap:
-        t, _, i = heapq.heappop(heap)
+        t, i = heap.next()
         if not done and read[i] == g:
             arrived.append((i, t))
             if len(arrived) < need:

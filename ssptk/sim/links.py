@@ -1,107 +1,277 @@
-"""The network in the simulator: each pull and push a transfer through the links it crosses, queued at each.
+"""The network in the simulator: each pull and push a transfer through the links it crosses, sharing each fairly.
 
-A link direction is a server of ``rate`` bits per second that carries one transfer at a time: a transfer ready at
-``t`` takes the earliest gap of ``bits / rate`` seconds at or after ``t`` in what is already booked (so a push
-booked early for a later time does not hold back a pull that comes first). A step of worker ``i`` is
+Every task has a full-duplex link (``--network``'s rate for its role; an unshaped role's link is free): what it
+sends goes out of its link, what it receives comes in. A transfer from task ``a`` to task ``b`` crosses ``a``'s
+link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do, **max-min fairly**
+(the fluid limit: each link's rate is split equally among the transfers that can use more, and a transfer held
+back elsewhere, at the slowest link it crosses, leaves its unused share to the others; :class:`Fluid`). So N
+workers that pull at once from one PS all finish late together, where a first-come queue would serve them one
+by one. A step of worker ``i`` is
 
-1. **pull**: the model's bytes from each PS shard (``1/K`` of them from each) through the shard's link out and
-   worker ``i``'s link in; the step computes once the last shard's part has arrived;
+1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
+   ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
+   computes once the last shard's piece has arrived;
 2. **compute**: the step's own seconds (overhead, compute, injected delay);
 3. **push**: the gradient's bytes back the same way, into each shard's link in; the update lands when the last
-   part has.
+   piece has.
 
-Each crossing of a link adds its one-way ``delay`` twice (a request and its reply). The bytes are the model's
-float32 parameters times :data:`PROTOCOL_OVERHEAD` (what ssptk's links measured above the tensors' bytes:
+Each transfer also takes the one-way ``delay`` twice (its request and its reply): it enters the links ``delay``
+after it is ready and counts as arrived ``delay`` after its last bit left the links. The bytes are the
+variables' float32 bytes times :data:`PROTOCOL_OVERHEAD` (what ssptk's links measured above the tensors' bytes:
 3-8%). ``allreduce`` has no PS: after computing, each worker sends and receives ``2 (N-1)/N`` of the model
 through its own link (a ring all-reduce).
 """
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
+import heapq
+import math
+from collections.abc import Sequence
+from itertools import count
 
 from ssptk.core.network import Network
 
-__all__ = ["PROTOCOL_OVERHEAD", "LinkDirection", "Links"]
+__all__ = ["GLOBAL_STEP_BYTES", "INITIAL_WINDOW_BYTES", "PROTOCOL_OVERHEAD", "TURN_S", "Fluid", "Links", "shard_bytes"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
+#: TCP's initial window, bytes: 10 segments of loopback's 65483 (its MTU is 64 KiB). Every transfer starts
+#: with it: a connection idle for longer than its retransmission timeout (as between two pulls) starts over.
+INITIAL_WINDOW_BYTES = 10 * 65483
+#: Seconds between two transfers that would enter the links at the same instant: requests are handled one after
+#: another, so equal workers never start exactly together (in lockstep they would share every link forever).
+TURN_S = 1e-4
+#: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
+GLOBAL_STEP_BYTES = 8
+_PULL, _PUSH, _LAND = 0, 1, 2
 
 
-@dataclass
-class LinkDirection:
-    """One direction of one link: the transfers booked on it, as sorted ``(start, end)`` intervals."""
+def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
+    """The model's bytes each of ``shards`` PS tasks holds. ``sizes``: the model's bytes (split evenly), or each
+    variable's bytes in the order the model makes them, placed as ``--ps K`` places them: each on the shard with
+    the fewest bytes so far, the global step's :data:`GLOBAL_STEP_BYTES` first on shard 0."""
+    if isinstance(sizes, (int, float)):
+        return [float(sizes) / shards] * shards
+    load = [float(GLOBAL_STEP_BYTES)] + [0.0] * (shards - 1)
+    held = [0.0] * shards
+    for b in sizes:
+        s = min(range(shards), key=load.__getitem__)
+        load[s] += float(b)
+        held[s] += float(b)
+    return held
 
-    bits_per_s: float
-    starts: list[float] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
 
-    def book(self, ready: float, bits: float) -> float:
-        """Book the earliest gap of ``bits / rate`` seconds at or after ``ready``; return when it ends."""
-        length = bits / self.bits_per_s
-        t = ready
-        k = bisect.bisect_right(self.ends, t)  # the first interval that ends after t
-        while k < len(self.starts) and self.starts[k] < t + length:
-            t = max(t, self.ends[k])
-            k += 1
-        self.starts.insert(k, t)
-        self.ends.insert(k, t + length)
-        return t + length
+class Fluid:
+    """Transfers in flight over links of fixed rates (bits per second), sharing them as TCP flows share a queue.
 
-    def forget_before(self, t: float) -> None:
-        """Drop intervals that ended before ``t`` (no transfer can be ready before the simulation's clock)."""
-        k = bisect.bisect_left(self.ends, t)
-        if k:
-            del self.starts[:k], self.ends[:k]
+    Each transfer's share of a link is its weight's: its congestion window, ``window`` bits to start with plus
+    every bit it has sent (TCP's slow start, which never ends on a link that drops nothing: loopback's queue is
+    deep), so transfers that start together share equally and one that arrives behind a running transfer gets
+    little until its window grows. ``window=None``: equal weights (processor sharing). Over several links the
+    shares are weighted max-min fair: the link that gives the least per unit of weight fixes the rates of its
+    transfers, the rest of the other links goes to theirs (progressive filling).
+
+    :meth:`add` a transfer of ``bits`` over some links; :meth:`next_end` says when the next one ends at the
+    present rates; :meth:`advance` moves the clock (never past that); :meth:`pop_done` takes the ended ones off.
+    Rates are worked out again only after the set of transfers changed (on one link, windows that grow with what
+    their transfers sent keep their ratios, so the shares hold until then).
+    """
+
+    def __init__(self, rates: Sequence[float], window: float | None = None) -> None:
+        self.cap = [float(r) for r in rates]
+        self.window = window
+        self.members: list[set[int]] = [set() for _ in self.cap]
+        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, bits at the start]
+        self.now = 0.0
+        self._ids = count()
+        self._stale = False
+        self._end: tuple[float, int | None] | None = None
+
+    def add(self, bits: float, links: Sequence[int]) -> int:
+        """A transfer of ``bits`` (> 0) over ``links`` (at least one), starting now; returns its id."""
+        fid = next(self._ids)
+        self.flows[fid] = [float(bits), tuple(links), 0.0, float(bits)]
+        for link in links:
+            self.members[link].add(fid)
+        self._stale = True
+        return fid
+
+    def rate(self, fid: int) -> float:
+        """Transfer ``fid``'s present rate, bits per second."""
+        if self._stale:
+            self._share()
+        return float(self.flows[fid][2])
+
+    def next_end(self) -> tuple[float, int | None]:
+        """When the next transfer ends at the present rates, and which (``(inf, None)`` if none is in flight)."""
+        if self._stale:
+            self._share()
+        if self._end is None:  # rates hold until the transfers change: so does when the next one ends
+            best, who = math.inf, None
+            for fid, f in self.flows.items():
+                if f[2] > 0 and f[0] < best * f[2]:
+                    best, who = f[0] / f[2], fid
+            self._end = (self.now + best, who)
+        return self._end
+
+    def advance(self, t: float) -> None:
+        """Move the clock to ``t``: every transfer sends ``rate * (t - now)`` bits."""
+        dt = t - self.now
+        if dt > 0:
+            if self._stale:
+                self._share()
+            for f in self.flows.values():
+                f[0] -= f[2] * dt
+            self.now = t
+
+    def pop_done(self, fid: int | None = None) -> list[int]:
+        """Take off the transfers that have ended (``fid`` counts as ended: :meth:`next_end` named it)."""
+        done = [k for k, f in self.flows.items() if k == fid or f[0] <= 1e-9 * f[3] + 1e-6]
+        for k in done:
+            for link in self.flows.pop(k)[1]:
+                self.members[link].discard(k)
+        self._stale = self._stale or bool(done)
+        return done
+
+    def _weight(self, f: list) -> float:
+        return 1.0 if self.window is None else self.window + f[3] - f[0]
+
+    def _share(self) -> None:
+        """Weighted max-min fair rates by progressive filling."""
+        self._stale = False
+        left: dict[int, float] = {}
+        weight: dict[int, float] = {}
+        unfixed: dict[int, int] = {}
+        heap: list[tuple[float, int]] = []
+        w = {fid: self._weight(f) for fid, f in self.flows.items()}
+        for link, m in enumerate(self.members):
+            if m:
+                left[link], unfixed[link] = self.cap[link], len(m)
+                weight[link] = sum(w[fid] for fid in m)
+                heap.append((left[link] / weight[link], link))
+        heapq.heapify(heap)
+        fixed: set[int] = set()
+        while heap:
+            level, link = heapq.heappop(heap)
+            if not unfixed[link] or level != left[link] / weight[link]:  # an older entry: the level grew since
+                continue
+            touched = set()
+            for fid in self.members[link]:
+                if fid in fixed:
+                    continue
+                fixed.add(fid)
+                f = self.flows[fid]
+                f[2] = level * w[fid]
+                for other in f[1]:
+                    if other != link:
+                        left[other] = max(0.0, left[other] - f[2])
+                        unfixed[other] -= 1
+                        weight[other] = max(weight[other] - w[fid], 1e-12)
+                        touched.add(other)
+            unfixed[link] = 0
+            for other in touched:
+                if unfixed[other]:
+                    heapq.heappush(heap, (left[other] / weight[other], other))
+        self._end = None
 
 
 class Links:
-    """Every link of a simulated cluster: ``shards`` PS tasks and ``workers`` workers under ``network``."""
+    """Every link of a simulated cluster (``shards`` PS tasks, 0 for ``allreduce``, and ``workers`` workers under
+    ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
+    a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
+    ``window_bytes``: TCP's initial window (``None``: the links' transfers share them equally)."""
 
-    def __init__(self, network: Network | None, workers: int, shards: int, model_bytes: float) -> None:
-        self.network = network
-        self.shards = max(1, shards)
-        self.bits = 8.0 * model_bytes * PROTOCOL_OVERHEAD
-        self.delay = 0.0 if network is None else network.delay_s
-        ps, worker = (None, None) if network is None else (network.rates.get("ps"), network.rates.get("worker"))
-        self.ps_out = [self._direction(ps) for _ in range(self.shards)]
-        self.ps_in = [self._direction(ps) for _ in range(self.shards)]
-        self.w_in = [self._direction(worker) for _ in range(workers)]
-        self.w_out = [self._direction(worker) for _ in range(workers)]
-        self.now = 0.0
+    def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
+                 window_bytes: float | None = INITIAL_WINDOW_BYTES) -> None:
+        self.delay = network.delay_s
+        rates: list[float] = []
 
-    @staticmethod
-    def _direction(rate: float | None) -> LinkDirection | None:
-        return None if rate is None else LinkDirection(float(rate))
+        def link(rate: float | None) -> int | None:
+            if rate is None:
+                return None
+            rates.append(float(rate))
+            return len(rates) - 1
 
-    def _transfer(self, ready: float, shard_links: list[LinkDirection | None], worker_link: LinkDirection | None,
-                  bits: float) -> float:
-        end = ready + 2 * self.delay
-        for link in shard_links:
-            if link is not None:
-                end = max(end, link.book(ready, bits / self.shards) + 2 * self.delay)
-        if worker_link is not None:
-            end = max(end, worker_link.book(ready, bits) + 2 * self.delay)
-        return end
+        ps, worker = network.rates.get("ps"), network.rates.get("worker")
+        self.ps_out = [link(ps) for _ in range(shards)]
+        self.ps_in = [link(ps) for _ in range(shards)]
+        self.w_out = [link(worker) for _ in range(workers)]
+        self.w_in = [link(worker) for _ in range(workers)]
+        self.fluid = Fluid(rates, None if window_bytes is None else 8.0 * window_bytes)
+        wire = 8.0 * PROTOCOL_OVERHEAD
+        self.pieces = [wire * b for b in shard_bytes(model_bytes, shards)] if shards else []
+        total = float(model_bytes) if isinstance(model_bytes, (int, float)) else float(sum(model_bytes))
+        self.ring = wire * total * 2 * (workers - 1) / workers if workers > 1 else 0.0
+        self.timers: list[tuple[float, int, int, int]] = []  # (time, order, what, worker)
+        self._order = count()
+        self.compute = [0.0] * workers
+        self.phase = [_PULL] * workers
+        self.pending = [0] * workers  # pieces of the worker's transfer still in the links
+        self.owner: dict[int, int] = {}
+        self.in_flight = 0
+        self.entered = -math.inf  # when the last transfer entered the links
 
-    def ps_step(self, worker: int, start: float, compute_s: float) -> float:
-        """When worker ``worker``'s step started at ``start`` lands on the PS: pull, compute, push."""
-        self._advance(start)
-        pulled = self._transfer(start, self.ps_out, self.w_in[worker], self.bits)
-        return self._transfer(pulled + compute_s, self.ps_in, self.w_out[worker], self.bits)
+    def __bool__(self) -> bool:
+        return self.in_flight > 0
 
-    def allreduce_step(self, worker: int, start: float, compute_s: float) -> float:
-        """When worker ``worker``'s all-reduce of a step computed from ``start`` is done (ring: 2(N-1)/N)."""
-        self._advance(start)
-        n = len(self.w_in)
-        bits = self.bits * 2 * (n - 1) / n if n > 1 else 0.0
-        ready = start + compute_s
-        out = self._transfer(ready, [], self.w_out[worker], bits)
-        return max(out, self._transfer(ready, [], self.w_in[worker], bits))
+    def start(self, worker: int, t: float, compute: float) -> None:
+        """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds."""
+        self.compute[worker] = compute
+        self.in_flight += 1
+        if self.pieces:
+            self._at(t + self.delay, _PULL, worker)
+        else:  # all-reduce: compute, then the ring
+            self._at(t + compute + self.delay, _PUSH, worker)
 
-    def _advance(self, t: float) -> None:
-        if t - self.now > 1.0:  # bookings that ended a while ago can no longer matter
-            for link in (*self.ps_out, *self.ps_in, *self.w_in, *self.w_out):
-                if link is not None:
-                    link.forget_before(self.now)
-            self.now = t
+    def next(self) -> tuple[float, int]:
+        """The next step to land: ``(when, worker)``; everything in flight moves on to then."""
+        fluid = self.fluid
+        while True:
+            t_flow, fid = fluid.next_end()
+            if fid is not None and (not self.timers or t_flow <= self.timers[0][0]):
+                fluid.advance(t_flow)
+                for k in fluid.pop_done(fid):
+                    w = self.owner.pop(k)
+                    self.pending[w] -= 1
+                    if not self.pending[w]:
+                        self._arrived(w, t_flow)
+                continue
+            t, _, what, w = heapq.heappop(self.timers)
+            fluid.advance(t)
+            if what == _LAND:
+                self.in_flight -= 1
+                return t, w
+            if t < self.entered + TURN_S:  # another entered just now: this one's turn comes next
+                self._at(self.entered + TURN_S, what, w)
+                continue
+            self.entered = t
+            self._enter(w, what, t)
+
+    def _at(self, t: float, what: int, worker: int) -> None:
+        heapq.heappush(self.timers, (t, next(self._order), what, worker))
+
+    def _enter(self, w: int, what: int, t: float) -> None:
+        """Worker ``w``'s pull or push enters the links at ``t``, one piece per shard (or the ring's two)."""
+        parts: list[tuple[float, tuple[int | None, ...]]]
+        if not self.pieces:
+            parts = [(self.ring, (self.w_out[w],)), (self.ring, (self.w_in[w],))]
+        elif what == _PULL:
+            parts = [(b, (self.ps_out[s], self.w_in[w])) for s, b in enumerate(self.pieces)]
+        else:
+            parts = [(b, (self.w_out[w], self.ps_in[s])) for s, b in enumerate(self.pieces)]
+        self.phase[w] = what
+        n = 0
+        for bits, crossed in parts:
+            links = [x for x in crossed if x is not None]
+            if bits > 0 and links:
+                self.owner[self.fluid.add(bits, links)] = w
+                n += 1
+        self.pending[w] = n
+        if not n:
+            self._arrived(w, t)
+
+    def _arrived(self, w: int, t: float) -> None:
+        """Worker ``w``'s transfer left the links at ``t``: it computes, then pushes (a pull), or lands."""
+        if self.phase[w] == _PULL:
+            self._at(t + 2 * self.delay + self.compute[w], _PUSH, w)
+        else:
+            self._at(t + self.delay, _LAND, w)

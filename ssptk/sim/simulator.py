@@ -48,6 +48,7 @@ the same B workers are then always the late ones).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,7 +181,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
              straggler: dict[int, float] | list[tuple[int, float]] | None = None,
              jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
              compute: float = 0.0, late: str = "drop", network: str | Network | None = None, ps: int = 1,
-             model_bytes: float | None = None) -> SimResult:
+             model_bytes: float | Sequence[float] | None = None) -> SimResult:
     """Simulate one run and return its step records and summary (see the module docstring).
 
     ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``; ``allreduce`` is simulated
@@ -191,8 +192,9 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     delays only, so undelayed workers take no time; ``ssptk sim`` and ``ssptk.simulate`` default to a measured
     5 ms). ``late``: ``drop``
     (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with backup.
-    ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes): each
-    pull and push is a transfer through the links it crosses, queued where they are shared
+    ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes, or each
+    variable's in the order the model makes them, which places them on the shards as ``--ps`` does): each
+    pull and push is a transfer through the links it crosses, sharing each fairly with the transfers in flight
     (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``.
     Raises :class:`UsageError` on bad input.
     """
@@ -214,7 +216,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     models = [DelayModel(i, strag, jit, seed) for i in range(n)]
     base = float(overhead) + float(compute)
     links = _links(network, n, ps, model_bytes, name)
-    kw = {} if links is None else {"step_end": links.allreduce_step if name == "allreduce" else links.ps_step}
+    kw = {} if links is None else {"flight": links}
 
     if name in ("async", "ssp"):
         log, updates = run_free(n, n * k, s, models, base, **kw)
@@ -239,16 +241,20 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     )
 
 
-def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | None, mode: str) -> Links | None:
+def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | Sequence[float] | None,
+           mode: str) -> Links | None:
     """The simulated links, or ``None`` where transfers take no time (no network, or nothing shaped)."""
     net = parse_network(network)
     if net is None or not net.shaped:
         return None
     shards = _int_at_least("ps", ps, 1)
-    if model_bytes is None or not np.isfinite(model_bytes) or model_bytes < 0:
+    sizes = np.atleast_1d(np.asarray(model_bytes if model_bytes is not None else np.nan, dtype=float))
+    if not len(sizes) or not np.isfinite(sizes).all() or (sizes < 0).any():
         raise UsageError(f"a simulated --network {net} needs the model's size: give --model (a built-in model, or "
                          "model_bytes= in Python)")
-    return Links(net, workers, 0 if mode == "allreduce" else shards, float(model_bytes))
+    size: float | list[float] = (float(sizes[0]) if isinstance(model_bytes, (int, float, np.number))
+                                 else [float(b) for b in sizes])
+    return Links(net, workers, 0 if mode == "allreduce" else shards, size)
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
