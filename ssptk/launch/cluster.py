@@ -23,14 +23,13 @@ from typing import Any
 
 from ssptk.core.errors import RunInterrupted, TaskFailure, UsageError
 from ssptk.core.network import LINKS_ENV, Network, task_order
-from ssptk.launch import netns
+from ssptk.launch import netns, tracking
 from ssptk.launch.links import Links
 from ssptk.launch.process import TaskProcess, preexec
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import disk_full
 from ssptk.rundir.task_status import READY_STATE, STATUS_DIR_ENV
-from ssptk.runtime import reaper
 from ssptk.runtime.protocol import EXIT_DISK_FULL
 
 __all__ = ["LocalCluster", "StartProgress", "TaskProcess", "free_ports"]
@@ -91,6 +90,7 @@ class LocalCluster:
         self.runs_served = 0
         self.namespace: netns.Namespace | None = None
         self.task_tmp: str | None = None  # while the tasks run: their TMPDIR (tmp/) and status files (status/)
+        self.next_snapshot = 0.0  # when the /proc way of tracking next notes what the tasks started
         self.status_dir = ""
         if _is_loopback(host):
             self.namespace, self.isolation = netns.isolate(preexec())
@@ -225,7 +225,10 @@ class LocalCluster:
 
     def poll(self) -> TaskFailure | None:
         """The first task that exited with an error (or a PS, or a serving worker, that exited at all), named
-        after what its status file says failed (in the shared layout: the worker whose failure ended it)."""
+        after what its status file says failed (in the shared layout: the worker whose failure ended it).
+
+        Also follows what each task started (:meth:`track`): what an ended task started is killed here."""
+        self.track()
         for t in self.tasks:
             code = t.exit_code
             if code is None or (code == 0 and not t.name.startswith("ps:") and not self.serving):
@@ -237,6 +240,23 @@ class LocalCluster:
             reason = "exited unexpectedly" if code == 0 else ("was killed" if code < 0 else "failed")
             return t.failure(name, reason, code)
         return None
+
+    def track(self, now: bool = False) -> int:
+        """Kill what ended tasks started; note what live ones started (the /proc way: every
+        :data:`~ssptk.launch.tracking.SNAPSHOT_S`, or ``now``). How many processes were killed."""
+        table = None
+        if any(t.tracker is not None and t.tracker.snapshots for t in self.tasks) and \
+                (now or time.monotonic() >= self.next_snapshot):
+            table = tracking.proc_table()
+            self.next_snapshot = time.monotonic() + tracking.SNAPSHOT_S
+        return sum(t.track(table) for t in self.tasks)
+
+    @property
+    def process_tracking(self) -> str:
+        """How what the tasks start is followed: ``"cgroup"``, or ``"none (<why>)"`` (the /proc way); ``""``
+        before the tasks start."""
+        hows = sorted({t.tracker.how for t in self.tasks if t.tracker is not None})  # "cgroup" < "none ..."
+        return hows[-1] if hows else ""
 
     def _written_by(self, name: str, t: TaskProcess) -> str:
         """The file task ``name`` was most likely writing when the disk filled: a worker's JSONL log."""
@@ -294,16 +314,14 @@ class LocalCluster:
         A stopped task (SIGSTOP) is continued after the SIGTERM so that it acts on it; the wait after
         SIGKILL is bounded too, so a process stuck in the kernel cannot keep the caller forever."""
         live = [t for t in self.tasks if t.running()]
-        # what the tasks' user code started: killed below if the tasks' own reaping did not get to it
-        seen = {p: s for t in live for p, s in t.descendants().items()}
+        self.track(now=True)  # the last note of what they started: killed below if their own reaping misses it
         for t in live:
             t.terminate()
         deadline = time.monotonic() + grace
         for t in live:
             t.wait(deadline - time.monotonic())
         for t in self.tasks:
-            t.kill()
-        reaper.kill_seen(seen)
+            t.kill()  # and what it started (its tracker)
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()
             self.namespace = None

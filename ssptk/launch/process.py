@@ -3,9 +3,11 @@
 Each task is ``python -m ssptk.worker`` in its own session (process group) with its output in
 ``logs/<task>.log``. Stopping escalates SIGTERM -> wait -> SIGKILL on the whole group; the child also dies
 with its parent (``PR_SET_PDEATHSIG`` and the task's own watchdog thread), so a killed kernel or CLI leaves
-no TensorFlow server behind. The process says how it is through its status file(s) (written by the task,
-format in :mod:`ssptk.rundir.task_status`): ready, or failed and why. :class:`~ssptk.launch.cluster.LocalCluster`
-composes these objects into a cluster.
+no TensorFlow server behind. What the task starts outside its group (a ``setsid()`` daemon, a child in a
+group of its own) is followed while it lives and killed when it ends, however it ends
+(:mod:`ssptk.launch.tracking`: a cgroup per task, else /proc). The process says how it is through its
+status file(s) (written by the task, format in :mod:`ssptk.rundir.task_status`): ready, or failed and why.
+:class:`~ssptk.launch.cluster.LocalCluster` composes these objects into a cluster.
 """
 from __future__ import annotations
 
@@ -19,9 +21,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ssptk.core.errors import TaskFailure
-from ssptk.launch import netns
+from ssptk.launch import netns, tracking
 from ssptk.rundir.task_status import FAILED, TaskStatus, read_status, status_path
-from ssptk.runtime import reaper
 
 __all__ = ["KILL_WAIT_S", "TaskProcess", "preexec"]
 
@@ -64,6 +65,9 @@ class TaskProcess:
     log: IO[bytes] | None = field(default=None, repr=False)
     #: times this task was started again (see :meth:`restart`)
     restarts: int = 0
+    #: what the task's process started, followed while it lives and killed when it ends (:meth:`track`)
+    tracker: tracking.Tracker | None = field(default=None, repr=False)
+    collected: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self.hosts = self.hosts or (self.name,)
@@ -79,10 +83,15 @@ class TaskProcess:
             with contextlib.suppress(OSError):
                 os.unlink(status_path(self.status_dir, task))
         ns = self.namespace
+        if self.tracker is None:
+            self.tracker = tracking.tracker(self.name)
         self.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
-                                     env=self.env, start_new_session=True, preexec_fn=preexec(),
-                                     pass_fds=ns.fds if ns else ())
+                                     env={**self.env, tracking.TAG_ENV: self.tracker.tag}, start_new_session=True,
+                                     preexec_fn=preexec(), pass_fds=ns.fds if ns else ())
+        # before the task can run user code (its interpreter is still starting): whatever it starts is followed
+        self.tracker = self.tracker.add(self.proc.pid)
+        self.collected = False
 
     def restart(self) -> int:
         """Start the task again after it died; it rejoins the running training (``--rejoin K``, K: how many
@@ -90,6 +99,7 @@ class TaskProcess:
         if self.proc is not None:
             self.signal(signal.SIGKILL)  # anything the dead task left in its group
             self.proc.wait()
+            self.collect()  # and what it started elsewhere (a daemon, a child in a group of its own)
         self.restarts += 1
         self._spawn([*self.argv, "--rejoin", str(self.restarts)])
         return self.restarts
@@ -143,9 +153,24 @@ class TaskProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def descendants(self) -> dict[int, bytes]:
-        """What the task started (daemons too: tasks are subreapers), see :func:`ssptk.runtime.reaper.descendants`."""
-        return reaper.descendants(self.proc.pid) if self.running() else {}  # type: ignore[union-attr]
+    def track(self, table: tracking.ProcTable | None = None) -> int:
+        """While the process lives: note what it started (``table``: a :func:`~ssptk.launch.tracking.proc_table`,
+        which the /proc way needs); once it has ended: :meth:`collect`. How many processes were killed."""
+        if self.proc is None or self.tracker is None:
+            return 0
+        if self.proc.poll() is not None:
+            return self.collect()
+        if table is not None:
+            self.tracker.watch(self.proc.pid, table)
+        return 0
+
+    def collect(self) -> int:
+        """Once the process has ended: SIGKILL whatever it started that still runs (a child that left its
+        process group, a ``setsid()`` daemon), once; how many."""
+        if self.collected or self.tracker is None or self.proc is None or self.proc.poll() is None:
+            return 0
+        self.collected = True
+        return self.tracker.kill()
 
     def terminate(self) -> None:
         """SIGTERM the group, then SIGCONT: a stopped task (SIGSTOP) then acts on the SIGTERM."""
@@ -159,6 +184,9 @@ class TaskProcess:
         if self.proc is not None:
             self.signal(signal.SIGKILL)
             self.wait(KILL_WAIT_S)  # uninterruptible (D state): it dies when the kernel lets it
+            if self.tracker is not None:  # what it started outside its group (the task too, if still there)
+                self.tracker.close()
+                self.tracker = None
             if self.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     self.proc.stdin.close()

@@ -100,6 +100,8 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         events = read()
         if failure is None:
             failure = _exited_unfinished(cluster, exited, stall.ended)
+        if failure is not None and not restarts_left and (held := stall.held_up_by(cluster, failure)) is not None:
+            return Outcome(held)  # a stopped task held the failed worker up: name it, not the one that waited
         if failure is not None:
             errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
             if errors:  # the worker said why it failed: that beats a line guessed from its log
@@ -228,20 +230,32 @@ class StallWatch:
             last = f"no step since the start barrier at {_clock(self.started)}"
         task = self._suspect(cluster)
         if task in cluster.stopped_tasks():
-            advice = f"{task}'s process is stopped (SIGSTOP?)"
-        else:
-            advice = "use --stall-timeout to wait longer"
-        return self._failure(cluster, task, f"stalled: no step logged for {self.timeout:g} s ({last}); {advice}")
+            return self._failure(cluster, task, f"stalled: {stopped_words(task)}: no step logged for "
+                                                f"{self.timeout:g} s ({last})")
+        return self._failure(cluster, task, f"stalled: no step logged for {self.timeout:g} s ({last}); use "
+                                            "--stall-timeout to wait longer")
+
+    def held_up_by(self, cluster: SupervisedCluster, failure: TaskFailure) -> TaskFailure | None:
+        """The run's failure when ``failure`` (a worker that ended: its step hung, say) came while another
+        task is stopped (state T): the stopped one held it up, and is named; ``None`` if no task is stopped."""
+        stopped = [t for t in cluster.stopped_tasks() if t != failure.task]
+        if not stopped:
+            return None
+        return self._failure(cluster, stopped[0], f"stalled: {stopped_words(stopped[0])}, and {failure.task} "
+                                                  "ended waiting on it")
 
     def _suspect(self, cluster: SupervisedCluster) -> str:
-        """The task most likely to hold the run up: a stopped process; else the PS when every unfinished
-        worker went silent at once (they all wait on it); else the worker that went silent first."""
+        """The task most likely to hold the run up: a stopped process; else the PS when the unfinished
+        workers (two or more) went silent at once (they all wait on it); else the worker that went silent
+        first, a lone unfinished one too (the others finished, so the PS answered: it is stuck in its own code,
+        its model or its ``data()``)."""
         stopped = cluster.stopped_tasks()
         if stopped:
             return stopped[0]
         n = len(cluster.spec.get("worker", []))
         silent = {w: self.heard.get(w, self.begun) for w in range(n) if w not in self.ended}
-        if cluster.with_ps and (not silent or max(silent.values()) - min(silent.values()) <= _SILENT_TOGETHER_S):
+        together = len(silent) > 1 and max(silent.values()) - min(silent.values()) <= _SILENT_TOGETHER_S
+        if cluster.with_ps and (not silent or together):
             return "ps:0"
         if not silent:
             return "worker:0"
@@ -250,6 +264,12 @@ class StallWatch:
     @staticmethod
     def _failure(cluster: SupervisedCluster, name: str, reason: str) -> TaskFailure:
         return TaskFailure.of(name, reason, None, cluster.log_path(name))
+
+
+def stopped_words(task: str) -> str:
+    """How a message says that ``task``'s process is stopped (state T in ``/proc/PID/stat``): alive, doing
+    nothing, as opposed to a task that waits on another."""
+    return f"{task} is stopped (SIGSTOP or a debugger, state T)"
 
 
 def _clock(t: Any) -> str:
