@@ -15,6 +15,7 @@ from matplotlib.ticker import FuncFormatter
 from ssptk import analysis as an
 from ssptk.analysis.run_view import view_of_run
 from ssptk.render.run_panels import RunPanels, panel_titles
+from ssptk.render.skew import draw_skew
 from ssptk.render.style import (
     MAX_LEGEND,
     NOTE_COLOR,
@@ -27,7 +28,11 @@ from ssptk.render.style import (
     skew_bound,
 )
 
-__all__ = ["Repeats", "comparison_figure", "run_figure"]
+__all__ = ["FIGSIZE", "Repeats", "comparison_figure", "run_figure"]
+
+#: Inches of a run's and a comparison's six panels: shown about 900 pixels wide (a notebook, the report), at
+#: about 80 dots per inch, so that legends and ticks stay 9-11 pixels high.
+FIGSIZE = (11.0, 7.0)
 
 
 class Repeats(list[Any]):
@@ -62,7 +67,7 @@ def run_figure(
     :func:`ssptk.analysis.run_view.view_of_run`'s, as the live dashboard's figure does.
     """
     view = view_of_run(steps, events, config, staleness=staleness_bound)
-    fig = NotebookFigure(figsize=(15, 8), layout="constrained")
+    fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     axes = list(fig.subplots(2, 3).flat)
     fig.suptitle((run_title(view.options) if view.options else "run (no config)")
                  + (" \u00b7 PREDICTED: the simulator's schedule replayed with the model's gradients (simulated clock)"
@@ -135,21 +140,20 @@ def _draw_one(axes: list[Axes], steps: pd.DataFrame, events: pd.DataFrame | None
         ax.plot(c[by], c["smoothed"], color=run_color, lw=lw, label=name)
     finished = an.finish_times(df, events) if events is not None else None
     skew = an.skew_timeline(df, finished, end_when_one_left=True)
-    ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", color=run_color, label=name,
-                 lw=lw if repeated else None)
+    draw_skew(ax_skew, skew["elapsed"], skew["skew"], run_color, label=name, band=not repeated, lw=lw)
     _progress_lines(ax_prog, df, run_color, lw_prog, name, label)
     return df
 
 
 def _cost_point(ax: Axes, label: str, waits: list[Any], stale: list[Any], run_color: Any) -> None:
-    """The run's (mean over repetitions) share of time waiting and mean staleness, as a labelled point."""
+    """The run's (mean over repetitions) share of time waiting and mean staleness, as a point named in the
+    panel's legend (labels beside points that lie close, as sync's and ssp's often do, run into each other)."""
     w = [float(v) for v in waits if v is not None]
     s = [float(v) for v in stale if v is not None]
     if not w or not s:
         return
     x, y = 100 * float(np.mean(w)), float(np.mean(s))
-    ax.scatter([x], [y], s=60, color=run_color, zorder=3)
-    ax.annotate(label, (x, y), xytext=(6, 4), textcoords="offset points", fontsize="small", color=run_color)
+    ax.scatter([x], [y], s=60, color=run_color, zorder=3, label=label)
 
 
 def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figure:
@@ -166,7 +170,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     is drawn), or :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
-    fig = NotebookFigure(figsize=(15, 8), layout="constrained")
+    fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     grid = fig.add_gridspec(2, 3)
     ax_t, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_skew, ax_prog = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
@@ -204,12 +208,11 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     if skew_max > 4 * max(skew_bound_max, 2):  # async's hundreds would flatten every bound onto the axis
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax_cost.set(title="what each run paid: waiting and staleness", xlabel="worker time spent waiting (%)",
+    ax_cost.set(title="what each run paid:\nwaiting and staleness", xlabel="worker time spent waiting (%)",
                 ylabel="mean staleness (updates)")
-    ax_cost.set_xlim(left=-2)
-    ax_cost.set_ylim(bottom=-0.2)
+    ax_cost.margins(0.15)  # no point on the frame
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
-    ax_s.set(title="loss vs minibatches processed (smoothed)", xlabel="minibatches processed",
+    ax_s.set(title="loss vs minibatches (smoothed)", xlabel="minibatches processed",
              ylabel="training loss")
     ax_u.set(title="loss vs updates (smoothed)", xlabel="updates applied (global step)", ylabel="training loss")
     frames = [_as_run(v)[0] for value in runs.values() for v in Repeats.of(value)]
@@ -218,9 +221,13 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     for ax in (ax_t, ax_s, ax_u):
         set_loss_scale(ax, all_losses)
     ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
-    ax_prog.set(title="completed steps per worker (one fallen behind: thicker)", xlabel="wall time (s)",
+    ax_prog.set(title="completed steps per worker\n(one fallen behind: thicker)", xlabel="wall time (s)",
                 ylabel="completed steps")
     for ax in axes:
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
+        handles, labels = ax.get_legend_handles_labels()
+        if ax is ax_skew:  # the runs' colours are named in every other panel: here only the bounds
+            handles, labels = [h for h, lab in zip(handles, labels) if " bound" in lab], \
+                [lab for lab in labels if " bound" in lab]
+        if handles:
+            ax.legend(handles, labels, fontsize="small")
     return fig

@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
 from ssptk.analysis.run_view import Band, Line, RunView
+from ssptk.render.skew import SKEW_BAND_ALPHA, SKEW_BUCKETS, SKEW_MEAN_LABEL, SKEW_RANGE_LABEL, skew_envelope
 from ssptk.render.style import (
     DELAY_COLOR,
     EXTREME_LINES,
@@ -130,6 +131,9 @@ class RunPanels:
             self._add_worker(w)
         self.overall = [ax.plot([], [], **OVERALL_LINE, label=LABELS["overall"].format(smooth=self.smooth))[0]
                         for ax in (self.ax_loss, self.ax_samples)]
+        # a skew that flips faster than the axis has pixels: a band of its range under its highest (render/skew.py)
+        self.skew_band = self.ax_skew.fill_between([], [], [], step="post", color=SKEW_COLOR, alpha=SKEW_BAND_ALPHA,
+                                                   lw=0, label="_" + SKEW_RANGE_LABEL)
         (self.skew_line,) = self.ax_skew.plot([], [], drawstyle="steps-post", color=SKEW_COLOR, label=LABELS["skew"])
         self.bound_line = None if self.staleness is None else draw_bound(self.ax_skew, self.staleness)
         if self.many:  # a tick per worker would overlap
@@ -168,7 +172,7 @@ class RunPanels:
             if panel.band is not None:
                 set_band(band, *_thin_band(panel.band, points))
         changed |= self._show_progress(view, points, settled)
-        self.skew_line.set_data(*thin_envelope(view.skew.x, view.skew.y, points))
+        changed |= self._show_skew(view, points)
         changed |= self._show_waits(view)
         self._show_staleness(view.staleness_counts)
         log = wants_log_loss(*view.loss_range)
@@ -197,6 +201,23 @@ class RunPanels:
                 end_line.set_label(label)
                 changed = True
         return changed
+
+    def _show_skew(self, view: RunView, points: int | None) -> bool:
+        """The skew as steps, or when it is dense, its mean per slice of time over a band of its range
+        (:func:`ssptk.render.skew.skew_envelope`, a slice per ~6 points); whether the legend changed."""
+        x, lo, hi, mean, dense = skew_envelope(view.skew.x, view.skew.y,
+                                               SKEW_BUCKETS if points is None else points // 6)
+        if not dense:
+            x, mean = thin_envelope(x, hi, points)
+        self.skew_line.set_data(x, mean)
+        empty = np.empty(0)
+        set_band(self.skew_band, *((x, lo, hi) if dense else (empty, empty, empty)), step=True)
+        labels = (SKEW_RANGE_LABEL, SKEW_MEAN_LABEL) if dense else ("_" + SKEW_RANGE_LABEL, LABELS["skew"])
+        if (self.skew_band.get_label(), self.skew_line.get_label()) == labels:
+            return False
+        self.skew_band.set_label(labels[0])
+        self.skew_line.set_label(labels[1])
+        return True
 
     def _show_waits(self, view: RunView) -> bool:
         waits, changed = view.waits, False
@@ -238,11 +259,13 @@ class RunPanels:
                     ax.update_datalim(box.get_points())
             ax.set_autoscale_on(True)
             ax.autoscale_view()
-        self.ax_skew.set_ylim(bottom=0)
+        self.ax_skew.set_ylim(bottom=-0.03 * max(1.0, self.ax_skew.get_ylim()[1]))  # a skew of 0 shows off the axis
         self.ax_wait.set_xlim(-0.6, len(view.waits.worker) - 0.4)
         waited = bool(np.nansum(view.waits.wait_s) > 0 or np.nansum(view.waits.delay_s) > 0)
         if not waited:  # not an axis around 0 with -0.04
             self.ax_wait.set_ylim(0, 1)
+        else:  # room above the bars for the legend
+            self.ax_wait.set_ylim(0, 1.35 * float(np.nanmax(np.r_[view.waits.wait_s, view.waits.delay_s])))
         if self._no_wait is None:
             self._no_wait = self.ax_wait.text(0.5, 0.5, NO_WAIT, transform=self.ax_wait.transAxes, ha="center",
                                               va="center", color=NOTE_COLOR, fontsize="small")
@@ -252,10 +275,20 @@ class RunPanels:
         if self.many and most is not None:
             title = f"{title}\n(most wait: worker {most[0]}, {most[1]:.1f} s)"
         self.ax_wait.title.set_text(title)
-        if len(self.stale_keys) > 8:  # more labels than that run together in a panel this wide ("11121314")
+        self._stale_ticks()
+
+    def _stale_ticks(self) -> None:
+        """A tick per staleness value while they are few and close; else at most 8 round ticks (values far
+        apart, 0-2 and 13-17, would run together: "13141516"). At least 6 units wide: one bar is not a wall."""
+        keys = self.stale_keys
+        if not keys:
+            return
+        lo, hi = min(keys), max(keys)
+        if len(keys) <= 8 and hi - lo <= 10:
+            self.ax_stale.set_xticks(list(keys), [f"{k:g}" for k in keys])
+        else:
             self.ax_stale.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
-        elif self.stale_keys:
-            self.ax_stale.set_xticks(list(self.stale_keys), [f"{k:g}" for k in self.stale_keys])
+        self.ax_stale.set_xlim(lo - 0.6, max(hi, lo + 5) + 0.6)
 
     def legend_entries(self) -> tuple[list[Any], list[str]]:
         """Every panel's legend entries, each label once (for one legend of the whole figure)."""
