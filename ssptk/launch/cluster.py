@@ -251,13 +251,6 @@ class LocalCluster:
             self.next_snapshot = time.monotonic() + tracking.SNAPSHOT_S
         return sum(t.track(table) for t in self.tasks)
 
-    @property
-    def process_tracking(self) -> str:
-        """How what the tasks start is followed: ``"cgroup"``, or ``"none (<why>)"`` (the /proc way); ``""``
-        before the tasks start."""
-        hows = sorted({t.tracker.how for t in self.tasks if t.tracker is not None})  # "cgroup" < "none ..."
-        return hows[-1] if hows else ""
-
     def _written_by(self, name: str, t: TaskProcess) -> str:
         """The file task ``name`` was most likely writing when the disk filled: a worker's JSONL log."""
         run_dir = os.path.dirname(os.path.dirname(t.log_path))

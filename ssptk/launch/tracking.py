@@ -295,7 +295,10 @@ def sweep_stale(base: str) -> list[str]:
             if m is None or (st is not None and st[1].decode() == m.group(2)):
                 continue
             path = os.path.join(base, name)
-            CgroupTracker(name, path=path).close()
+            stale = CgroupTracker(name, path=path)
+            if not all(os.path.exists(f"/proc/{p}") for p in stale.members()):
+                continue  # a process this pid namespace cannot see: some other launcher's, perhaps alive
+            stale.close()
             if not os.path.exists(path):
                 removed.append(path)
     return removed
