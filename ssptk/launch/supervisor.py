@@ -92,6 +92,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         return events
 
     restarts_left = opts.restart_failed if opts is not None and not cluster.serving else 0
+    restarting: dict[int, float] = {}  # restarted worker -> when; until its `restart` event, as at the start
     while True:
         if cancel is not None and cancel.is_set():
             raise RunInterrupted("stopped by the user; every task was stopped and the logs kept")
@@ -117,6 +118,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
                                                            "runs the aggregator, and the run cannot go on without it)"))
                 restarts_left -= 1
                 cluster.restart(failure.task)
+                restarting[int(failure.task.rpartition(":")[2])] = time.monotonic()
                 continue
             return Outcome(failure)
         for e in events:
@@ -132,7 +134,11 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             if not cluster.with_ps:
                 return Outcome(None, 0.0)
             return Outcome(None, ps_cpu1 - ps_cpu0 if ps_cpu0 is not None and ps_cpu1 is not None else None)
-        failure = stall.check(cluster)
+        for e in events:  # a restarted worker rejoined; one that takes longer than a start is watched again
+            if e.get("event") == "restart":
+                restarting.pop(e.get("worker"), None)  # type: ignore[arg-type]
+        restarting = {w: t for w, t in restarting.items() if time.monotonic() - t <= START_TIMEOUT_S}
+        failure = None if restarting else stall.check(cluster)
         if failure is not None:
             return Outcome(failure)
         time.sleep(POLL_S)

@@ -201,7 +201,7 @@ class TreeTracker(Tracker):
 def _has_in_environ(pid: int, needle: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return needle in b"\0" + f.read()
+            return b"\0" + needle in b"\0" + f.read()
     except OSError:
         return False
 
@@ -223,7 +223,7 @@ def tracker(task: str) -> Tracker:
     """A tracker for one task's process (a cgroup where this machine allows it, else the /proc way, said once
     as a warning on the ``ssptk`` logger). Never raises."""
     with _state.lock:
-        if not _state.me:
+        if not _state.me.startswith(f"{os.getpid()}-"):  # also in a child forked from a launcher
             _state.me = f"{os.getpid()}-{(_stat(os.getpid()) or (0, b'0'))[1].decode()}"
         _state.seq += 1
         tag = f"{_state.me}-{_state.seq}"

@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from ssptk.core.models import ModelSpec
+from ssptk.runtime.fence import HELD, Fence, fetch_add, make_fence
+from ssptk.runtime.placement import on_its_shard, shard_setter
+from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
 
 PS = "/job:ps/task:0"
-# A finished worker's SSP clock: far ahead, so it never holds the others back.
-FINISHED_CLOCK = 2**40
 QUEUE_CAPACITY = 1 << 20
 _BUILD_LOCK = threading.Lock()
 
@@ -43,7 +44,10 @@ class PSGraph:
     arrivals: Any
     release: Any
     go: Any                       # dequeue the start token, then claim the first minibatch
-    rejoin: Any                   # a restarted worker: claim its next minibatch, no barrier
+    # a restarted worker, no barrier: without a fence (--restart-failed 0) claim its next minibatch; with one
+    # (ssptk.runtime.fence) take its slot over and read its ledger row (sync: and the global step after it)
+    rejoin: Any
+    claim: Any                    # async/ssp: claim a minibatch (1-based)
     done: Any
     dones: Any
     run_over: Any                 # worker 0, after saving the model: tells a PS that waits (wait_for_run_end)
@@ -65,63 +69,6 @@ class PSGraph:
     backlog: Any | None = None    # tokens waiting in this worker's queue
     aggregate: Any | None = None  # chief: `updates` times take N-B gradients, apply, one token per worker
     close_tokens: Any | None = None
-
-
-def fetch_add(tf: Any, var: Any) -> Any:
-    """Atomically add 1 to an int64 resource variable and return the new value.
-
-    ``var.assign_add(1)`` is not enough: its returned value is a separate read, so two concurrent
-    increments can both see the later value. ``ResourceCountUpTo`` returns the old value under the
-    variable's lock.
-    """
-    return tf.raw_ops.ResourceCountUpTo(resource=var.handle, limit=2**62, T=tf.int64) + 1
-
-
-def _wake_satisfied(tf: Any, want: Any, wake: list[Any], index: int, clocks: Any, wanted: Any) -> Any:
-    """Wake every other worker whose wanted minimum clock ``clocks`` (read after this task's tick)
-    reaches, in the PS graph. ``wanted`` must be read after the tick too: then a worker that registers
-    later reads the ticked clocks itself, so no wake-up is lost.
-
-    The want is cleared strictly before the token: a woken worker that re-registers in between has its
-    registration wiped, but it also gets the token, wakes, and registers again. ``scatter_mul`` by 1
-    leaves the others' slots alone atomically (writing back a value read earlier would not).
-    """
-    n = len(wake)
-    ready = (wanted > 0) & (wanted <= tf.reduce_min(clocks)) & tf.not_equal(tf.range(n), index)
-    cleared = want.scatter_mul(tf.IndexedSlices(1 - tf.cast(ready, tf.int64), tf.range(n, dtype=tf.int64)))
-    with tf.control_dependencies([cleared]):
-        tokens = tf.cast(ready, tf.int32)
-        # One split hands each peer a vector of 0 or 1 tokens: one op per peer (its enqueue) instead of five.
-        # Every worker's graph holds this for every peer, twice, and building those graphs, one after another
-        # under the GIL in the shared layout, was most of SSP's start-up with dozens of workers.
-        parts = tf.split(tf.ones(tf.reshape(tf.reduce_sum(tokens), [1]), tf.int32), tokens, num=n)
-        return tf.group(*[wake[j].enqueue_many(parts[j]) for j in range(n) if j != index])
-
-
-def _ssp_wait_ops(tf: Any, v1: Any, extra: dict[str, Any], clock: Any, want: Any, wake: list[Any],
-                  index: int) -> None:
-    """SSP's blocking and finishing runs for worker ``index``, into ``extra``."""
-    need = v1.placeholder(tf.int64, shape=(), name="want_value")
-    extra["want_value"] = need
-    # One run per wait: register the clock this worker needs, re-read the clocks (a tick that landed
-    # before the registration is seen here) and put its own token in when they already satisfy it, then
-    # block on the token. A token left over from an earlier wake-up can end the block early, so the
-    # caller checks the returned clocks and waits again if they are short.
-    registered = want.scatter_update(tf.IndexedSlices(tf.reshape(need, [1]), [index]))
-    with tf.control_dependencies([registered]):
-        now = clock.read_value()
-    own = tf.cast(tf.reduce_min(now) >= need, tf.int32)
-    with tf.control_dependencies([wake[index].enqueue_many(tf.ones(tf.reshape(own, [1]), tf.int32))]):
-        woken = wake[index].dequeue()
-    with tf.control_dependencies([woken]):
-        done_waiting = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index]))
-    with tf.control_dependencies([done_waiting]):
-        extra["wait_for"] = clock.read_value()
-    extra["clear_want"] = want.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), [index])).op
-    fin = clock.scatter_update(tf.IndexedSlices(tf.constant([FINISHED_CLOCK], tf.int64), [index]))
-    with tf.control_dependencies([fin]):
-        clocks, wanted = clock.read_value(), want.read_value()
-    extra["finish"] = _wake_satisfied(tf, want, wake, index, clocks, wanted)
 
 
 def model_graph(spec: ModelSpec, seed: int) -> tuple[Any, Any, Any, Any, list[Any]]:
@@ -181,13 +128,16 @@ class _Shared:
     want: Any
     opt: Any
     inverse_staleness: bool = False  # --lr-staleness inverse
+    fence: Fence | None = None    # --restart-failed: claims and updates under the worker's lock on ps:0
 
 
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
-          updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None) -> PSGraph:
+          updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
+          incarnation: int | None = None) -> PSGraph:
     """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count;
-    ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared layout).
+    ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared layout;
+    ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`_sync_ops` sync's accumulators and tokens.
@@ -232,54 +182,21 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
                 over_q = _run_over_queue(tf, v1, shards)
+                fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
             shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
-                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness)
+                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness, fence)
             extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
-            with tf.control_dependencies([go_q.dequeue()]):
-                go = fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64)
+            with v1.device(PS):
+                go = _claim(shared, go_q.dequeue()) if claimed is not None else go_q.dequeue()
             return PSGraph(
                 graph=graph, x=x, y=y, delay=delay, loss=loss, accuracy=accuracy, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
-                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go,
-                rejoin=fetch_add(tf, claimed) if claimed is not None else tf.constant(0, tf.int64),
+                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go, rejoin=_rejoin(shared),
+                claim=_claim(shared) if claimed is not None else None,
                 done=done_q.enqueue(index),
                 dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]), **extra)
-
-
-def shard_setter(v1: Any, worker_device: str, cluster: dict[str, list[str]]) -> Any:
-    """The device function of a worker's graph: computation on ``worker_device``, variables on the PS tasks.
-    With K > 1 PS tasks (``--ps K``) each variable goes to the shard holding the fewest bytes so far, as
-    ``replica_device_setter`` with a byte-size load balancer does: every worker builds the same variables in the
-    same order, so every worker places them alike. The global step is made first, so it lands on ``ps:0``
-    with the mode's coordination (clocks, queues, tokens, claims), which is pinned there."""
-    shards = len(cluster.get("ps", [])) or 1
-    strategy = None if shards == 1 else BalanceBytes(shards)
-    return v1.train.replica_device_setter(ps_tasks=shards, worker_device=worker_device,
-                                          cluster=v1.train.ClusterSpec(cluster), ps_strategy=strategy)
-
-
-class BalanceBytes:
-    """``replica_device_setter``'s ``ps_strategy``: each variable to the shard with the fewest bytes so far (TF 1's
-    ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``, gone with ``tf.contrib``). ``load`` is each
-    shard's bytes."""
-
-    def __init__(self, shards: int) -> None:
-        self.load = [0] * shards
-
-    def __call__(self, op: Any) -> int:
-        import tensorflow as tf
-
-        shard = min(range(len(self.load)), key=self.load.__getitem__)
-        self.load[shard] += (tf.TensorShape(op.get_attr("shape")).num_elements() or 1) * \
-            tf.as_dtype(op.get_attr("dtype")).size
-        return shard
-
-
-def _on_its_shard(v1: Any, var: Any) -> Any:
-    """A device scope for an op that updates ``var``: where ``var`` lives (its shard)."""
-    return v1.device(var.device)
 
 
 def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:
@@ -311,27 +228,15 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
             scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
         grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
         tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
-    # The gradients are its inputs; on the PS (each variable's own shard), its learning rate is no message per step.
-    updates = []
-    for g, var in zip(grads, s.model_vars):
-        with _on_its_shard(v1, var):
-            updates.append(s.opt.apply_gradients([(g, var)]))
-    with v1.device(PS):
-        apply = tf.group(*updates)
+    g_after, claim = _update_and_claim(s, grads)
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
     # tiny ops, are what a step costs here.
     with v1.device(PS):
-        with tf.control_dependencies([apply]):
-            g_after = fetch_add(tf, s.global_step)
         # `t` of a step record: the PS's clock once the update is in (not the worker's after its run
         # returns, which lags whenever the worker waits for a core).
         with tf.control_dependencies([g_after]):
             stamp = tf.timestamp()
-        # The claim follows the update: then nothing on the PS changes before the worker's gradient arrives,
-        # and a step TensorFlow rejected as a duplicate request can be run again (ssptk.runtime.retry).
-        with tf.control_dependencies([g_after]):
-            claim = fetch_add(tf, s.claimed)
         parts = [g_after, claim, s.g_read, tf.bitcast(stamp, tf.int64)]
         woke: list[Any] = []
         if ssp:
@@ -341,18 +246,102 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
                 tick = s.clock.scatter_add(tf.IndexedSlices(tf.constant([1], tf.int64), [s.index]))
             with tf.control_dependencies([tick]):
                 clocks_now, want_now = s.clock.read_value(), s.want.read_value()
-            parts.append(clocks_now)  # the wants stay on the PS: only _wake_satisfied reads them
+            parts.append(clocks_now)  # the wants stay on the PS: only wake_satisfied reads them
             wake = [v1.FIFOQueue(QUEUE_CAPACITY, tf.int32, shapes=[[]], shared_name=f"ssp_wake_{j}",
                                  name=f"ssp_wake_{j}") for j in range(s.n)]
             # Waking the peers this tick satisfied is part of the step's own run: no extra round trip for
             # the waker, and none on the woken worker's critical path.
-            woke = [_wake_satisfied(tf, s.want, wake, s.index, clocks_now, want_now)]
+            woke = [wake_satisfied(tf, s.want, wake, s.index, clocks_now, want_now)]
         parts += tail
         with tf.control_dependencies(woke):
             extra["step_meta"] = tf.concat([tf.reshape(p, [-1]) for p in parts], 0, name="step_meta")
         if ssp:
-            _ssp_wait_ops(tf, v1, extra, s.clock, s.want, wake, s.index)
+            ssp_wait_ops(tf, v1, extra, s.clock, s.want, wake, s.index)
     return extra
+
+
+def _on_ps(s: _Shared, grads: list[Any]) -> list[Any]:
+    """With a fence: the gradients received on their variables' shards first, so that the lock waits for them
+    there (and no control edge of its own goes from the worker to the lock)."""
+    if s.fence is None:
+        return grads
+    placed = []
+    for g, var in zip(grads, s.model_vars):
+        with on_its_shard(s.v1, var):
+            placed.append(None if g is None else s.tf.identity(g))
+    return placed
+
+
+def _update_and_claim(s: _Shared, grads: list[Any]) -> tuple[Any, Any]:
+    """async/ssp: apply the update, then count it (the global step after it) and claim the next minibatch (1-based).
+    With a fence (:mod:`ssptk.runtime.fence`) all of it is one fact under the worker's lock, with its ledger row."""
+    tf, v1 = s.tf, s.v1
+    grads = _on_ps(s, grads)
+
+    def body() -> tuple[Any, Any]:
+        # The gradients are its inputs; on the PS (each variable's shard), its learning rate is no message per step.
+        updates = []
+        for g, var in zip(grads, s.model_vars):
+            with on_its_shard(v1, var):
+                updates.append(s.opt.apply_gradients([(g, var)]))
+        with v1.device(PS):
+            with tf.control_dependencies([tf.group(*updates)]):
+                g_after = fetch_add(tf, s.global_step)
+            # The claim follows the update: then nothing on the PS changes before the worker's gradient arrives,
+            # and a step TensorFlow rejected as a duplicate request can be run again (ssptk.runtime.retry).
+            with tf.control_dependencies([g_after]):
+                claim = fetch_add(tf, s.claimed)
+            if s.fence is None:
+                return g_after, claim
+            trained = s.fence.held()[HELD]
+            with tf.control_dependencies([s.fence.record([claim - 1, trained, g_after])]):
+                return tf.identity(g_after), tf.identity(claim)
+
+    if s.fence is None:
+        return body()
+    with v1.device(PS):
+        g_after, claim = s.fence.guarded(body)
+    return g_after, claim
+
+
+def _claim(s: _Shared, after: Any = None) -> Any:
+    """async/ssp: claim a minibatch (1-based), after ``after`` (the start token); with a fence, in the ledger."""
+    with s.v1.device(PS), s.tf.control_dependencies([] if after is None else [after]):
+        return fetch_add(s.tf, s.claimed) if s.fence is None else s.fence.claim(s.claimed)
+
+
+def _rejoin(s: _Shared) -> Any:
+    """A restarted worker's first op (see :attr:`PSGraph.rejoin`)."""
+    tf, v1 = s.tf, s.v1
+    with v1.device(PS):
+        if s.fence is not None:  # sync: the global step too, read under the lock
+            return s.fence.take_over((lambda row: [s.global_step.read_value()]) if s.claimed is None else None)
+        return fetch_add(tf, s.claimed) if s.claimed is not None else tf.constant(0, tf.int64)
+
+
+def _push(s: _Shared, accs: list[Any], local_step: Any, after: Any) -> list[Any]:
+    """sync: this worker's gradients into the accumulators, after ``after``; with a fence, under the worker's lock
+    with its ledger row (the step it pushed for)."""
+    tf, v1, fence = s.tf, s.v1, s.fence
+    if fence is None:
+        with tf.control_dependencies([after]):
+            return [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, s.grads)]
+    grads = _on_ps(s, s.grads)
+    with v1.device(PS):
+        step = tf.identity(local_step)
+
+    def body() -> Any:
+        with tf.control_dependencies([after]):
+            pushes = []
+            for acc, g, var in zip(accs, grads, s.model_vars):
+                with on_its_shard(v1, var):
+                    pushes.append(acc.apply_grad(g, local_step=step))
+        with v1.device(PS), tf.control_dependencies(pushes):
+            with tf.control_dependencies([fence.record([step, -1, -1])]):
+                return tf.identity(step)
+
+    with v1.device(PS):
+        return [fence.guarded(body)]
 
 
 def _sync_ops(s: _Shared) -> dict[str, Any]:
@@ -363,15 +352,14 @@ def _sync_ops(s: _Shared) -> dict[str, Any]:
     extra["local_step"] = local_step
     accs = []
     for k, var in enumerate(s.model_vars):
-        with _on_its_shard(v1, var):  # a gradient's bytes go to its variable's shard, not all to ps:0
+        with on_its_shard(v1, var):  # a gradient's bytes go to its variable's shard, not all to ps:0
             accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
                                                   shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
     # The global step read on the PS just before the push tells whether this gradient was in time for its
     # step (the accumulators drop gradients whose local_step is behind).
     with v1.device(PS), tf.control_dependencies(s.after_compute):
         g_before_push = s.global_step.read_value()
-    with tf.control_dependencies([g_before_push]):
-        pushes = [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, s.grads)]
+    pushes = _push(s, accs, local_step, g_before_push)
     with v1.device(PS):
         # a token is (global step after the update, PS time the update was applied)
         tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
@@ -397,7 +385,7 @@ def _sync_ops(s: _Shared) -> dict[str, Any]:
     def aggregate_once(i: Any) -> Any:
         applied = []
         for acc, var in zip(accs, s.model_vars):
-            with _on_its_shard(v1, var):
+            with on_its_shard(v1, var):
                 applied.append(s.opt.apply_gradients([(acc.take_grad(n - s.backup), var)]))
         update = tf.group(*applied)
         with tf.control_dependencies([update]):

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import threading
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ssptk.core.delays import DelayModel
-from ssptk.core.errors import DiskFull, check_loss
+from ssptk.core.errors import DiskFull, UsageError, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
@@ -31,6 +30,7 @@ from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
 from ssptk.runtime.reaper import exit_with_descendants
 from ssptk.runtime.recorder import Recorder
+from ssptk.runtime.rejoin import UNREACHED_ATTEMPTS, Rejoined, rejoin_free, rejoin_sync, unreached
 from ssptk.runtime.retry import HangWatch, RetryingSession
 
 # A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
@@ -42,7 +42,7 @@ class Trainer:
     """One worker's session and loop for ``sync``, ``ssp`` or ``async``."""
 
     def __init__(self, spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int,
-                 target: str, run_dir: str, container: str, gpu: int | None = None) -> None:
+                 target: str, run_dir: str, container: str, gpu: int | None = None, incarnation: int = 0) -> None:
         import tensorflow as tf
 
         self.tf = tf
@@ -55,7 +55,9 @@ class Trainer:
         lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
         self.g = ps_graph.build(spec, opts.mode, cluster, index, lr, opts.staleness, opts.backup, opts.seed,
                                 container, with_delay, updates=opts.steps,
-                                inverse_staleness=opts.lr_staleness == "inverse", gpu=gpu)
+                                inverse_staleness=opts.lr_staleness == "inverse", gpu=gpu,
+                                incarnation=incarnation if opts.restart_failed else None)
+        self.address = cluster["worker"][index]
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
         config.allow_soft_placement = True  # a worker's GPU that its process cannot see: its ops go to the CPU
@@ -133,17 +135,7 @@ class Trainer:
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
         if rejoin:
-            # sync: the tokens of updates the dead worker did not wait for are stale; the loop then
-            # starts from the PS's global step, like a late backup worker. ssp/async: claim a minibatch.
-            backlog = int(self.sess.run(g.backlog)) if sync else 0
-            if backlog:
-                self.sess.run(g.drain, {g.drain_n: backlog})
-            self.step_offset, hung_mb = last_logged_step(self.run_dir.worker_log(self.index))
-            if hung_mb is not None and not sync:  # its dead self's step hung before anything was applied
-                first = hung_mb + 1  # train that minibatch now: no claim lost
-            else:
-                first = int(self.sess.run(g.g_read if sync else g.rejoin))
-            self.rec.event("restart", attempt=rejoin, after_step=self.step_offset)
+            first = self._rejoin(rejoin).first
         else:
             first = self._start(aggregate)
         steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
@@ -193,6 +185,19 @@ class Trainer:
             self.sess.call(self.g.saver.save, self.sess.session, self.run_dir.checkpoint_prefix, write_meta_graph=False)
         self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values, accuracy)
 
+    def _rejoin(self, attempt: int) -> Rejoined:
+        """A restarted worker takes its place over from its dead self, from what the PS says (ssptk.runtime.rejoin)."""
+        if not self.opts.restart_failed:
+            raise UsageError("--rejoin needs --restart-failed (give every task the same run options)")
+        log = self.run_dir.worker_log(self.index)
+        opts = self.opts
+        back = (rejoin_sync(self.sess, self.g, log, self.n, self.index, opts.backup) if opts.mode == "sync"
+                else rejoin_free(self.sess, self.g, log))
+        self.step_offset = back.after_step
+        where = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
+        self.rec.event("restart", attempt=attempt, after_step=back.after_step, unlogged=back.unlogged, **where)
+        return back
+
     # -- async and ssp -------------------------------------------------------------------------
     def _ps_loop(self, claim: int, step_fn: Any, step_clear_fn: Any = None, rejoined: bool = False) -> int:
         """async/ssp: ``step_fn`` runs one step; ``step_clear_fn`` also clears this worker's SSP want."""
@@ -229,14 +234,28 @@ class Trainer:
     def _watched(self, step_fn: Any, inputs: list[Any], delay: float) -> Any:
         """One step run, watched for a hang inside TensorFlow (:class:`~ssptk.runtime.retry.HangWatch`)."""
         if self._hang_watch is None:  # from the second step on: the first may build and compile for long
-            out = step_fn(*inputs)
+            out = self._reaching(step_fn, inputs)
             self._hang_watch = HangWatch(self.hung_after_s, self._hung)
             return out
         self._hang_watch.begin(delay)
         try:
-            return step_fn(*inputs)
+            return self._reaching(step_fn, inputs)
         finally:  # also when it raises: sync's last step ends with OutOfRangeError, then the aggregator is joined
             self._hang_watch.end()
+
+    def _reaching(self, step_fn: Any, inputs: list[Any]) -> Any:
+        """``step_fn(*inputs)``, run again while the PS cannot connect to this worker (a restarted worker, while
+        the PS's connection to its dead self's port still fails): nothing of such a step ran on the PS."""
+        for attempt in range(UNREACHED_ATTEMPTS):
+            try:
+                return step_fn(*inputs)
+            except self.tf.errors.OpError as e:
+                if attempt == UNREACHED_ATTEMPTS - 1 or not unreached(e, self.address):
+                    raise
+                print(f"ssptk: ran a step again: the PS could not reach this worker ({self.address}) yet",
+                      file=sys.stderr, flush=True)
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
 
     def _hung(self, seconds: float) -> None:
         """A step run has hung: end this worker (the launcher names it; ``--restart-failed`` restarts it)."""
@@ -305,25 +324,6 @@ class Trainer:
         except Exception as e:  # noqa: BLE001 - reported through the log; the launcher ends the run
             self.rec.event("error", message=f"sync aggregator: {type(e).__name__}: {e}")
             self.exit(1)
-
-
-def last_logged_step(path: str) -> tuple[int, int | None]:
-    """The last ``step`` in a worker's log (0 if none), where a restarted worker goes on counting, and the
-    minibatch of a step that hung if that is how the log ends (the restarted worker trains it)."""
-    last, hung = 0, None
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                    last = max(last, int(r.get("step") or 0))
-                    mb = r.get("minibatch")
-                    hung = mb if r.get("event") == "hung" and isinstance(mb, int) and mb >= 0 else None
-                except (ValueError, AttributeError, TypeError):
-                    continue
-    except OSError:
-        pass
-    return last, hung
 
 
 def variable_names(variables: list[Any]) -> list[str]:

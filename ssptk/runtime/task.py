@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def train() -> None:
-        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id).run(rejoin=args.rejoin)
+        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id,
+                incarnation=args.rejoin).run(rejoin=args.rejoin)
 
     _run_guarded(train, run_dir, index)
     exit_with_descendants(0)  # skips TF's slow teardown of the server threads
