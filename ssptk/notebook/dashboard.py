@@ -7,8 +7,8 @@ once per ``interval`` seconds, and once more at the end: the panels of :func:`ss
 steps/s, elapsed, ETA).
 
 Cheap by construction (:class:`LiveFigure`): one matplotlib Figure (no pyplot, no rcParams changes)
-built once; axis ranges move in round steps toward the run's predicted end, so most refreshes only
-restore a kept background (axes, ticks, texts) and draw the data lines and bars on it, thinned to
+built once; axis ranges grow in round steps with the data (never sized for the whole budget), so most
+refreshes only restore a kept background (axes, ticks, texts) and draw the data lines and bars on it, thinned to
 about three points per pixel. When a refresh is slow the interval stretches so that drawing stays
 under :data:`RENDER_SHARE` of one core (never past 1 s unless one refresh takes longer).
 
@@ -30,7 +30,7 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
@@ -63,14 +63,15 @@ class LiveDashboard:
     ``interval``: seconds between refreshes at most (default 1.0; 0: at every call), stretched while
     refreshes are slow (:data:`RENDER_SHARE`). ``widget=True``: draw into :attr:`widget` (ipywidgets)
     rather than the cell's outputs. ``sink(png, progress, final)``: draw nowhere but hand every refresh
-    to this callable. ``clock``: monotonic seconds (tests pass a fake one); a refresh's cost is the
+    to this callable. ``controls``: widgets shown beside the progress line (with ``widget=True``: a stop
+    button). ``clock``: monotonic seconds (tests pass a fake one); a refresh's cost is the
     lesser of its duration on this clock and its CPU time. An error inside the dashboard never reaches the
     run: drawing stops with a warning and :attr:`error` keeps it.
     """
 
     def __init__(self, interval: float = 1.0, *, widget: bool = False, sink: Sink | None = None,
                  clock: Callable[[], float] = time.monotonic, dpi: float = DPI,
-                 figsize: tuple[float, float] = FIGSIZE) -> None:
+                 figsize: tuple[float, float] = FIGSIZE, controls: Sequence[Any] = ()) -> None:
         self.interval = max(0.0, float(interval))
         self.clock, self.sink, self.dpi, self.figsize = clock, sink, dpi, figsize
         self.state = LiveRun()
@@ -96,9 +97,11 @@ class LiveDashboard:
                 import ipywidgets
             except ImportError:
                 raise ImportError(INSTALL_HINT) from None
-            self._img = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%"))
+            # hidden until the first figure: an Image without a value shows as a broken image
+            self._img = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%", display="none"))
             self._html = ipywidgets.HTML(value=self._progress_html())
-            self.widget = ipywidgets.VBox([self._img, self._html])
+            self.widget = ipywidgets.VBox([self._img, ipywidgets.HBox([*controls, self._html]) if controls
+                                           else self._html])
 
     # --- the RunObserver protocol ---------------------------------------------------------------
 
@@ -276,6 +279,7 @@ class LiveDashboard:
         elif self.widget is not None:
             if png is not None:
                 self._img.value = png
+                self._img.layout.display = ""
             self._html.value = self._progress_html(text)
         elif self._handles is not None:
             if png is not None:

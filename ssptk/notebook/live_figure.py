@@ -2,9 +2,9 @@
 
 The same six panels as the report's figure, drawn by :class:`ssptk.render.run_panels.RunPanels` from a
 :class:`ssptk.analysis.run_view.RunView` of the run so far; this module only adds the updating. One
-matplotlib Figure (no pyplot, no rcParams changes) built once; axis ranges move in round steps
-toward the run's predicted end, so most refreshes only restore a kept background (axes, ticks, texts)
-and draw the data lines, bands and bars on it, thinned to about three points per pixel. Used by
+matplotlib Figure (no pyplot, no rcParams changes) built once; axis ranges grow in round steps with the
+data (never sized for the whole budget up front), so most refreshes only restore a kept background (axes,
+ticks, texts) and draw the data lines, bands and bars on it, thinned to about three points per pixel. Used by
 :class:`ssptk.notebook.dashboard.LiveDashboard`.
 """
 from __future__ import annotations
@@ -29,6 +29,9 @@ MAX_POINTS = 2000
 FIGSIZE = (10.0, 5.5)
 DPI = 96  # 960 x 528 px: sharp when the notebook scales it to its width
 PNG_LEVEL = 1  # zlib level: fast; each image is shown for a second
+#: While a run goes on, an axis reaches at most this many times the data so far (not the whole budget: at 1%
+#: of a long run the data would be a sliver at the left edge).
+GROWTH = 2.0
 
 
 def _few_ticks(axis: Any, integer: bool = False) -> None:
@@ -156,9 +159,11 @@ class LiveFigure:
             self._live_ranges(view, total)
 
     def _live_ranges(self, view: RunView, total: int) -> None:
-        """Axis ranges that move in round steps, the upper ends toward the run's predicted end."""
+        """Axis ranges that grow with the data in round steps: an upper end aims at :data:`GROWTH` times the data
+        so far (at most the run's predicted end), so the data fill about half the axes or more and a range moves
+        only when the data outgrow it."""
         n = view.n_records
-        grow = max(1.0, total / n) if total and n >= 2 * max(1, view.workers) else None
+        grow = min(GROWTH, max(1.0, total / n)) if total and n >= 2 * max(1, view.workers) else None
         t_end = view.t_end
         for ax in (self.ax_loss, self.ax_prog, self.ax_skew):
             self._range(ax, "x", 0.0, t_end, floor=0.0, ahead=t_end * grow if grow else None)

@@ -73,8 +73,47 @@ def dtrain(line: str, cell: str | None = None) -> Any:
         raise UsageError(f"%dtrain: {e}") from None
     except RunFailed as e:
         raise RunFailed(e.failure, e.result) from None
-    except KeyboardInterrupt:  # Ctrl-C, the stop button (RunInterrupted): one line, the cell fails
+    except _Interrupted as e:  # a run stopped: one line naming where what ran is kept; the cell fails (Run All stops)
+        raise RunInterrupted(f"%dtrain: interrupted after {e.followed.done}/{e.followed.total} minibatches; every "
+                             f"task was stopped and what ran is kept in {e.followed.run_dir}: "
+                             f"%dtrain report {e.followed.run_dir} sums it up") from None
+    except KeyboardInterrupt:  # Ctrl-C, the stop button (RunInterrupted) before a run began: one line, the cell fails
         raise RunInterrupted("%dtrain: interrupted; every task was stopped and the logs kept") from None
+
+
+class _Followed:
+    """An observer that notes where a foreground run writes and how far it came, and hands everything on to
+    ``inner`` (the dashboard, if any): an interrupted run's message names its directory."""
+
+    def __init__(self, inner: Any = None) -> None:
+        self.inner, self.run_dir, self.done, self.total = inner, "", 0, 0
+
+    def started(self, run_dir: str, opts: Any, total: int) -> None:
+        self.run_dir, self.total = run_dir, int(total)
+        if self.inner is not None:
+            self.inner.started(run_dir, opts, total)
+
+    def starting(self, ready: list[str], pending: list[str]) -> None:
+        starting = getattr(self.inner, "starting", None)
+        if callable(starting):
+            starting(ready, pending)
+
+    def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
+        self.done, self.total = int(done), int(total)
+        if self.inner is not None:
+            self.inner.records(steps, events, done, total)
+
+    def finished(self, result: Any) -> None:
+        if self.inner is not None:
+            self.inner.finished(result)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """A foreground run was stopped after it had claimed its directory (``followed`` says which)."""
+
+    def __init__(self, followed: _Followed) -> None:
+        super().__init__()
+        self.followed = followed
 
 
 def _dtrain(line: str, cell: str | None) -> Any:
@@ -121,8 +160,13 @@ def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
         bg = BackgroundRun.start(warm=not args.cold, model_source=model_source, **given_options(args))
         bg.show_now()  # `bg = %dtrain ... --background` shows nothing by itself: an assignment has no result
         return bg
-    return commands.run(args, observer=_dashboard() if dashboards else None, warm=not args.cold,
-                        model_source=model_source)
+    followed = _Followed(_dashboard() if dashboards else None)
+    try:
+        return commands.run(args, observer=followed, warm=not args.cold, model_source=model_source)
+    except KeyboardInterrupt:
+        if followed.run_dir:
+            raise _Interrupted(followed) from None
+        raise
 
 
 def _dashboard() -> Any:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from ssptk.core.labels import label_of
 from ssptk.notebook.runner import Key, cache_key
@@ -15,7 +16,10 @@ from ssptk.rundir import ComparisonDir, RunDir
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
 
-__all__ = ["PREDICTED", "calibrated_overhead", "predict_staleness"]
+__all__ = ["PREDICTED", "STEADY_RATE_SPREAD", "calibrated_overhead", "predict_staleness", "steady_straggler_note"]
+
+#: Predicted steps/s that differ by less than this share across the staleness values are "the same pace".
+STEADY_RATE_SPREAD = 0.1
 
 #: Every predicted run of this kernel's widgets, by :func:`ssptk.notebook.runner.cache_key` of its options.
 PREDICTED: dict[Key, RunResult] = {}
@@ -57,3 +61,21 @@ def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhea
     wanted = {cache_key({k: v for k, v in options.items() if k != "out"} | {"mode": "ssp", "staleness": int(s)})
               for s in values}
     return {k: r for k, r in PREDICTED.items() if k in wanted}
+
+
+def steady_straggler_note(table: pd.DataFrame, workers: int, straggler: Any) -> str | None:
+    """What predictions with a steady straggler show and what they do not, in one line (``None`` when there is no
+    straggler or the predicted steps/s differ by :data:`STEADY_RATE_SPREAD` or more across the staleness values).
+
+    With a worker that is always slower, SSP holds the others to its pace at every S (benchmarks/FINDINGS.md,
+    stop 23): the steps/s are the same. The times to an early target still fall with S, by a head start the
+    fast workers take once, at the start ((N-1)(S+1) minibatches before they wait); a real run's start-up (its
+    first steps after the start barrier, 0.2-0.5 s on 2 cores, varying by as much between runs) can hide it."""
+    if not straggler or "steps_per_s" not in table.columns or len(table) < 2:
+        return None
+    rates = pd.to_numeric(table["steps_per_s"], errors="coerce").dropna()
+    if rates.empty or rates.min() <= 0 or rates.max() / rates.min() - 1 >= STEADY_RATE_SPREAD:
+        return None
+    return (f"a steady straggler: every S runs at its pace ({rates.min():.0f}-{rates.max():.0f} steps/s);\n"
+            f"the time to target falls only by the fast workers' one-off head start ({int(workers) - 1}x(S+1) "
+            "minibatches at the start), which a real run's start-up can hide")

@@ -59,11 +59,18 @@ class StaticView:
         runs = self._runs()  # type: ignore[attr-defined]
         return an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
 
+    def static_pngs(self) -> list[bytes]:
+        """Every figure the view shows, as PNG bytes: the overlay, then what staleness costs and buys (with two
+        runs or more)."""
+        return [png for png in (self.png(), self.tradeoff_png()) if png]
+
     def show_static(self) -> None:
-        """Display the current figure as a plain PNG image (it stays in the saved notebook)."""
+        """Display every figure the view shows (:meth:`static_pngs`) as plain PNG images (they stay in the saved
+        notebook)."""
         from IPython.display import Image, display
 
-        display(Image(data=self.png(), format="png"))
+        for png in self.static_pngs():
+            display(Image(data=png, format="png"))
 
     def _repr_html_(self) -> str:
         return static_html(self.title, self._caption(), self.figure(), self.table())  # type: ignore[attr-defined]

@@ -31,7 +31,7 @@ from ssptk.notebook.runner import (
     ipywidgets,
     split_runner_options,
 )
-from ssptk.notebook.slider_predictions import PREDICTED
+from ssptk.notebook.slider_predictions import PREDICTED, steady_straggler_note
 from ssptk.notebook.sweep_view import SweepResult, from_runs, sweep
 from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import summary_line
@@ -256,9 +256,15 @@ class Explorer(StaticView):
                 table = an.compare_table({f"S={dict(k)['staleness']}": (r.df, r.events, r.config, r.summary)
                                           for k, r in runs.items()})
                 fig = tradeoff_figure(table, table.attrs.get("target"))
-                fig.suptitle("predicted for every staleness (the simulator's replay, no cluster)")
+                note = steady_straggler_note(table, dict(next(iter(runs)))["workers"], self.options().get("straggler"))
+                fig.suptitle("predicted for every staleness (the simulator's replay, no cluster)"
+                             + (f"\n{note}" if note else ""), fontsize=9 if note else None)
                 self._png[key] = figure_png(fig, dpi=80)
         return self._png[key]
+
+    def static_pngs(self) -> list[bytes]:
+        """The overlay, what staleness costs and buys over the runs, and over the predictions (after Predict)."""
+        return [*super().static_pngs(), *([self.predicted_png()] if self.predicted_png() else [])]
 
     def _caption(self) -> str:
         return self.status
@@ -310,11 +316,12 @@ class Explorer(StaticView):
 
         def progress(done: int, total: int) -> None:
             self.progress.max, self.progress.value = max(total, 1), min(done, max(total, 1))
-            self._status.value = f"{label}: running, {done}/{total} minibatches"
-            # the figure says so too (not "not run yet"), redrawn at most every FIGURE_EVERY_S seconds
-            self._running = f"{self._status.value}: drawn as it goes"
-            if time.monotonic() - self._drawn_at >= FIGURE_EVERY_S:
+            # The status line and the figure say the same count: both change together, at most every
+            # FIGURE_EVERY_S seconds, once minibatches are done (the progress bar moves at every call).
+            if done > 0 and time.monotonic() - self._drawn_at >= FIGURE_EVERY_S:
                 self._drawn_at = time.monotonic()
+                self._status.value = f"{label}: running, {done}/{total} minibatches"
+                self._running = f"{self._status.value}: drawn as it goes"
                 self.image.value = self.png()
 
         self._attempts += 1  # an ``out`` given to the explorer is a parent folder: out/<n>-S<s>
@@ -323,9 +330,11 @@ class Explorer(StaticView):
         kwargs = {**self._extra, **options, "out": out}
         # the figure draws the run as it goes from what this keeps (and hands on to a dashboard, if any)
         observer = self._live = KeepRecords(self._observer_factory(label) if self._observer_factory else None)
-        self.progress.value = 0
+        self.progress.value, self._drawn_at = 0, -math.inf
         self._status.value = f"{label}: starting"
+        self._running = f"{label}: starting (drawn as it goes once minibatches are done)"
         self._busy(True)
+        self.image.value = self.png()
         try:
             result, error = call_runner(self.runner, kwargs, progress, observer), None
         except BaseException as e:  # noqa: BLE001 - one line on the status line; run() raises it again
