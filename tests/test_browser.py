@@ -221,6 +221,10 @@ _JS_CELLS = """() => window.jupyterapp.shell.currentWidget.content.widgets
               images: Array.from(c.node.querySelectorAll('.jp-OutputArea-output img'))
                 .filter(i => i.complete && i.naturalWidth > 0)
                 .map(i => [i.naturalWidth, i.naturalHeight, Math.round(i.getBoundingClientRect().width)]),
+              broken: Array.from(c.node.querySelectorAll('.jp-OutputArea-output img'))
+                .filter(i => i.complete && i.naturalWidth === 0).length,
+              buttons: Array.from(c.node.querySelectorAll('.jp-OutputArea-output button'))
+                .map(b => [b.textContent.trim(), b.disabled]),
               area: Math.round((c.node.querySelector('.jp-OutputArea') || {clientWidth: 0}).clientWidth),
               sliders: c.node.querySelectorAll('.jp-OutputArea-output .widget-slider').length}))"""
 
@@ -360,6 +364,9 @@ def _check_quickstart(cells: list[dict]) -> None:
     # `bg = %dtrain ... --background` (an assignment) shows its live widget in its own cell
     (bg,) = [c for c in cells if c["source"].startswith("bg = %dtrain")]
     assert bg["images"], f"the background run's widget did not show: {bg}"
+    # ... with a Stop button (the README promises one), disabled once the run is over, and no broken image
+    assert [b for b in bg["buttons"] if b[0] == "Stop"] == [["Stop", True]], bg["buttons"]
+    assert not [c for c in cells if c["broken"]], [(c["source"], c["broken"]) for c in cells if c["broken"]]
 
 
 def test_quickstart_in_jupyterlab(tmp_path: Path) -> None:
