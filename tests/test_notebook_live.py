@@ -45,6 +45,7 @@ def test_live_axes_grow_with_the_data_not_the_budget() -> None:
         lo, hi = ax.get_xlim()
         assert lo == 0.0 and t_end <= hi <= 3.0 * t_end, (ax.get_title(), hi, t_end)
     assert fig.ax_prog.get_ylim()[1] <= 3.0 * 100  # steps per worker so far: 100 (the budget: 10000)
+    assert 300 <= fig.ax_samples.get_xlim()[1] <= 3.0 * 300  # minibatches so far: 300 (the budget: 30000)
 
 
 def test_the_background_widget_hides_its_image_until_the_first_figure_and_has_a_stop_button() -> None:

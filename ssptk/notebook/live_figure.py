@@ -167,7 +167,7 @@ class LiveFigure:
         t_end = view.t_end
         for ax in (self.ax_loss, self.ax_prog, self.ax_skew):
             self._range(ax, "x", 0.0, t_end, floor=0.0, ahead=t_end * grow if grow else None)
-        self._range(self.ax_samples, "x", 0.0, float(n), floor=0.0, ahead=float(total) if grow else None)
+        self._range(self.ax_samples, "x", 0.0, float(n), floor=0.0, ahead=float(n) * grow if grow else None)
         lo, hi, _ = view.loss_range
         if lo >= 0 and not self._log:
             lo = 0.0  # a falling loss would otherwise move the range at every refresh
