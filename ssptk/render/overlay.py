@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ssptk import analysis as an
+from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
 
 __all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks",
@@ -23,6 +24,8 @@ RunFrames = tuple[pd.DataFrame, "pd.DataFrame | None", "Mapping[str, Any] | None
 #: ``gid`` prefixes of the drawn lines (``"loss:<label>"``, ``"skew:<label>"``), so tests and tools can find them.
 LOSS_GID, SKEW_GID, BOUND_GID = "loss:", "skew:", "bound:"
 
+#: Most entries a legend inside a panel lists; more go below the panels.
+LEGEND_INSIDE = 4
 _FADED = {"lw": 1.0, "alpha": 0.3, "zorder": 2}
 _PLAIN = {"lw": 1.5, "alpha": 0.9, "zorder": 2}
 _HIGHLIGHT = {"lw": 2.4, "alpha": 1.0, "zorder": 4}
@@ -75,16 +78,32 @@ def overlay_figure(
         losses.append(overall["smoothed"])
         finished = an.finish_times(df, events) if events is not None else None
         skew = an.skew_timeline(df, finished, end_when_one_left=True)
-        ax_skew.plot(skew["elapsed"], skew["skew"], drawstyle="steps-post", label=label,
-                     gid=SKEW_GID + label, **kw)
+        draw_skew(ax_skew, skew["elapsed"], skew["skew"], kw.pop("color"), label=label, band=label == highlight,
+                  gid=SKEW_GID + label, **kw)
         bound = an.staleness_bound(config)
         if label == highlight and bound is not None:
             draw_bound(ax_skew, bound, color=colors[label], lw=1.0, gid=BOUND_GID + label)
     set_loss_scale(ax_loss, losses)
-    for ax in (ax_loss, ax_skew):
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small")
+    _legend(fig, ax_loss, ax_skew)
     return fig
+
+
+def _legend(fig: Figure, ax_loss: Any, ax_skew: Any) -> None:
+    """One legend for both panels (the runs' looks are the same in each): in the loss panel for a few entries,
+    below the panels in columns for more (a sweep with its predictions has a dozen, which would cover half a
+    panel)."""
+    handles, labels = ax_loss.get_legend_handles_labels()
+    for h, lab in zip(*ax_skew.get_legend_handles_labels()):
+        if lab not in labels and lab.startswith("bound"):
+            handles.append(h)
+            labels.append(lab)
+    if not handles:
+        return
+    if len(handles) <= LEGEND_INSIDE:
+        ax_loss.legend(handles, labels, fontsize="small")
+    else:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 5), fontsize="small",
+                   frameon=False)
 
 
 def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
