@@ -41,6 +41,7 @@ from bench_layouts import bench_scale_layouts
 from bench_network import bench_network
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
 from bench_predict import bench_predict_speed, bench_predicted_vs_real
+from bench_ps_pause import bench_ps_pause
 from bench_sim import bench_sim_vs_real
 from bench_soak import bench_soak
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
@@ -68,6 +69,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_async_floor,
     bench_tradeoff,
     bench_soak,
+    bench_ps_pause,
     bench_predict_speed,
     bench_predicted_vs_real,
     bench_network,
