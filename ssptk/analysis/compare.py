@@ -10,6 +10,7 @@ import pandas as pd
 
 from ssptk.analysis.held_out import held_out_curve, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
+from ssptk.analysis.traffic import step_split
 from ssptk.analysis.values import clean
 
 __all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "auto_target",
@@ -26,13 +27,13 @@ TARGET_FACTOR = 1.25
 COMPARE_COLUMNS: tuple[str, ...] = (
     "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
     "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
-    "max_staleness", "mb_per_minibatch", "link_busy", "diverged", "status",
+    "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "diverged", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
     "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
     "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness", "mb_per_minibatch",
-    "link_busy",
+    "link_busy", "transfer_share",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
@@ -40,11 +41,13 @@ _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the sta
 
 def _traffic_columns(traffic: Any) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
-    ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``)."""
+    ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``), ``transfer_share``
+    (the share of a worker's step its own bytes need at the link's rate: an estimate, a floor; ``None`` likewise)."""
     t = traffic if isinstance(traffic, Mapping) else {}
     busiest = t.get("busiest")
     return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),
-            "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None}
+            "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None,
+            "transfer_share": clean(step_split(t).get("transfer"))}
 
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
@@ -126,7 +129,7 @@ def compare_table(
     target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-                "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy"):
+                "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")

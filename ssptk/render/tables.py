@@ -2,6 +2,7 @@
 in text and HTML (4 significant digits, ``-`` for missing values, ``mean [min–max]`` for repeats)."""
 from __future__ import annotations
 
+import html
 import math
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -15,31 +16,88 @@ from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.render.text import evaluated_every
 from ssptk.render.tradeoff import tradeoff_lines
 
-__all__ = ["KEY_FIGURES", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "percent",
-           "shown_cells", "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
+__all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "percent",
+           "shown_cells", "table_html", "table_text", "takeaway_line", "target_lines", "terminal_table",
+           "terminal_text"]
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 #: Shares shown as percentages.
-_PERCENT = ("wait_fraction", "link_busy")
+_PERCENT = ("wait_fraction", "link_busy", "transfer_share")
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
 
 
 class ShownTable(pd.DataFrame):
-    """A comparison's table as a notebook or a REPL shows it: a figure that is missing reads ``-``, as in the
-    CLI's text, not pandas' ``<NA>``. Everything else is a plain DataFrame (what it derives is one)."""
+    """A comparison's table as a notebook or a REPL shows it (:func:`table_html`, :func:`table_text`): the
+    figures that matter under short headers, 4 significant digits, ``-`` for a missing one, a range under each
+    mean of repeated runs. Everything else is a plain DataFrame (what it derives is one), every column in it."""
 
     @property
     def _constructor(self) -> Any:
         return pd.DataFrame
 
-    def _shown(self) -> pd.DataFrame:
-        return pd.DataFrame(self).astype(object).where(self.notna(), "-")
-
     def __repr__(self) -> str:
-        return self._shown().to_string()
+        return table_text(self)
 
     def _repr_html_(self) -> str:
-        return str(self._shown().to_html(notebook=True))
+        return table_html(self)
+
+
+#: What a notebook and the report show of a comparison table, in order, under short headers; the other columns
+#: (mode and staleness: in the label; wall seconds, workers, ...; the spread columns, shown as ranges) stay in
+#: the DataFrame and metrics.csv. Figures no run has are left out.
+SHOWN_COLUMNS: dict[str, str] = {
+    "label": "run", "rep": "rep", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
+    "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
+    "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
+    "link_busy": "net busy", "transfer_share": "xfer", "status": "status"}
+_CELL = "white-space:nowrap;padding:2px 8px;text-align:{align};border-bottom:1px solid #ddd"
+_HEAD = "padding:2px 8px;text-align:{align};vertical-align:bottom;background:#f3f3f3;font-weight:600"
+
+
+def _display(table: pd.DataFrame) -> tuple[list[Any], list[dict[Any, tuple[str, str]]], dict[Any, bool], list[str]]:
+    """``(columns, rows, numeric, hidden)``: the :data:`SHOWN_COLUMNS` a table has values in; per row, per
+    column, its cell and the range under it (``""`` without repeats); which are numbers; the columns left out."""
+    cells, numeric = shown_cells(table, ranges_below=True)
+    paired = len(table) > 0 and len(cells) == 2 * len(table)
+    means = cells.iloc[0::2] if paired else cells
+    ranges = cells.iloc[1::2] if paired else None
+    columns = [c for c in SHOWN_COLUMNS if c in cells.columns
+               and (c == "label" or any(v not in ("-", "") for v in means[c]))]
+    rows = [{c: (means[c].iloc[i], "" if ranges is None else ranges[c].iloc[i]) for c in columns}
+            for i in range(len(means))]
+    spread = {f"{c}{x}" for c in FIGURE_COLUMNS for x in SPREAD_SUFFIXES}
+    hidden = [str(c) for c in table.columns if c not in columns and c not in spread
+              and c not in ("mode", "staleness", "diverged") and table[c].notna().any()]
+    return columns, rows, numeric, hidden
+
+
+def table_html(table: pd.DataFrame) -> str:
+    """A comparison table (or its repeats' aggregate, or one row per run) as a compact HTML table for a notebook
+    or the report: :data:`SHOWN_COLUMNS` under short headers (the column's name on hover), no cell wrapping, a
+    repeated figure's ``min–max`` on a line under its mean, then one line naming the columns left out."""
+    columns, rows, numeric, hidden = _display(table)
+    align = {c: "right" if numeric.get(c) else "left" for c in columns}
+    head = "".join(f'<th title="{html.escape(str(c), quote=True)}" style="{_HEAD.format(align=align[c])}">'
+                   f"{html.escape(SHOWN_COLUMNS[c])}</th>" for c in columns)
+    body = []
+    for row in rows:
+        tds = "".join(f'<td style="{_CELL.format(align=align[c])}">{html.escape(row[c][0])}'
+                      + (f'<br><span style="color:#777;font-size:85%">{html.escape(row[c][1])}</span>'
+                         if row[c][1] else "") + "</td>" for c in columns)
+        body.append(f"<tr>{tds}</tr>")
+    more = (f'<p style="color:#555;font-size:85%;margin:2px 0">Also in the DataFrame and metrics.csv: '
+            f"{html.escape(', '.join(hidden))}.</p>") if hidden else ""
+    return (f'<table class="ssptk-table" style="border-collapse:collapse;font-size:13px">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}")
+
+
+def table_text(table: pd.DataFrame) -> str:
+    """:func:`table_html`'s table as aligned text (a REPL's ``repr``), each range on a line under its mean."""
+    columns, rows, numeric, hidden = _display(table)
+    lines = pd.DataFrame([{c: v[k] for c, v in row.items()} for row in rows for k in (0, 1)
+                          if k == 0 or any(v[1] for v in row.values())], columns=columns)
+    text = _aligned(lines, numeric, columns, SHOWN_COLUMNS)
+    return text + (f"\n(also in the DataFrame: {', '.join(hidden)})" if hidden else "")
 
 
 def _fmt(value: Any) -> str:
@@ -141,9 +199,10 @@ TERMINAL_COLUMNS: dict[str, str] = {
     "label": "run", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
     "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
-    "link_busy": "net busy", "status": "status",
+    "link_busy": "net busy", "transfer_share": "xfer", "status": "status",
 }
-_DROP_ORDER = ("mb_per_minibatch", "repeats", "final_accuracy", "mean_staleness", "steps_to_target", "wait_fraction")
+_DROP_ORDER = ("transfer_share", "mb_per_minibatch", "repeats", "final_accuracy", "mean_staleness", "steps_to_target",
+               "wait_fraction")
 _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
@@ -152,6 +211,8 @@ _LEGEND = {
     "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
     "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
     "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
+    "transfer_share": "xfer: at least this share of a worker's step is transfer (its bytes at the link's rate: "
+                      "an estimate)",
 }
 
 
@@ -162,7 +223,7 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     a single run's table in the same width."""
     cells, numeric = shown_cells(table, ranges_below=True)
     columns = [c for c in TERMINAL_COLUMNS if c in cells.columns]
-    for c in ("final_accuracy", "link_busy", "mb_per_minibatch"):  # a column no run has says nothing
+    for c in ("final_accuracy", "link_busy", "mb_per_minibatch", "transfer_share"):  # a column no run has says nothing
         if c in columns and (c not in table.columns or table[c].isna().all()):
             columns.remove(c)
     text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)

@@ -118,9 +118,10 @@ def _tasks_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
             n = _steps_of(task, s)
             cells.append(f"{_num(counts['sent'] / n / 1e3)} / {_num(counts['received'] / n / 1e3)}"
                          if isinstance(counts, Mapping) and n else "-")
-        rows.append(f"<tr><td>{html.escape(task)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ('<div class="table-wrap"><table><thead><tr><th>kB per minibatch (a worker: its own), sent / received</th>' + head
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+        rows.append(f"<tr><td>{html.escape(task)}</td>" + "".join(f"<td>{c}</td>" for c in cells)
+                    + "</tr>")
+    return ('<div class="table-wrap"><table><thead><tr><th>kB per minibatch (a worker: its own), sent / received</th>'
+            + head + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
 
 def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
@@ -137,5 +138,6 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         f'<p class="notes">{html.escape(CAPACITY_SENTENCE)}</p>',
         f'<p class="notes">{legend}. {html.escape(SPLIT_SENTENCE)}</p>',
         _tasks_table(measured),
-        '<p class="notes">MB/minibatch: what the workers sent and received per minibatch. Bytes are IP packets on each task\'s link, headers included, counted by the kernel '
-        "(traffic.json); a worker sends its gradients (push) and receives the parameters (pull).</p>"])
+        '<p class="notes">MB/minibatch: what the workers sent and received per minibatch. Bytes are IP packets on '
+        "each task's link, headers included, counted by the kernel (traffic.json); a worker sends its gradients (push) "
+        "and receives the parameters (pull).</p>"])
