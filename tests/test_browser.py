@@ -334,6 +334,8 @@ def _screenshot_images(page, cells: list[dict], tmp: Path) -> None:
         if cell["images"]:
             path = tmp / f"cell-{k}.png"
             code_cells.nth(k).locator(".jp-OutputArea-output img").first.screenshot(path=str(path))
+            if cell["buttons"]:  # a widget with controls (the background run's Stop): the whole output, to look at
+                code_cells.nth(k).locator(".jp-OutputArea").first.screenshot(path=str(tmp / f"cell-{k}-output.png"))
             cell["shot"] = list(struct.unpack(">II", path.read_bytes()[16:24]))  # the PNG header's width, height
 
 

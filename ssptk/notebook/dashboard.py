@@ -100,8 +100,11 @@ class LiveDashboard:
             # hidden until the first figure: an Image without a value shows as a broken image
             self._img = ipywidgets.Image(format="png", layout=ipywidgets.Layout(max_width="100%", display="none"))
             self._html = ipywidgets.HTML(value=self._progress_html())
-            self.widget = ipywidgets.VBox([self._img, ipywidgets.HBox([*controls, self._html]) if controls
-                                           else self._html])
+            if controls:
+                self._html.layout.flex = "1 1 auto"  # the progress line takes the row's width beside the controls
+            self.widget = ipywidgets.VBox([self._img, ipywidgets.HBox([*controls, self._html],
+                                                                      layout=ipywidgets.Layout(align_items="center"))
+                                           if controls else self._html])
 
     # --- the RunObserver protocol ---------------------------------------------------------------
 
