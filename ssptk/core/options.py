@@ -16,6 +16,17 @@ from ssptk.core.labels import STALE_MODES, label_of, parse_mode
 from ssptk.core.models import BUILTIN, MODEL_HINT
 from ssptk.core.network import Network, parse_network
 from ssptk.core.option_types import typed
+from ssptk.core.resources import (
+    BATCH_COPIES,
+    RECORD_BYTES,
+    SHARED_TASK_BYTES,
+    SIM_RECORD_BYTES,
+    TASK_BYTES,
+    check_fits,
+    example_bytes,
+    run_estimate,
+    sim_estimate,
+)
 
 LAYOUTS = ("auto", "processes", "shared")
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
@@ -51,10 +62,15 @@ OPTIONS: tuple[Option, ...] = (
            f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
            f"so the completed-step skew the logs show is at most S+1 (ssp only; default {DEFAULT_STALENESS})",
            "S"),
-    Option("workers", int, 3, "number of worker tasks", "N"),
+    Option("workers", int, 3, "number of worker tasks; a run is refused before it starts when its memory, "
+           f"estimated from --workers, --batch and --steps, exceeds what the machine has available (each task "
+           f"{TASK_BYTES >> 20} MB as a process, {SHARED_TASK_BYTES >> 20} MB in the shared layout)", "N"),
     Option("steps", int, 200,
-           "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared)", "K"),
-    Option("batch", int, 16, "minibatch size", "B"),
+           "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared); the "
+           f"launcher summarises N*K step records at the end ({RECORD_BYTES / 1000:g} KB each of memory), the "
+           f"simulator every step it simulates ({SIM_RECORD_BYTES} bytes each)", "K"),
+    Option("batch", int, 16, f"minibatch size (each worker holds its minibatch about {BATCH_COPIES} times over)",
+           "B"),
     Option("lr", float, None, "learning rate (default: the model's own)", "LR"),
     Option("lr_convention", str, "minibatch",
            "minibatch: every minibatch's gradient moves the parameters by LR x gradient in every mode (sync and "
@@ -287,6 +303,18 @@ def _check_network(o: RunOptions) -> None:
         raise UsageError(f"--ps must be from 1 to {MAX_PS} parameter-server tasks, got {o.ps}")
     if o.ps > 1 and o.mode == "allreduce":
         raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
+
+
+def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None) -> None:
+    """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
+    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes)."""
+    per_example = example_bytes(o.model)
+    if predicted:
+        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True)
+    else:
+        estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
+                                per_example=per_example, records=not o.no_log)
+    check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
 
 
 def skew_bound(staleness: int) -> int:

@@ -1,6 +1,7 @@
 """What a run leaves when it ends: ``summary.json`` and TensorBoard event files, from its logs."""
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
@@ -19,14 +20,19 @@ def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
     summary and the run's failure: a full disk that kept ``summary.json`` from being written fails a run
     that had none (the summary is then only in memory)."""
     summary, loaded = run_summary(run_dir, opts, failure, ps_cpu_s)
+    rd = RunDir(run_dir)
     try:
-        RunDir(run_dir).write_summary(summary)
+        rd.write_summary(summary)
+        write_tensorboard(run_dir, loaded)  # all its event files or none
     except DiskFull as e:
         if failure is None:
             failure = TaskFailure.of("ssptk", str(e))
             summary, _ = run_summary(run_dir, opts, failure, ps_cpu_s)
-        return summary, failure
-    write_tensorboard(run_dir, loaded)
+            if os.path.exists(rd.summary_path):  # the TensorBoard files did not fit: the summary must say so
+                try:
+                    rd.write_summary(summary)
+                except DiskFull:  # a summary saying ok of a run that failed would lie: none, then
+                    os.unlink(rd.summary_path)
     return summary, failure
 
 
@@ -39,12 +45,14 @@ def interruption(e: KeyboardInterrupt) -> TaskFailure:
 
 
 def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:
-    """TensorBoard event files in ``run_dir/tensorboard/`` (:mod:`ssptk.render.tensorboard`); never
-    fails the run."""
+    """TensorBoard event files in ``run_dir/tensorboard/`` (:mod:`ssptk.render.tensorboard`); fails the run only
+    on a full disk (:class:`DiskFull`: then none are left)."""
     from ssptk.render import tensorboard
 
     try:
         tensorboard.write_events(run_dir, loaded)
+    except DiskFull:
+        raise
     except Exception:  # noqa: BLE001 - a broken event file must not fail a run (nothing recorded)
         pass
 

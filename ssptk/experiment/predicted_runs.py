@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, check_target, resolve
+from ssptk.core.options import RunOptions, check_memory, check_target, resolve
+from ssptk.core.resources import check_sim
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
@@ -49,6 +50,7 @@ def plan(overhead: float | None = None, run_dir: str | None = None, **options: A
         raise UsageError(f"--overhead must be a number of seconds >= 0, got {overhead!r}")
     opts = resolve(**options)
     check_model(opts)
+    check_memory(opts, predicted=True)
     run_dir = new_run_dir(run_dir if run_dir is not None else opts.out, f"{opts.mode}-predicted")
     opts.out = run_dir
     return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead))
@@ -126,6 +128,7 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
             raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
         from ssptk.sim import simulate as timing
 
+        check_sim(workers, steps)
         return timing(mode, workers, steps, overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead, **options)
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
     target = check_target(target)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, resolve, to_argv
+from ssptk.core.options import RunOptions, check_memory, resolve, to_argv
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, notify_starting
 from ssptk.launch.supervisor import Outcome, not_restarted_in_start_up, supervise
+from ssptk.launch.warm import Stopped
 from ssptk.rundir import USER_MODEL_FILE, RunDir
 
 __all__ = ["PreparedRun", "RunResult", "check_before_start", "check_model", "execute", "new_run_dir", "prepare", "run",
@@ -114,6 +115,7 @@ def check_before_start(opts: RunOptions) -> dict[str, str]:
     """What resolving cannot check alone: the model (:func:`check_model`), and ``--gpus`` fits the machine.
     Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises :class:`UsageError`."""
     check_model(opts)
+    check_memory(opts)  # before any process starts: what this machine cannot hold is refused in one line
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)
@@ -285,19 +287,12 @@ def _layout(opts: RunOptions) -> str:
     return "shared" if opts.shared else "processes"
 
 
-class Stopped(int):
-    """How many warm clusters :func:`shutdown` stopped: an int that says so when a notebook shows it."""
-
-    def __repr__(self) -> str:
-        return (f"stopped {int(self)} warm cluster{'' if self == 1 else 's'}" if self
-                else "no warm cluster was running")
-
-
 def shutdown() -> Stopped:
-    """Stop the warm clusters this process keeps (see ``run(warm=True)``); returns how many (an ``int``)."""
+    """Stop the warm clusters this process keeps (see ``run(warm=True)``): the idle ones now, one serving a run as
+    soon as that run ends; returns how many it stopped (an ``int``; :class:`~ssptk.launch.warm.Stopped`)."""
     from ssptk.launch import warm
 
-    return Stopped(warm.shutdown())
+    return warm.shutdown()
 
 
 def _port_taken(failure: TaskFailure) -> bool:

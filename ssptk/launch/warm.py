@@ -6,8 +6,9 @@ start-up in every task. Each run's state lives in its own container on the PS, r
 ends (see ``ssptk.runtime.task``), so no run sees another's variables, counters or queues.
 
 A run that fails or is interrupted discards its cluster (a task may be stuck in a barrier); the next
-run starts a fresh one. :func:`shutdown` (also at interpreter exit) stops them all; the tasks also
-die with their parent process, and exit when their stdin pipe closes.
+run starts a fresh one. :func:`shutdown` (also at interpreter exit) stops the idle ones at once, and a cluster
+serving a run (a background run, another thread's) as soon as that run ends, instead of pooling it: it says
+which (:class:`Stopped`). The tasks also die with their parent process, and exit when their stdin pipe closes.
 """
 from __future__ import annotations
 
@@ -26,6 +27,30 @@ PoolKey = tuple[int, tuple[tuple[str, str], ...], bool, int, str]
 _lock = threading.Lock()
 _idle: dict[PoolKey, LocalCluster] = {}
 _busy: set[int] = set()
+_retiring: set[int] = set()  # busy clusters that shutdown() asked to stop: stopped when their runs end
+
+
+class Stopped(int):
+    """How many idle warm clusters :func:`shutdown` stopped (an ``int``), and in ``in_use`` how many that serve a
+    run now, which stop as soon as their runs end; says so when a notebook shows it."""
+
+    in_use: int
+
+    def __new__(cls, stopped: int, in_use: int = 0) -> Stopped:
+        self = super().__new__(cls, stopped)
+        self.in_use = in_use
+        return self
+
+    def __repr__(self) -> str:
+        n, busy = int(self), self.in_use
+        stopped = f"stopped {n} warm cluster{'' if n == 1 else 's'}" if n else ""
+        if not busy:
+            return stopped or "no warm cluster was running"
+        later = (f"{busy} warm cluster{'' if busy == 1 else 's'} in use by a run will stop as soon as "
+                 f"{'that run ends' if busy == 1 else 'their runs end'}")
+        return f"{stopped}; {later}" if stopped else later
+
+    __str__ = __repr__
 
 
 def _key(workers: int, gpus: dict[str, str], shared: bool, ps_tasks: int = 1,
@@ -71,12 +96,15 @@ def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None =
 
 
 def release(cluster: LocalCluster, ok: bool) -> None:
-    """Give a cluster back after a run: kept for the next run if the run went well, else stopped."""
+    """Give a cluster back after a run: kept for the next run if the run went well (and :func:`shutdown` was not
+    called while it ran), else stopped."""
     with _lock:
         _busy.discard(id(cluster))
+        retired = id(cluster) in _retiring
+        _retiring.discard(id(cluster))
         key = _key(len(cluster.spec["worker"]), cluster.gpu_assignment, isinstance(cluster, SharedCluster),
                    len(cluster.spec.get("ps", [])), cluster.network)
-        keep = ok and cluster.alive() and key not in _idle
+        keep = ok and not retired and cluster.alive() and key not in _idle
         if keep:
             _idle[key] = cluster
     if not keep:
@@ -89,15 +117,17 @@ def idle_clusters() -> list[LocalCluster]:
         return list(_idle.values())
 
 
-def shutdown() -> int:
-    """Stop every idle warm cluster; returns how many were stopped. Runs in progress are not touched
-    (their clusters stop when they end)."""
+def shutdown() -> Stopped:
+    """Stop every idle warm cluster now, and every cluster serving a run as soon as that run ends (the run itself
+    goes on to its end); returns how many of each (:class:`Stopped`)."""
     with _lock:
         clusters = list(_idle.values())
         _idle.clear()
+        _retiring.update(_busy)
+        in_use = len(_busy)
     for cluster in clusters:
         _discard(cluster)
-    return len(clusters)
+    return Stopped(len(clusters), in_use)
 
 
 def _discard(cluster: LocalCluster) -> None:

@@ -17,6 +17,7 @@ Nothing here imports TensorFlow.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -37,6 +38,7 @@ from ssptk.analysis import (
     start_time,
 )
 from ssptk.rundir import RunDir, load_run
+from ssptk.rundir.space import writing
 
 __all__ = ["write_events"]
 
@@ -111,16 +113,37 @@ def _text(tag: str, obj: Any, wall: float) -> tuple[int, bytes]:
     return 0, event_pb2.Event(wall_time=wall, summary=summary_pb2.Summary(value=[value])).SerializeToString()
 
 
-def _write_file(folder: Path, items: list[tuple[int, bytes]], wall0: float, pb: Any) -> None:
-    """One event file: the version record, then ``items`` in step order (so no reader purges)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def _write_file(folder: Path, items: list[tuple[int, bytes]], wall0: float, pb: Any, written: list[Path]) -> None:
+    """One event file: the version record, then ``items`` in step order (so no reader purges). Written whole
+    under a hidden temporary name, then renamed (:class:`~ssptk.core.errors.DiskFull` on a full disk, the
+    temporary file removed); ``written`` gets what was made, folders included, so a later failure can take it
+    back."""
+    for made in reversed([folder, *folder.parents]):
+        if not made.exists():
+            with writing(str(made)):
+                made.mkdir()
+            written.append(made)
     head = pb.Event(wall_time=wall0, file_version="brain.Event:2").SerializeToString()
     items = sorted(items, key=lambda item: item[0])  # stable: equal steps keep their order
     blob = _frame([head] + [payload for _, payload in items])
     name = f"{_PREFIX}{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.ssptk"
     tmp = folder / ("." + name + ".tmp")
-    tmp.write_bytes(blob)
+    try:
+        with writing(str(folder / name)):
+            tmp.write_bytes(blob)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     os.replace(tmp, folder / name)
+    written.append(folder / name)
+
+
+def _take_back(written: list[Path]) -> None:
+    """Remove what a failed :func:`write_events` made (files, then the folders it created, newest first)."""
+    for path in reversed(written):
+        with contextlib.suppress(OSError):
+            path.rmdir() if path.is_dir() else path.unlink()
 
 
 def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) -> str | None:
@@ -130,7 +153,8 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
     from an earlier call are replaced, so calling it again does not duplicate points. A run without
     step records gets only the ``config``/``summary`` texts. Returns the folder, or None (nothing
     written) when the ``tensorboard`` package is not installed. Raises ``FileNotFoundError`` if
-    ``run_dir`` is not a directory. ``loaded``: what ``load_run(run_dir)`` returns, when the caller
+    ``run_dir`` is not a directory, and :class:`~ssptk.core.errors.DiskFull` on a full disk: every event file is
+    then taken back (all or none are written). ``loaded``: what ``load_run(run_dir)`` returns, when the caller
     has it already (the launcher, which has just summarised the run).
     """
     try:
@@ -171,7 +195,12 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
     folder = Path(rd.tensorboard_dir)
     for old in folder.glob(f"**/{_PREFIX}*"):  # an earlier call's files: replace, never add to them
         old.unlink()
-    _write_file(folder, top, t0, pb)
-    for worker, items in workers.items():
-        _write_file(Path(rd.tensorboard_worker_dir(worker)), items, t0, pb)
+    written: list[Path] = []
+    try:
+        _write_file(folder, top, t0, pb, written)
+        for worker, items in workers.items():
+            _write_file(Path(rd.tensorboard_worker_dir(worker)), items, t0, pb, written)
+    except BaseException:  # all the event files or none: a run's charts never stop half-way
+        _take_back(written)
+        raise
     return str(folder)

@@ -18,6 +18,7 @@ from ssptk.core.models import ModelSpec, data_source, eval_batch
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
+from ssptk.runtime.checkpoint import save_whole
 from ssptk.runtime.ps_loop import variable_names
 from ssptk.runtime.recorder import Recorder
 
@@ -109,6 +110,6 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         os.makedirs(rd.model_dir, exist_ok=True)
         eval_loss, accuracy = held_out()
         ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
-        ckpt.write(rd.checkpoint_prefix)
+        save_whole(rd, lambda: ckpt.write(rd.checkpoint_prefix))
         rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
     rec.close()

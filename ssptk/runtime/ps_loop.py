@@ -28,6 +28,7 @@ from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
+from ssptk.runtime.checkpoint import save_whole
 from ssptk.runtime.reaper import exit_with_descendants
 from ssptk.runtime.recorder import Recorder
 from ssptk.runtime.rejoin import UNREACHED_ATTEMPTS, Rejoined, rejoin_free, rejoin_sync, unreached
@@ -181,8 +182,9 @@ class Trainer:
         os.makedirs(self.run_dir.model_dir, exist_ok=True)
         eval_loss, accuracy = self._held_out()
         values = self.sess.run(self.g.model_vars)
-        with self.g.graph.as_default():
-            self.sess.call(self.g.saver.save, self.sess.session, self.run_dir.checkpoint_prefix, write_meta_graph=False)
+        with self.g.graph.as_default():  # complete or absent; a full disk said in one line
+            save_whole(self.run_dir, lambda: self.sess.call(self.g.saver.save, self.sess.session,
+                                                            self.run_dir.checkpoint_prefix, write_meta_graph=False))
         self.run_dir.write_final(float(eval_loss), variable_names(self.g.model_vars), values, accuracy)
 
     def _rejoin(self, attempt: int) -> Rejoined:
