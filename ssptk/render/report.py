@@ -17,7 +17,15 @@ from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.tables import KEY_FIGURES, format_table, lr_lines, shown_cells, takeaway_line, target_lines
+from ssptk.render.tables import (
+    KEY_FIGURES,
+    format_table,
+    lr_lines,
+    shown_cells,
+    table_html,
+    takeaway_line,
+    target_lines,
+)
 from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
 from ssptk.render.traffic import network_section
 from ssptk.rundir import load_run
@@ -79,8 +87,7 @@ class Report:
         parts = [f'<div class="ssptk-report"><style>{_CSS}</style>',
                  f"<h2>{html.escape(self.title)}</h2>",
                  # a wide table scrolls inside the report instead of widening the page (and JupyterLab's cell)
-                 '<div class="table-wrap">' + shown_cells(self.table)[0].to_html(index=False, border=0, escape=True)
-                 + "</div>"]
+                 '<div class="table-wrap">' + table_html(self.table) + "</div>"]
         parts += [f'<p class="notes">{html.escape(note)}</p>' for note in self.notes]
         if self.predicted is not None:
             parts += ["<h2>Predicted and measured</h2>", '<div class="table-wrap">'
@@ -171,7 +178,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                         held_out_figure(runs, table.attrs.get("target") if on else None)))
     if len(table) > 1:
         figures.append(("What staleness costs and buys: minibatches to the target (cost per update), steps/s "
-                        "(speed) and time to the target (both together), from sync to async; the fastest is starred only when its lead is more than noise",
+                        "(speed) and time to the target (both together), from sync to async; the fastest is "
+                        "starred only when its lead is more than noise",
                         tradeoff_figure(table, table.attrs.get("target"))))
     if per_run:
         for label, value in runs.items():
