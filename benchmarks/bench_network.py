@@ -23,6 +23,20 @@ def _model_bytes() -> float:
     return 4.0 * mlp_parameters(WIDTH)
 
 
+def mlp_variable_bytes(width: int) -> list[float]:
+    """``mlp:WIDTH``'s variables' float32 bytes in the order the model makes them (each kernel as
+    ``MLP_BLOCKS`` column blocks, then its bias): what ``--ps K`` places shard by shard."""
+    import numpy as np
+
+    from ssptk.core.models import MLP_BLOCKS
+
+    out: list[float] = []
+    for fan_in, fan_out in ((64, width), (width, width), (width, 10)):
+        out += [4.0 * fan_in * len(c) for c in np.array_split(np.arange(fan_out), min(MLP_BLOCKS, fan_out))]
+        out.append(4.0 * fan_out)
+    return out
+
+
 def _ps_sent(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
     t = summary.get("traffic") or {}
     ps = sum(c["sent"] for task, c in (t.get("tasks") or {}).items() if task.startswith("ps:"))
@@ -37,7 +51,7 @@ def _predicted(common: dict[str, Any], mode: str, ps: int, overhead_ms: float | 
     if overhead_ms is None:
         return None
     return simulate(mode, common["workers"], common["steps"], overhead=overhead_ms / 1000.0,
-                    network=common["network"], ps=ps, model_bytes=_model_bytes()).steps_per_s
+                    network=common["network"], ps=ps, model_bytes=mlp_variable_bytes(WIDTH)).steps_per_s
 
 
 def bench_network(ctx: Context) -> list[Row]:
@@ -70,4 +84,121 @@ def bench_network(ctx: Context) -> list[Row]:
         rows.append(Row(f"network: {label} predicted / measured steps/s", ratio(_predicted(common, mode, ps, overhead),
                                                                                   measured), _within(0.15),
                         note="overhead calibrated on the free async run"))
+    return rows
+
+
+# --- predicted against shaped real runs -------------------------------------------------------------------------
+
+PREDICTED_MODEL, PREDICTED_NETWORK = "mlp:256", "ps=20mbit"  # 85 k parameters: 0.36 MB per pull, 7 pulls/s
+PREDICTED_MODES, PREDICTED_SHARDS = ("sync", "ssp:2", "async"), (1, 4)
+#: (workers, layout, steps per worker): each a group of real runs with one target; ``SSPTK_BENCH_NETWORK_GROUPS``
+#: (``4:processes:30,8:shared:15``) picks others
+PREDICTED_GROUPS = ((4, "processes", 30), (4, "shared", 30), (8, "processes", 15))
+
+
+def _groups() -> list[tuple[int, str, int]]:
+    import os
+
+    text = os.environ.get("SSPTK_BENCH_NETWORK_GROUPS")
+    if not text:
+        return list(PREDICTED_GROUPS)
+    return [(int(w), layout, int(k)) for w, layout, k in (g.split(":") for g in text.split(","))]
+
+
+def _kept(keep: str) -> Any:
+    """An ``inspect`` that copies the run directory to ``keep/<label>`` (the harness deletes its own)."""
+    import shutil
+
+    def inspect(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
+        shutil.copytree(run_dir, keep, dirs_exist_ok=True)
+        return {"kept": keep}
+    return inspect
+
+
+def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
+    """One group: each mode and shard count free (its per-step overhead), shaped (measured) and predicted
+    (the shaped options, the free run's overhead); minibatches to one target: the real shaped runs' own."""
+    import json
+    import os
+
+    from ssptk.analysis import compare_table
+    from ssptk.experiment.predicted_runs import plan, predict
+    from ssptk.rundir import load_run
+
+    base = os.path.join(os.environ.get("SSPTK_BENCH_KEEP") or ctx.tmp, f"pred-{workers}-{layout}")
+    common: dict[str, Any] = dict(model=PREDICTED_MODEL, workers=workers, steps=steps, layout=layout, seed=0)
+    labels = [f"{m} ps={k}" for m in PREDICTED_MODES for k in PREDICTED_SHARDS]
+    shaped: dict[str, dict[str, Any]] = {}
+    free: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        mode, k = label.split(" ps=")
+        opts = dict(common, mode=mode, ps=int(k))
+        free[label] = ctx.run(f"{label} free {workers}{layout[0]}", **opts)
+        shaped[label] = ctx.run(f"{label} {workers}{layout[0]}", inspect=_kept(os.path.join(base, "real", label)),
+                                network=PREDICTED_NETWORK, **opts)
+    os.makedirs(base, exist_ok=True)
+    with open(os.path.join(base, "free.json"), "w") as f:  # what the predictions were made from
+        json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step")}
+                   for label in labels}, f)
+    plans, planned = [], []
+    for label in labels:
+        overhead = free[label].get("overhead_ms")
+        if overhead and shaped[label].get("kept"):
+            mode, k = label.split(" ps=")
+            plans.append(plan(overhead / 1000.0, run_dir=os.path.join(base, "predicted", label), mode=mode, ps=int(k),
+                              network=PREDICTED_NETWORK, gpus="none", stall_timeout=0,
+                              **{**common, "layout": "processes"}))
+            planned.append(label)
+    predicted = dict(zip(planned, predict(plans, raise_on_failure=False)))
+    real = compare_table({label: load_run(shaped[label]["kept"]) for label in planned})
+    target = real.attrs["target"]
+    pred = compare_table({label: load_run(r.run_dir) for label, r in predicted.items()}, target=target)
+    ctx.note("")
+    ctx.note(f"**{workers} workers, {layout}**: `--model {PREDICTED_MODEL} --network {PREDICTED_NETWORK} --steps "
+             f"{steps}`; target: training loss {target if target is None else f'{target:.4f}'} (the shaped runs').")
+    ctx.note("")
+    ctx.note("| run | free steps/s | overhead ms | shaped steps/s | PS link busy | predicted | predicted / measured | "
+             "minibatches to target, measured | predicted | predicted / measured |")
+    ctx.note("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows: list[Row] = []
+    for label in planned:
+        r, p = real.set_index("label").loc[label], pred.set_index("label").loc[label]
+        speed = ratio(p["steps_per_s"], r["steps_per_s"])
+        to_target = ratio(_num(p["steps_to_target"]), _num(r["steps_to_target"]))
+        line = (f"| {label} | {_f(free[label].get('steps_per_s'))} | {_f(free[label].get('overhead_ms'))} | "
+                f"{_f(r['steps_per_s'])} | {_f(r['link_busy'], '.2f')} | {_f(p['steps_per_s'])} | {_f(speed, '.2f')} | "
+                f"{_f(r['steps_to_target'], '.0f')} | {_f(p['steps_to_target'], '.0f')} | {_f(to_target, '.2f')} |")
+        ctx.note(line)
+        print(f"    {line}", flush=True)
+        name = f"network_predicted: {workers} {layout} {label}"
+        rows += [Row(f"{name}: predicted / measured steps/s", speed, _within(0.15)),
+                 Row(f"{name}: predicted / measured minibatches to target", to_target, _within(0.20))]
+    return rows
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if v != v else v
+
+
+def _f(x: Any, fmt: str = ".1f") -> str:
+    v = _num(x)
+    return "-" if v is None else format(v, fmt)
+
+
+def bench_network_predicted(ctx: Context) -> list[Row]:
+    """The simulator's steps/s and minibatches to target against shaped real runs: sync, ssp:2 and async, with
+    ``--ps 1`` and ``--ps 4``, per group of :data:`PREDICTED_GROUPS` (``--quick``: the first group, 10 steps)."""
+    ctx.note(f"Each run is made free (`--network` left out: its calibrated per-step overhead, the prediction's "
+             f"clock) and shaped (`--network {PREDICTED_NETWORK}`: measured); the prediction is `ssptk.predict` "
+             "with the shaped options and the free run's overhead (the schedule simulated through the links, "
+             "replayed with the model's gradients). One round: a group takes 12 runs.")
+    rows: list[Row] = []
+    groups = _groups()
+    for workers, layout, steps in groups[:1] if ctx.quick else groups:
+        print(f"  {workers} workers, {layout}", flush=True)
+        rows += _group(ctx, workers, layout, 10 if ctx.quick else steps)
     return rows

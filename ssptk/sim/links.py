@@ -2,11 +2,11 @@
 
 Every task has a full-duplex link (``--network``'s rate for its role; an unshaped role's link is free): what it
 sends goes out of its link, what it receives comes in. A transfer from task ``a`` to task ``b`` crosses ``a``'s
-link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do, **max-min fairly**
-(the fluid limit: each link's rate is split equally among the transfers that can use more, and a transfer held
-back elsewhere, at the slowest link it crosses, leaves its unused share to the others; :class:`Fluid`). So N
-workers that pull at once from one PS all finish late together, where a first-come queue would serve them one
-by one. A step of worker ``i`` is
+link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do: **fairly** (each
+link's rate split among the transfers that can use more; one held back at a slower link it crosses leaves the
+rest to the others: max-min fairness, :class:`Fluid`), but not evenly: each transfer's share is weighted by a
+draw of :data:`SHARE_SIGMA`, as measured. So N workers that pull at once from one PS all finish late, near
+together, where a first-come queue would serve them one by one. A step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
    ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
@@ -25,21 +25,20 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Sequence
 from itertools import count
 
 from ssptk.core.network import Network
 
-__all__ = ["GLOBAL_STEP_BYTES", "INITIAL_WINDOW_BYTES", "PROTOCOL_OVERHEAD", "TURN_S", "Fluid", "Links", "shard_bytes"]
+__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "shard_bytes"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
-#: TCP's initial window, bytes: 10 segments of loopback's 65483 (its MTU is 64 KiB). Every transfer starts
-#: with it: a connection idle for longer than its retransmission timeout (as between two pulls) starts over.
-INITIAL_WINDOW_BYTES = 10 * 65483
-#: Seconds between two transfers that would enter the links at the same instant: requests are handled one after
-#: another, so equal workers never start exactly together (in lockstep they would share every link forever).
-TURN_S = 1e-4
+#: How unevenly TCP shares a link: each transfer's weight is drawn from a log-normal of this sigma. Measured on a
+#: 20 Mbit/s htb link here: 4 transfers started together end at 2.6-4.3x the time one alone takes (exact fair
+#: sharing: all at 4x), often one well before the rest; that unevenness is what lets equal workers drift apart.
+SHARE_SIGMA = 0.3
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
 _PULL, _PUSH, _LAND = 0, 1, 2
@@ -61,35 +60,31 @@ def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
 
 
 class Fluid:
-    """Transfers in flight over links of fixed rates (bits per second), sharing them as TCP flows share a queue.
+    """Transfers in flight over links of fixed rates (bits per second), sharing them weighted max-min fairly.
 
-    Each transfer's share of a link is its weight's: its congestion window, ``window`` bits to start with plus
-    every bit it has sent (TCP's slow start, which never ends on a link that drops nothing: loopback's queue is
-    deep), so transfers that start together share equally and one that arrives behind a running transfer gets
-    little until its window grows. ``window=None``: equal weights (processor sharing). Over several links the
-    shares are weighted max-min fair: the link that gives the least per unit of weight fixes the rates of its
-    transfers, the rest of the other links goes to theirs (progressive filling).
+    On one link each transfer's rate is the link's rate times its weight over the weights in flight (all 1:
+    processor sharing, what TCP flows through one queue do on average). Over several links: the link that gives
+    the least per unit of weight fixes the rates of its transfers, the rest of the other links they cross goes
+    to the others there (progressive filling), so a transfer goes at the pace of the slowest link it crosses.
 
     :meth:`add` a transfer of ``bits`` over some links; :meth:`next_end` says when the next one ends at the
     present rates; :meth:`advance` moves the clock (never past that); :meth:`pop_done` takes the ended ones off.
-    Rates are worked out again only after the set of transfers changed (on one link, windows that grow with what
-    their transfers sent keep their ratios, so the shares hold until then).
+    Rates are worked out again only after the set of transfers changed.
     """
 
-    def __init__(self, rates: Sequence[float], window: float | None = None) -> None:
+    def __init__(self, rates: Sequence[float]) -> None:
         self.cap = [float(r) for r in rates]
-        self.window = window
         self.members: list[set[int]] = [set() for _ in self.cap]
-        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, bits at the start]
+        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, weight]
         self.now = 0.0
         self._ids = count()
         self._stale = False
         self._end: tuple[float, int | None] | None = None
 
-    def add(self, bits: float, links: Sequence[int]) -> int:
+    def add(self, bits: float, links: Sequence[int], weight: float = 1.0) -> int:
         """A transfer of ``bits`` (> 0) over ``links`` (at least one), starting now; returns its id."""
         fid = next(self._ids)
-        self.flows[fid] = [float(bits), tuple(links), 0.0, float(bits)]
+        self.flows[fid] = [float(bits), tuple(links), 0.0, float(weight)]
         for link in links:
             self.members[link].add(fid)
         self._stale = True
@@ -125,15 +120,12 @@ class Fluid:
 
     def pop_done(self, fid: int | None = None) -> list[int]:
         """Take off the transfers that have ended (``fid`` counts as ended: :meth:`next_end` named it)."""
-        done = [k for k, f in self.flows.items() if k == fid or f[0] <= 1e-9 * f[3] + 1e-6]
+        done = [k for k, f in self.flows.items() if k == fid or f[0] <= 1e-6]
         for k in done:
             for link in self.flows.pop(k)[1]:
                 self.members[link].discard(k)
         self._stale = self._stale or bool(done)
         return done
-
-    def _weight(self, f: list) -> float:
-        return 1.0 if self.window is None else self.window + f[3] - f[0]
 
     def _share(self) -> None:
         """Weighted max-min fair rates by progressive filling."""
@@ -142,7 +134,7 @@ class Fluid:
         weight: dict[int, float] = {}
         unfixed: dict[int, int] = {}
         heap: list[tuple[float, int]] = []
-        w = {fid: self._weight(f) for fid, f in self.flows.items()}
+        w = {fid: f[3] for fid, f in self.flows.items()}
         for link, m in enumerate(self.members):
             if m:
                 left[link], unfixed[link] = self.cap[link], len(m)
@@ -178,10 +170,11 @@ class Links:
     """Every link of a simulated cluster (``shards`` PS tasks, 0 for ``allreduce``, and ``workers`` workers under
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
-    ``window_bytes``: TCP's initial window (``None``: the links' transfers share them equally)."""
+    ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
+    exactly evenly)."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
-                 window_bytes: float | None = INITIAL_WINDOW_BYTES) -> None:
+                 share_sigma: float = SHARE_SIGMA, seed: int = 0) -> None:
         self.delay = network.delay_s
         rates: list[float] = []
 
@@ -196,7 +189,9 @@ class Links:
         self.ps_in = [link(ps) for _ in range(shards)]
         self.w_out = [link(worker) for _ in range(workers)]
         self.w_in = [link(worker) for _ in range(workers)]
-        self.fluid = Fluid(rates, None if window_bytes is None else 8.0 * window_bytes)
+        self.fluid = Fluid(rates)
+        self.sigma = share_sigma
+        self.rng = random.Random(seed)
         wire = 8.0 * PROTOCOL_OVERHEAD
         self.pieces = [wire * b for b in shard_bytes(model_bytes, shards)] if shards else []
         total = float(model_bytes) if isinstance(model_bytes, (int, float)) else float(sum(model_bytes))
@@ -208,7 +203,6 @@ class Links:
         self.pending = [0] * workers  # pieces of the worker's transfer still in the links
         self.owner: dict[int, int] = {}
         self.in_flight = 0
-        self.entered = -math.inf  # when the last transfer entered the links
 
     def __bool__(self) -> bool:
         return self.in_flight > 0
@@ -240,10 +234,6 @@ class Links:
             if what == _LAND:
                 self.in_flight -= 1
                 return t, w
-            if t < self.entered + TURN_S:  # another entered just now: this one's turn comes next
-                self._at(self.entered + TURN_S, what, w)
-                continue
-            self.entered = t
             self._enter(w, what, t)
 
     def _at(self, t: float, what: int, worker: int) -> None:
@@ -263,7 +253,8 @@ class Links:
         for bits, crossed in parts:
             links = [x for x in crossed if x is not None]
             if bits > 0 and links:
-                self.owner[self.fluid.add(bits, links)] = w
+                weight = self.rng.lognormvariate(0.0, self.sigma) if self.sigma else 1.0
+                self.owner[self.fluid.add(bits, links, weight)] = w
                 n += 1
         self.pending[w] = n
         if not n:

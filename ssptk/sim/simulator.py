@@ -215,7 +215,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     jit = parse_jitter(jitter)
     models = [DelayModel(i, strag, jit, seed) for i in range(n)]
     base = float(overhead) + float(compute)
-    links = _links(network, n, ps, model_bytes, name)
+    links = _links(network, n, ps, model_bytes, name, seed)
     kw = {} if links is None else {"flight": links}
 
     if name in ("async", "ssp"):
@@ -242,7 +242,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
 
 
 def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | Sequence[float] | None,
-           mode: str) -> Links | None:
+           mode: str, seed: int = 0) -> Links | None:
     """The simulated links, or ``None`` where transfers take no time (no network, or nothing shaped)."""
     net = parse_network(network)
     if net is None or not net.shaped:
@@ -254,7 +254,7 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
                          "model_bytes= in Python)")
     size: float | list[float] = (float(sizes[0]) if isinstance(model_bytes, (int, float, np.number))
                                  else [float(b) for b in sizes])
-    return Links(net, workers, 0 if mode == "allreduce" else shards, size)
+    return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed)
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
