@@ -28,13 +28,16 @@ def test_transfers_on_one_link_share_it_equally_and_the_slowest_link_holds_a_tra
     assert two.next_end()[0] == pytest.approx(1.0)
 
 
-def test_a_transfer_arriving_behind_a_running_one_gets_the_share_of_its_window() -> None:
-    link = Fluid([8e6], window=1e6)
+def test_a_heavier_transfer_takes_more_of_a_link_and_a_late_one_its_share_at_once() -> None:
+    link = Fluid([8e6])
     first = link.add(8e6, [0])
-    link.advance(0.5)  # it sent 4 Mbit alone: its window is 5 Mbit, a newcomer's 1 Mbit
-    late = link.add(8e6, [0])
-    assert link.rate(first) == pytest.approx(8e6 * 5 / 6) and link.rate(late) == pytest.approx(8e6 / 6)
-    assert link.next_end() == (pytest.approx(0.5 + 4e6 / (8e6 * 5 / 6)), first)
+    link.advance(0.5)  # alone: 4 Mbit sent
+    late = link.add(9e6, [0], weight=3.0)  # TCP gives a newcomer its share at once (measured), here weighted 3:1
+    assert link.rate(first) == pytest.approx(2e6) and link.rate(late) == pytest.approx(6e6)
+    assert link.next_end() == (pytest.approx(2.0), late)
+    link.advance(2.0)
+    assert link.pop_done(late) == [late] and link.rate(first) == pytest.approx(8e6)  # the link is its own again
+    assert link.next_end() == (pytest.approx(2.125), first)
 
 
 def test_shards_hold_the_bytes_placed_on_them() -> None:
@@ -47,11 +50,11 @@ def test_shards_hold_the_bytes_placed_on_them() -> None:
 
 def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     t = 8 * MB * PROTOCOL_OVERHEAD / 8e6  # seconds for one model through 8 Mbit/s
-    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB)
+    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0)
     one.start(0, 0.0, 0.0)
     one.start(1, 0.0, 0.0)
     ends = [one.next(), one.next()]  # both pulls share the PS's link out (2t), then both pushes its link in
-    assert [w for _, w in ends] == [0, 1] and [e for e, _ in ends] == pytest.approx([4 * t, 4 * t], rel=1e-3)
+    assert [w for _, w in ends] == [0, 1] and [e for e, _ in ends] == pytest.approx([4 * t, 4 * t])
     assert not one
     two = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB / 2, MB / 2])
     two.start(0, 0.0, 0.0)
@@ -66,10 +69,11 @@ def test_sync_through_one_ps_link_keeps_it_half_idle_and_four_shards_lift_it() -
     rate = {(m, k): simulate(m, 4, 10, overhead=0.05, network="ps=100mbit", ps=k, model_bytes=size).steps_per_s
             for m, k in (("sync", 1), ("async", 1), ("sync", 4))}
     limit = 100e6 / (8 * size * PROTOCOL_OVERHEAD)
-    # sync: all pull at once, then all push: each direction of the link is busy half the time at most; async's
-    # pulls and pushes interleave and keep the link out nearly full
-    assert rate["sync", 1] < 0.55 * limit and 0.8 * limit < rate["async", 1] <= limit * 1.001
-    assert rate["sync", 4] > 3.5 * rate["sync", 1]
+    # sync: all pull at once, then all push: each direction of the link is busy little more than half the time
+    # (a first-come queue would overlap one worker's push with the next one's pull: ~0.8); async's pulls and
+    # pushes interleave and keep the link out mostly busy (exactly even sharing would keep them in step: 0.5)
+    assert rate["sync", 1] < 0.6 * limit and 0.7 * limit < rate["async", 1] <= limit * 1.001
+    assert rate["sync", 4] > 3 * rate["sync", 1]
 
 
 def test_a_ps_bound_run_is_predicted_at_the_links_pace() -> None:
@@ -78,8 +82,9 @@ def test_a_ps_bound_run_is_predicted_at_the_links_pace() -> None:
     bound = [simulate("async", 4, 20, overhead=0.01, network="ps=100mbit", ps=k, model_bytes=size) for k in (1, 2, 4)]
     limit = 100e6 / (8 * size * PROTOCOL_OVERHEAD)  # minibatches per second the PS's link can pull
     assert free.steps_per_s > 50
-    assert 0.85 * limit < bound[0].steps_per_s <= 1.001 * limit  # the link out full, but at the start and the end
-    assert bound[1].steps_per_s > 1.8 * bound[0].steps_per_s and bound[2].steps_per_s > 3.5 * bound[0].steps_per_s
+    # the link out nearly full: workers drift apart as TCP shares unevenly, so pulls and pushes interleave
+    assert 0.75 * limit < bound[0].steps_per_s <= 1.001 * limit
+    assert bound[1].steps_per_s > 1.4 * bound[0].steps_per_s and bound[2].steps_per_s > 2.4 * bound[0].steps_per_s
 
 
 def test_no_time_without_a_shaped_network_and_no_guess_without_a_size() -> None:
