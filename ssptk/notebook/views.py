@@ -10,6 +10,7 @@ from ssptk import analysis as an
 from ssptk.core.errors import UsageError
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
+from ssptk.render.tables import ShownTable
 from ssptk.render.tradeoff import tradeoff_figure
 
 __all__ = ["KeepRecords", "StaticView"]
@@ -55,9 +56,13 @@ class StaticView:
         return self._png[key]
 
     def table(self) -> pd.DataFrame:
-        """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure."""
+        """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure; a notebook shows it
+        formatted (:class:`ssptk.render.tables.ShownTable`), every column still in the DataFrame."""
         runs = self._runs()  # type: ignore[attr-defined]
-        return an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
+        table = an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
+        shown = ShownTable(table)
+        shown.attrs.update(table.attrs)
+        return shown
 
     def static_pngs(self) -> list[bytes]:
         """Every figure the view shows, as PNG bytes: the overlay, then what staleness costs and buys (with two
