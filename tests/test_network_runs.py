@@ -40,6 +40,10 @@ def test_a_shaped_run_is_held_to_its_links_bytes(tmp_path: Path) -> None:
     busiest, share = shaped.summary["traffic"]["busiest"]
     # over the training time, with the start-up's bytes (initial values, first pulls) counted: a little over 1 at most
     assert busiest == "ps:0" and 0.5 < share <= 1.15
+    # a worker's step: the CPU its process spent (measured) and its own bytes at the PS link's rate (estimated)
+    split, ps = shaped.summary["traffic"], t["tasks"]["ps:0"]
+    assert 0 < split["compute_ms"] < split["step_ms"] and free.summary["traffic"]["transfer_ms"] is None
+    assert split["transfer_ms"] == pytest.approx((ps["sent"] + ps["received"]) * 8e3 / 16e6 / shaped.summary["total_steps"])
 
 
 def test_the_hosts_loopback_keeps_its_speed_during_a_shaped_run(tmp_path: Path) -> None:
