@@ -108,6 +108,9 @@ def test_what_a_restarted_worker_reads_of_its_log_and_errors(tmp_path: Path) -> 
     log.write_text('{"event":"start","worker":1}\n{"t":1,"worker":1,"step":1,"minibatch":4}\n'
                    '{"t":2,"worker":1,"step":2,"minibatch":7}\n{"event":"hung","minibatch":9}\n{"t":3,"wor')
     assert logged_tail(str(log)) == (2, 7)  # the hung step's minibatch is not a record; a partial line is skipped
+    with log.open("a") as f:  # a restart named an update its dead self did not log: accounted for, and counted
+        f.write('\n{"event":"restart","worker":1,"after_step":3,"unlogged":{"minibatch":8,"global_step":20}}\n')
+    assert logged_tail(str(log)) == (3, 8)
     refused = ("UNAVAILABLE: From /job:ps/replica:0/task:0:\nfailed to connect to all addresses; last error: "
                "UNKNOWN: ipv4:127.0.0.1:41234: Failed to connect to remote host: Connection refused")
     assert unreached(RuntimeError(refused), "127.0.0.1:41234")

@@ -7,7 +7,8 @@ self can land, and the ledger tells what its dead self left:
   whether it died killed, crashed or hung), and the last update it applied; if its log lacks that one (it
   died between the update and the record), the ``restart`` event names it as ``unlogged``;
 - sync: the step its last gradient was pushed for; if that update is still pending, its gradient is in it,
-  so the restarted worker waits for that update and starts after it (``unlogged``: that minibatch).
+  so the restarted worker waits for that update and starts after it; if its log lacks that minibatch, the
+  ``restart`` event names it as ``unlogged`` (without backup workers, where every pushed gradient is applied).
 
 A restarted worker can also find the PS unable to reach it for a moment (the PS's connection to its dead
 self's port is still failing, ``UNAVAILABLE ... Connection refused``); :func:`unreached` tells such an error,
@@ -56,20 +57,22 @@ def rejoin_sync(sess: Any, g: Any, log_path: str, n: int, index: int, backup: in
     backlog = int(sess.run(g.backlog))
     if backlog:
         newest = int(sess.run(g.drain, {g.drain_n: backlog})[0][-1])
-    steps, _ = logged_tail(log_path)
+    steps, last_mb = logged_tail(log_path)
     unlogged = None
     if pushed >= 0 and pushed == g_now:
         while newest < g_now + 1:  # the update with its dead self's gradient in it
             newest = int(sess.run(g.drain, {g.drain_n: 1})[0][-1])
-        if not backup:  # with backup workers it may have come too late for that update
-            unlogged = {"minibatch": g_now * n + index, "global_step": g_now + 1}
         g_now += 1
+    # Without backup workers every pushed gradient is in its update; with them, one may have come too late.
+    if pushed >= 0 and not backup and last_mb != pushed * n + index:
+        unlogged = {"minibatch": pushed * n + index, "global_step": pushed + 1}
     return Rejoined(max(g_now, newest), steps + (unlogged is not None), unlogged)
 
 
 def logged_tail(path: str) -> tuple[int, int | None]:
     """The last ``step`` in a worker's log (0 if none), where a restarted worker goes on counting, and the
-    minibatch of its last step record (``None`` if none)."""
+    minibatch of its last step record, or of the ``unlogged`` update an earlier restart named after it (``None``
+    if none)."""
     last, minibatch = 0, None
     try:
         with open(path, "rb") as f:
@@ -79,6 +82,10 @@ def logged_tail(path: str) -> tuple[int, int | None]:
                     if "step" in r:
                         last = max(last, int(r.get("step") or 0))
                         minibatch = int(r["minibatch"])
+                    elif r.get("event") == "restart":  # an earlier restart's count, and the update it named
+                        last = max(last, int(r.get("after_step") or 0))
+                        if isinstance(r.get("unlogged"), dict):
+                            minibatch = int(r["unlogged"]["minibatch"])
                 except (ValueError, AttributeError, TypeError, KeyError):
                     continue
     except OSError:
