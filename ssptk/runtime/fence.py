@@ -15,8 +15,8 @@ Every step takes its worker's lock once its gradients are on the PS, checks ``ow
 start number, then updates, counts and writes the ledger, and lets go: claim and update are one fact. A
 restart takes the same lock, sets ``owner[i]`` to its own number and reads the ledger: a step of its dead
 self that got the lock first is in the ledger; one that comes later fails its check and changes nothing.
-Built only for runs that restart workers: the locks cost nothing measurable with one PS task, and with
-``--ps K`` two messages per step and shard.
+Built only for runs that restart workers (``--restart-failed``): each step takes a lock on ``ps:0``, and with
+``--ps K`` each other shard sends one more message per step to ``ps:0`` (its gradients arrived) and gets one back.
 """
 from __future__ import annotations
 
