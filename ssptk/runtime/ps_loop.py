@@ -193,8 +193,8 @@ class Trainer:
             raise UsageError("--rejoin needs --restart-failed (give every task the same run options)")
         log = self.run_dir.worker_log(self.index)
         opts = self.opts
-        back = (rejoin_sync(self.sess, self.g, log, self.n, self.index, opts.backup) if opts.mode == "sync"
-                else rejoin_free(self.sess, self.g, log))
+        back = self._reaching((lambda: rejoin_sync(self.sess, self.g, log, self.n, self.index, opts.backup))
+                              if opts.mode == "sync" else (lambda: rejoin_free(self.sess, self.g, log)), [])
         self.step_offset = back.after_step
         where = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
         self.rec.event("restart", attempt=attempt, after_step=back.after_step, unlogged=back.unlogged, **where)
@@ -246,8 +246,8 @@ class Trainer:
             self._hang_watch.end()
 
     def _reaching(self, step_fn: Any, inputs: list[Any]) -> Any:
-        """``step_fn(*inputs)``, run again while the PS cannot connect to this worker (a restarted worker, while
-        the PS's connection to its dead self's port still fails): nothing of such a step ran on the PS."""
+        """``step_fn(*inputs)``, run again while a connection to this worker's port fails (a restarted worker, while
+        the PS's connection to its dead self's port still fails): nothing of such a run happened on the PS."""
         for attempt in range(UNREACHED_ATTEMPTS):
             try:
                 return step_fn(*inputs)
