@@ -49,6 +49,10 @@ def test_a_step_splits_into_measured_compute_and_wait_and_the_transfer_its_bytes
 def test_a_shaped_worker_link_carries_its_own_steps_and_an_unshaped_run_has_no_transfer_estimate() -> None:
     t = summary(counters(ps_rate=None, worker_rate=10e6))["traffic"]
     assert t["transfer_ms"] == pytest.approx(3.65e6 / 5 * 8 / 10e6 * 1000)  # each worker took 5 of the 10 steps
+    ring = {"rates": {"worker:0": 10e6, "worker:1": 10e6},  # allreduce: a worker's ring sends while it receives
+            "tasks": {"worker:0": {"sent": 1_000_000, "received": 1_200_000},
+                      "worker:1": {"sent": 1_000_000, "received": 1_200_000}}}
+    assert summary(ring)["traffic"]["transfer_ms"] == pytest.approx(1.2e6 / 5 * 8 / 10e6 * 1000)
     free = summary(counters(ps_rate=None), cpu_s=None)["traffic"]
     assert free["transfer_ms"] is None and free["compute_ms"] is None and free["link_busy"] == {}
     split = step_split(free)

@@ -12,7 +12,7 @@ A worker's step is split (:func:`step_split`) into what was measured and what it
   event: forward, backward and serialising the tensors), measured; only where each worker is its own process;
 - **transfer**: an *estimate*, the seconds a step's own bytes (pull and push, measured per minibatch) need at
   the rate of the narrowest shaped link they cross, as if that link carried nothing else: a floor, known only
-  under ``--network``;
+  under ``--network`` (allreduce: the fuller direction of a worker's link, as its ring sends while it receives);
 - **wait**: what the mode blocked (``wait_fraction``), measured;
 - **other**: the rest of the step: queueing behind other workers' transfers on a shared link, the PS's own work,
   waiting for a free core, protocol round trips.
@@ -80,6 +80,8 @@ def _step_parts(counts: Mapping[str, tuple[int, int]], rates: Mapping[str, Any],
                 wall_s: float, wait_fraction: float | None, cpu_s: float | None) -> dict[str, float | None]:
     """``step_ms``, ``transfer_ms``, ``compute_ms``, ``wait_ms`` (see :func:`traffic_summary`)."""
     n_workers = sum(t.startswith("worker:") for t in counts) or workers
+    # a PS step's pull and push follow one another (sent + received); allreduce's ring sends while it receives
+    ring = not any(t.startswith("ps:") for t in counts)
     seconds: list[float] = []  # per shaped link the step crosses: its bytes of one step at the link's rate
     for task, (sent, received) in counts.items():
         rate = rates.get(task)
@@ -87,7 +89,7 @@ def _step_parts(counts: Mapping[str, tuple[int, int]], rates: Mapping[str, Any],
             continue
         # a PS shard carries its part of every minibatch; a worker's link carries its own steps' bytes
         steps = n if task.startswith("ps:") else n / n_workers
-        seconds.append((sent + received) * 8 / float(rate) / steps)
+        seconds.append((max(sent, received) if ring else sent + received) * 8 / float(rate) / steps)
     step_s = workers * wall_s / n
     return {"step_ms": 1000.0 * step_s, "transfer_ms": 1000.0 * max(seconds) if seconds else None,
             "compute_ms": None if cpu_s is None else 1000.0 * cpu_s / n,
