@@ -8,7 +8,7 @@ import pytest
 from ssptk.core.errors import UsageError
 from ssptk.core.models import builtin_parameters, mlp_parameters
 from ssptk.core.network import parse_network
-from ssptk.sim import simulate
+from ssptk.sim import ideal_for, simulate
 from ssptk.sim.links import PROTOCOL_OVERHEAD, Fluid, Links, shard_bytes
 
 MB = 1e6
@@ -97,3 +97,17 @@ def test_no_time_without_a_shaped_network_and_no_guess_without_a_size() -> None:
 def test_built_in_sizes() -> None:
     assert builtin_parameters("mlp") == mlp_parameters(1024) == 1024 * 1024 + 76 * 1024 + 10
     assert builtin_parameters("digits") == 2410 and builtin_parameters("pkg.mod:fn") is None
+
+
+def test_the_overhead_of_a_shaped_run_leaves_its_transfers_out() -> None:
+    size = 4 * mlp_parameters(256)
+    for net, overhead in (("ps=100mbit", 0.2), ("ps=20mbit", 0.05)):  # compute-bound, then link-bound
+        shaped = simulate("async", 4, 20, overhead=overhead, network=net, model_bytes=size, seed=1)
+        plain = ideal_for(shaped.steps, "async", 4, 20, seed=1)
+        known = ideal_for(shaped.steps, "async", 4, 20, seed=1, network=net, model_bytes=size)
+        assert known["ideal_steps_per_s"] == pytest.approx(shaped.steps_per_s, rel=0.1)
+        assert plain["overhead_ms"] > known["overhead_ms"]  # without the network: the transfers counted as compute
+    # where the link is not the bound, the step's own cost is found again; where it is, steps/s hardly depend on it
+    compute_bound = simulate("async", 4, 20, overhead=0.2, network="ps=100mbit", model_bytes=size, seed=1)
+    found = ideal_for(compute_bound.steps, "async", 4, 20, seed=1, network="ps=100mbit", model_bytes=size)
+    assert found["overhead_ms"] == pytest.approx(200, rel=0.1)

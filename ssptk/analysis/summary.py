@@ -9,6 +9,7 @@ from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.metrics import summarize
 from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
 from ssptk.core.errors import TaskFailure
+from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir, load_run
 from ssptk.sim import ideal_for
@@ -71,8 +72,10 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
     # A failed run simulates only the budget it got through (a run that stopped at step 12 of --steps
     # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
     budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
+    size = builtin_parameters(opts.model)  # under --network the calibrated overhead leaves the transfers out
     return ideal_for(steps, opts.mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
-                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed)
+                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed, network=opts.network,
+                     ps=opts.ps, model_bytes=None if size is None else 4.0 * size)
 
 
 def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:

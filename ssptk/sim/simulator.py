@@ -259,20 +259,42 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
               backup: int = 0, straggler: dict[int, float] | None = None, jitter: str | None = None,
-              seed: int = 0) -> dict[str, float | None]:
+              seed: int = 0, network: str | Network | None = None, ps: int = 1,
+              model_bytes: float | Sequence[float] | None = None) -> dict[str, float | None]:
     """What the simulator predicts for a real run's options, with the overhead calibrated from its records.
 
     ``measured_over_ideal`` near 1 means the run's throughput is what its consistency mode, delays and
     per-step cost explain; well below 1, the engine loses time the model does not (extra round trips).
+    Under a shaped ``network`` (with ``model_bytes``) a step's time includes its transfers: the overhead is the
+    one whose simulated run, calibrated alike, gives the run's own (the step's cost without them; where the link
+    is the bound, step times hardly depend on it, so the estimate is loose and matters little).
     """
     none: dict[str, float | None] = {"overhead_ms": None, "ideal_steps_per_s": None}
+    name = "sync" if mode == "allreduce" else mode
+    kw: dict[str, Any] = dict(staleness=staleness, backup=backup, straggler=straggler, jitter=jitter, seed=seed)
+    net = parse_network(network) if model_bytes is not None else None
+    if net is not None and net.shaped:
+        kw.update(network=net, ps=ps if mode != "allreduce" else 1, model_bytes=model_bytes)
     try:
         overhead = calibrate_overhead(steps_df, workers)
-        sim = simulate("sync" if mode == "allreduce" else mode, workers, steps, staleness=staleness, backup=backup,
-                       straggler=straggler, jitter=jitter, seed=seed, overhead=overhead)
+        if "network" in kw:
+            overhead = _without_transfers(overhead, name, workers, min(steps, 30), kw)
+        sim = simulate(name, workers, steps, overhead=overhead, **kw)
     except UsageError:
         return none
     return {"overhead_ms": 1000.0 * overhead, "ideal_steps_per_s": sim.steps_per_s}
+
+
+def _without_transfers(measured: float, mode: str, workers: int, steps: int, kw: dict[str, Any]) -> float:
+    """The overhead whose simulated run's :func:`calibrate_overhead` is ``measured`` (bisection: it grows with it)."""
+    lo, hi = 0.0, measured
+    for _ in range(12):
+        mid = (lo + hi) / 2
+        if calibrate_overhead(simulate(mode, workers, steps, overhead=mid, **kw).steps, workers) < measured:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
