@@ -92,7 +92,9 @@ OPTIONS: tuple[Option, ...] = (
            repeat=True),
     Option("jitter", str, None,
            "random extra delay every step (seconds): exp:MEAN, uniform:LO:HI, or pause:P:SECONDS (with "
-           "probability P a step is held SECONDS longer: a transient straggler)", "SPEC"),
+           "probability P a step is held SECONDS longer: a transient straggler), or trace:PATH (replay the step "
+           "times of another run, a run directory or a CSV of worker,seconds: a cluster's stragglers on a laptop)",
+           "SPEC"),
     Option("layout", str, "auto",
            "processes: every task (the PS, each worker) is a process of its own; shared: one process holds the PS "
            "and every worker, each task still with its own TensorFlow server, the workers as threads (far less "

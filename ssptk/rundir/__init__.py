@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ssptk.rundir import trace as _trace  # noqa: F401  (installs the reader of --jitter trace:PATH)
 from ssptk.rundir.comparison import ComparisonDir
 from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, task_log_name
 

@@ -1,0 +1,97 @@
+"""Step-time traces: the per-worker step times of a finished run (any ssptk run directory, a Slurm or
+``TF_CONFIG`` run's gathered one included) or of a CSV, as delays that ``--jitter trace:PATH`` replays.
+
+A worker's step time here is the time between its consecutive updates (``t``) less the time the mode made it
+wait (``wait_s``): what its own compute, communication and injected delays took. Replayed, each worker is
+held for its step time **above the source run's fastest steps** (the 1st percentile over all its workers):
+the machine that replays the trace supplies that floor with its own step time, so a trace taken on the same
+machine comes back with the same distribution, and one from a cluster brings its stragglers and jitter home
+on top of the laptop's own compute. ``docs/run-directory.md`` ("Step-time traces") documents the CSV.
+
+Importing this module installs :func:`read_step_trace` as :mod:`ssptk.core.delays`' trace reader.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import os
+
+from ssptk.core import delays
+from ssptk.core.errors import UsageError
+from ssptk.rundir.layout import RunDir
+
+__all__ = ["FLOOR_QUANTILE", "MAX_TRACE_STEPS", "read_step_trace", "step_times"]
+
+#: The quantile of all the source's step times taken as its floor (its fastest steps, a few outliers aside).
+FLOOR_QUANTILE = 0.01
+#: The most step times kept per worker (the latest ones): a trace is a distribution, not an archive.
+MAX_TRACE_STEPS = 100_000
+#: The largest CSV read (bytes).
+MAX_CSV_BYTES = 64 * 1024 * 1024
+
+
+def step_times(run_dir: str) -> dict[int, list[float]]:
+    """Each worker's step times in a run directory, in step order (seconds, see the module's docstring)."""
+    from ssptk.rundir.logs import read_run  # pandas: only where a trace is read
+
+    steps, _ = read_run(run_dir)
+    out: dict[int, list[float]] = {}
+    if steps.empty:
+        return out
+    for w, df in steps.sort_values(["worker", "step"]).groupby("worker"):
+        t, wait = df["t"].to_numpy(float), df["wait_s"].to_numpy(float)
+        own = [float(b - a - max(wt, 0.0)) for a, b, wt in zip(t[:-1], t[1:], wait[1:])]
+        out[int(w)] = [x for x in own if math.isfinite(x) and x >= 0]
+    return out
+
+
+def _csv_step_times(path: str) -> dict[int, list[float]]:
+    if os.path.getsize(path) > MAX_CSV_BYTES:
+        raise UsageError(f"--jitter trace:{path}: the CSV is over {MAX_CSV_BYTES // 2**20} MiB; give fewer steps")
+    out: dict[int, list[float]] = {}
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or not {"worker", "seconds"} <= set(reader.fieldnames):
+            raise UsageError(f"--jitter trace:{path}: the CSV needs a header with columns worker,seconds "
+                             "(one row per step, in order)")
+        for n, row in enumerate(reader, start=2):
+            try:
+                w, s = int(row["worker"]), float(row["seconds"])
+            except (TypeError, ValueError):
+                raise UsageError(f"--jitter trace:{path}: line {n}: worker must be an integer and seconds a "
+                                 "number") from None
+            if w < 0 or not math.isfinite(s) or s < 0:
+                raise UsageError(f"--jitter trace:{path}: line {n}: give a worker >= 0 and seconds >= 0")
+            out.setdefault(w, []).append(s)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: str, mtime_ns: int) -> tuple[tuple[float, ...], ...]:
+    if os.path.isdir(path):
+        if not os.path.isdir(RunDir(path).workers_dir):
+            raise UsageError(f"--jitter trace:{path}: not a run directory (no workers/ step logs) and not a CSV")
+        times = step_times(path)
+    else:
+        times = _csv_step_times(path)
+    times = {w: s[-MAX_TRACE_STEPS:] for w, s in times.items() if s}
+    if not times:
+        raise UsageError(f"--jitter trace:{path}: no step times in it (a run needs two steps of a worker)")
+    every = sorted(x for s in times.values() for x in s)
+    floor = every[min(len(every) - 1, int(FLOOR_QUANTILE * len(every)))]
+    return tuple(tuple(round(max(x - floor, 0.0), 6) for x in times[w]) for w in sorted(times))
+
+
+def read_step_trace(path: str) -> tuple[tuple[float, ...], ...]:
+    """Each source worker's step times above the source's floor, in order (workers by index): what
+    ``--jitter trace:PATH`` replays. ``path``: a run directory or a CSV with columns ``worker,seconds``."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError as e:
+        raise UsageError(f"--jitter trace:{path}: {e.strerror.lower() if e.strerror else e}; give a run "
+                         "directory or a CSV of worker,seconds") from None
+    return _read(os.path.realpath(path), mtime)
+
+
+delays.set_trace_reader(read_step_trace)

@@ -1,0 +1,102 @@
+"""``--jitter trace:PATH``: a run's (or a CSV's) per-worker step times replayed as delays, in real runs and the
+simulator (issue 23, point 4). The strict distribution check (quantiles within 10%) is a benchmark
+(``benchmarks/bench_trace.py``); here: the reading rules, the exact replay order, and one real replay."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_gone
+
+import ssptk
+from ssptk.core.delays import DelayModel, parse_jitter
+from ssptk.core.errors import UsageError
+from ssptk.rundir.trace import read_step_trace, step_times
+from ssptk.sim import simulate
+
+#: A real run: ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 120 --straggler 2:0.01
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "recorded" / "ssp2-straggler"
+
+
+def _csv(tmp_path: Path, rows: list[tuple[int, float]], name: str = "t.csv") -> Path:
+    p = tmp_path / name
+    p.write_text("worker,seconds\n" + "".join(f"{w},{s}\n" for w, s in rows))
+    return p
+
+
+def test_a_csv_trace_is_each_workers_step_times_above_the_sources_fastest(tmp_path: Path) -> None:
+    p = _csv(tmp_path, [(0, 0.010), (1, 0.050), (0, 0.012), (1, 0.060), (0, 0.011)])
+    assert read_step_trace(str(p)) == ((0.0, 0.002, 0.001), (0.04, 0.05))
+    j = parse_jitter(f"trace:{p}")
+    assert j is not None and str(j) == f"trace:{p}" and j.longest == pytest.approx(0.05)
+
+
+def test_a_run_directory_trace_leaves_out_the_modes_waits() -> None:
+    times = step_times(str(RECORDED))
+    assert sorted(times) == [0, 1, 2] and all(110 <= len(t) <= 120 for t in times.values())
+    # worker 2 was the straggler (10 ms a step more): its step times sit above the others'
+    assert np.median(times[2]) > np.median(times[0]) + 0.007
+    trace = read_step_trace(str(RECORDED))
+    assert min(min(t) for t in trace) == 0.0 and np.median(trace[2]) > 0.007
+
+
+def test_each_worker_replays_its_source_worker_in_order_from_a_seeded_step(tmp_path: Path) -> None:
+    p = _csv(tmp_path, [(0, 0.0), (0, 0.1), (0, 0.2), (1, 0.5), (1, 0.6)])
+    j = parse_jitter(f"trace:{p}")
+    a, again = DelayModel(0, None, j, seed=3).take(7), DelayModel(0, None, j, seed=3).take(7)
+    assert list(a) == list(again)
+    start = [0.0, 0.1, 0.2].index(a[0])
+    assert list(a) == [[0.0, 0.1, 0.2][(start + k) % 3] for k in range(7)]
+    assert set(DelayModel(1, None, j, seed=3).take(4)) <= {0.5, 0.6}
+    assert set(DelayModel(2, None, j, seed=3).take(4)) <= {0.0, 0.1, 0.2}  # worker 2 of 3 takes source worker 0
+    assert DelayModel(1, {1: 1.0}, j, seed=3).next() >= 1.5  # a straggler adds to the trace
+
+
+@pytest.mark.parametrize("body, match", [
+    (None, r"trace:.*missing: no such file or directory; give a run directory or a CSV of worker,seconds"),
+    ("seconds\n0.1\n", r"the CSV needs a header with columns worker,seconds"),
+    ("worker,seconds\n0,-1\n", r"line 2: give a worker >= 0 and seconds >= 0"),
+    ("worker,seconds\n", r"no step times in it"),
+    ("", r"the CSV needs a header"),
+])
+def test_bad_traces_are_refused_in_one_line(tmp_path: Path, body: str | None, match: str) -> None:
+    p = tmp_path / "missing"
+    if body is not None:
+        p.write_text(body)
+    with pytest.raises(UsageError, match=match):
+        parse_jitter(f"trace:{p}")
+
+
+def test_a_directory_that_is_no_run_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"not a run directory \(no workers/ step logs\) and not a CSV"):
+        ssptk.sim.simulate("async", workers=2, steps=5, jitter=f"trace:{tmp_path}")
+
+
+def test_the_simulator_replays_a_trace_with_its_stragglers() -> None:
+    spec = f"trace:{RECORDED}"
+    res = simulate("async", workers=3, steps=100, jitter=spec, seed=1)
+    per_worker = res.steps.groupby("worker")["delay_s"].median()
+    assert per_worker[2] > per_worker[0] + 0.007  # the source's straggler is worker 2's again
+    plain = simulate("async", workers=3, steps=100, seed=1)
+    assert res.wall_s > plain.wall_s
+
+
+@pytest.mark.slow
+def test_a_real_run_replays_a_recorded_runs_step_times(tmp_path: Path) -> None:
+    """The delays a replaying run sleeps are the source's, in order; its straggler is the source's straggler."""
+    out = tmp_path / "rep"
+    r = ssptk.run(mode="async", workers=3, steps=60, gpus="none", jitter=f"trace:{RECORDED}", out=str(out))
+    assert r.ok
+    trace = read_step_trace(str(RECORDED))
+    for w in range(3):
+        lines = (out / "workers" / f"worker-{w}.jsonl").read_text().splitlines()
+        slept = [json.loads(x)["delay_s"] for x in lines if '"event"' not in x]
+        source = trace[w]
+        start = source.index(slept[0])
+        assert slept == [source[(start + k) % len(source)] for k in range(len(slept))], w
+    assert json.loads((out / "config.json").read_text())["options"]["jitter"] == f"trace:{RECORDED}"
+    times = step_times(str(out))
+    assert np.median(times[2]) > np.median(times[0]) + 0.005
+    assert_gone(str(tmp_path))
