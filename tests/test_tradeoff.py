@@ -43,7 +43,7 @@ def _texts(fig: Any) -> str:
 
 
 def test_a_clear_lead_reached_mid_run_is_starred() -> None:
-    table = _table(_row("sync", 8.0), _row("ssp:4", 4.0), _row("async", None))
+    table = _table(_row("sync", 8.0, 0.3), _row("ssp:4", 4.0, 0.5), _row("async", None))
     verdict = tradeoff_verdict(table)
     assert (verdict.fastest, verdict.best, verdict.kind) == ("ssp:4", "ssp:4", "")
     assert tradeoff_table(table)["best"].tolist() == [False, True, False]
@@ -63,9 +63,33 @@ def test_a_target_reached_in_the_first_percent_of_the_runs_is_never_starred() ->
     fig = tradeoff_figure(table, 0.1)
     assert not _star(fig) and "no winner: reached early" in _texts(fig)
     (line,) = tradeoff_lines(table)
-    assert line.startswith("The staleness tradeoff is not in this run: sync reached the target after 5% of its")
+    assert line.startswith("The staleness tradeoff is not in this run: sync reached the target after 12.5 "
+                           "minibatches per worker (5% of its run), so the times to it measure start-up")
     assert "sync_ssp_async.ipynb" in line and "non-IID" in line
     assert "The staleness tradeoff is not in this run" in terminal_text(table).replace("\n", " ")
+
+
+def test_a_target_reached_in_each_workers_first_steps_is_never_starred() -> None:
+    """150 steps of 3 workers: the linear model's ~48 minibatches are 11% of the run but 16 per worker, while
+    each worker's first steps still run at a fraction of their pace."""
+    short = {"steps_per_s": 45.0, "workers": 3}
+    table = _table(_row("sync", 1.39, steps_to_target=45, **short), _row("async", 0.71, steps_to_target=48, **short))
+    verdict = tradeoff_verdict(table)
+    assert (verdict.best, verdict.kind) == (None, "early") and "16 minibatches per worker (11% of" in verdict.why_not
+    table = _table(_row("sync", 1.39, steps_to_target=90, **short), _row("async", 0.71, steps_to_target=96, **short))
+    assert tradeoff_verdict(table).best == "async"
+
+
+def test_a_real_lead_at_the_same_cost_per_update_says_the_tradeoff_is_not_in_this_run() -> None:
+    """Every setting needed about as many minibatches: the fastest per step wins, which is not the tradeoff."""
+    table = _table(_row("sync", 9.0, 0.5), _row("ssp:4", 6.0, 0.52), _row("async", 4.0, 0.55))
+    verdict = tradeoff_verdict(table)
+    assert verdict.best == "async" and verdict.same_cost == (500, 550)
+    (line,) = tradeoff_lines(table)
+    assert "cost no progress per update here (every setting needed 500-550 minibatches)" in line
+    assert "the tradeoff is not in this run" in line and "sync_ssp_async.ipynb" in line
+    costly = _table(_row("sync", 9.0, 0.3), _row("ssp:4", 6.0, 0.4), _row("async", 4.0, 0.55))
+    assert tradeoff_verdict(costly).same_cost is None and "not in this run" not in tradeoff_lines(costly)[0]
 
 
 @pytest.mark.parametrize(("runner_up", "starred"), [(5.5, False), (6.5, True)])

@@ -13,15 +13,19 @@ import pandas as pd
 
 from ssptk.analysis.compare import first_to_target
 
-__all__ = ["EARLY_SHARE", "SINGLE_RUN_SPREAD", "TRADEOFF_COLUMNS", "TradeoffVerdict", "tradeoff_table",
+__all__ = ["EARLY_PER_WORKER", "EARLY_SHARE", "SINGLE_RUN_SPREAD", "TRADEOFF_COLUMNS", "TradeoffVerdict", "tradeoff_table",
            "tradeoff_verdict"]
 
 #: Columns of :func:`tradeoff_table`.
 TRADEOFF_COLUMNS: tuple[str, ...] = ("label", "order", "steps_per_s", "steps_to_target", "time_to_target_s",
                                      "time_lo", "time_hi", "share_at_target", "diverged", "status", "best")
-#: A target reached within this share of a run's minibatches measures its start (graph warm-up, the first
-#: steps' scheduling), not what staleness costs per update: such a lead is never starred.
+#: A target reached within this share of a run's minibatches, or within :data:`EARLY_PER_WORKER` minibatches
+#: per worker, measures its start, not what staleness costs per update: such a lead is never starred.
 EARLY_SHARE = 0.1
+#: Each worker's first steps run at a fraction of its pace while the graphs warm up (the main job's first ten
+#: steps took 20-75 ms against a 5-20 ms median), so a target reached within this many minibatches per worker
+#: is mostly start-up.
+EARLY_PER_WORKER = 25
 #: Without repeats a run has no measured spread; this share of the fastest time stands for it. The tradeoff
 #: benchmark's three repeats per setting spanned up to 24% of their mean time to target (sync 48.3-60.7 s,
 #: benchmarks/RESULTS.md), so a lead below a quarter may be one run's luck.
@@ -36,7 +40,7 @@ class TradeoffVerdict:
     ``best``: the same label when its lead is real, else ``None`` (what a figure stars). ``why_not``: when
     ``fastest`` is not ``best``, the reason in words; ``kind`` names it: ``"none"`` (no setting reached the
     target), ``"unreliable"`` (the fastest diverged, failed or missed the target in some repeats), ``"early"``
-    (reached within :data:`EARLY_SHARE` of its run), ``"noise"`` (another setting within its spread), or
+    (reached within :data:`EARLY_SHARE` of its run or :data:`EARLY_PER_WORKER` minibatches per worker), ``"noise"`` (another setting within its spread), or
     ``""`` for a real winner. ``close``: the settings within noise of the fastest."""
 
     fastest: str | None
@@ -44,6 +48,9 @@ class TradeoffVerdict:
     kind: str
     why_not: str
     close: tuple[str, ...] = ()
+    #: ``(least, most)`` minibatches to the target when every setting that reached it needed about as many
+    #: (within :data:`SINGLE_RUN_SPREAD`): staleness cost no progress per update, so time only ranks speed.
+    same_cost: tuple[float, float] | None = None
 
     @property
     def no_tradeoff(self) -> bool:
@@ -98,7 +105,8 @@ def tradeoff_verdict(table: pd.DataFrame) -> TradeoffVerdict:
     """Whether the fastest setting to the target (of a comparison table, or its repeats' aggregate) won.
 
     Never a winner: a setting that diverged, failed or missed the target in any repeat; one that reached the
-    target within the first :data:`EARLY_SHARE` of its minibatches (the time then measures start-up); one
+    target within the first :data:`EARLY_SHARE` of its minibatches or :data:`EARLY_PER_WORKER` minibatches per
+    worker (the time then measures start-up); one
     whose lead over another setting is within the spread: with repeats, their ``[min–max]`` times overlap;
     without, the other's time is within :data:`SINGLE_RUN_SPREAD` of its own. A setting that never reached
     the target is no rival."""
@@ -113,11 +121,13 @@ def tradeoff_verdict(table: pd.DataFrame) -> TradeoffVerdict:
         missed = (f"reached it in only {reached} of its {runs} runs" if reached < runs
                   else f"{'diverged' if diverged else 'failed'} in {'some of its runs' if runs > 1 else 'its run'}")
         return TradeoffVerdict(fastest, None, "unreliable", f"{fastest}, the fastest to the target, {missed}")
-    share = me["share_at_target"]
-    if not pd.isna(share) and share < EARLY_SHARE:
+    share = _first(me["share_at_target"], math.nan)
+    per_worker = _first(me["steps_to_target"], math.nan) / max(1.0, _first(me.get("workers"), 1.0))
+    if share < EARLY_SHARE or per_worker < EARLY_PER_WORKER:
+        of_run = f" ({_pct(share)} of its run)" if math.isfinite(share) else ""
         return TradeoffVerdict(fastest, None, "early",
-                               f"{fastest} reached the target after {_pct(share)} of its minibatches, so the "
-                               "times to it measure start-up, not what staleness costs per update")
+                               f"{fastest} reached the target after {per_worker:.3g} minibatches per worker{of_run}, "
+                               "so the times to it measure start-up, not what staleness costs per update")
     repeated = "time_to_target_s_min" in table.columns and bool((_num(table, "repeats") > 1).any())
     close: list[str] = []
     for label, row in rows.iterrows():
@@ -131,12 +141,24 @@ def tradeoff_verdict(table: pd.DataFrame) -> TradeoffVerdict:
             f"within {SINGLE_RUN_SPREAD:.0%}, what one run varies by from the next"
         return TradeoffVerdict(fastest, None, "noise",
                                f"{fastest}'s lead over {', '.join(close)} is within noise ({spread})", tuple(close))
-    return TradeoffVerdict(fastest, fastest, "", "")
+    costs = _num(table, "steps_to_target").dropna()
+    same = (float(costs.min()), float(costs.max())) if len(costs) > 1 and \
+        costs.max() <= costs.min() * (1 + SINGLE_RUN_SPREAD) else None
+    return TradeoffVerdict(fastest, fastest, "", "", same_cost=same)
+
+
+def _first(value: Any, default: float) -> float:
+    """``value`` as a float, ``default`` when missing."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(out) else out
 
 
 def _pct(share: Any) -> str:
     p = 100.0 * float(share)
-    return f"{p:.0f}%" if math.isfinite(p) and p >= 1 else "under 1%"
+    return f"{p:.0f}%" if p >= 1 else "under 1%"
 
 
 def tradeoff_table(table: pd.DataFrame) -> pd.DataFrame:

@@ -32,6 +32,12 @@ def tradeoff_lines(table: pd.DataFrame) -> list[str]:
     verdict = tradeoff_verdict(table)
     if verdict.kind == "none":
         return []
+    if verdict.best is not None and verdict.same_cost is not None:
+        lo, hi = verdict.same_cost
+        return [f"Fastest to the target: {verdict.best}, ahead by more than the spread of its time; but staleness "
+                f"cost no progress per update here (every setting needed {lo:.4g}-{hi:.4g} minibatches), so it is "
+                f"first only because its steps are faster: the tradeoff is not in this run. Where both sides show: "
+                f"{WHERE_THE_TRADEOFF_IS}."]
     if verdict.best is not None:
         return [f"Fastest to the target: {verdict.best}, ahead of every other setting by more than the spread "
                 "of its time."]
