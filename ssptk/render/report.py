@@ -19,6 +19,7 @@ from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.tables import (
     KEY_FIGURES,
+    SHOWN_COLUMNS,
     format_table,
     lr_lines,
     shown_cells,
@@ -159,7 +160,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         counts = sorted({int(n) for n in table["repeats"].dropna()})
         times = " or ".join(str(n) for n in counts) or "0"
         notes.append(f"Each mode ran {times} times: every figure is the mean over its ok runs; "
-                     f"{', '.join(KEY_FIGURES)} also show [min\u2013max]. metrics.csv has one row per run "
+                     f"{', '.join(SHOWN_COLUMNS.get(c, c) for c in KEY_FIGURES if c in SHOWN_COLUMNS)} also show "
+                     "their min\u2013max under the mean. metrics.csv has one row per run "
                      "(column rep), the table's <figure>_ci95 columns the 95% confidence half-widths.")
     figures: list[tuple[str, Figure]] = []
     if runs:

@@ -23,7 +23,8 @@ __all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "fo
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 #: Shares shown as percentages.
 _PERCENT = ("wait_fraction", "link_busy", "transfer_share")
-KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "max_skew", "wait_fraction")
+KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "time_to_target_s", "max_skew",
+                                 "wait_fraction")
 
 
 class ShownTable(pd.DataFrame):
