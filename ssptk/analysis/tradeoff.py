@@ -13,8 +13,8 @@ import pandas as pd
 
 from ssptk.analysis.compare import first_to_target
 
-__all__ = ["EARLY_PER_WORKER", "EARLY_SHARE", "SINGLE_RUN_SPREAD", "TRADEOFF_COLUMNS", "TradeoffVerdict", "tradeoff_table",
-           "tradeoff_verdict"]
+__all__ = ["EARLY_PER_WORKER", "EARLY_SHARE", "SINGLE_RUN_SPREAD", "TRADEOFF_COLUMNS", "TradeoffVerdict",
+           "tradeoff_table", "tradeoff_verdict"]
 
 #: Columns of :func:`tradeoff_table`.
 TRADEOFF_COLUMNS: tuple[str, ...] = ("label", "order", "steps_per_s", "steps_to_target", "time_to_target_s",
@@ -40,8 +40,9 @@ class TradeoffVerdict:
     ``best``: the same label when its lead is real, else ``None`` (what a figure stars). ``why_not``: when
     ``fastest`` is not ``best``, the reason in words; ``kind`` names it: ``"none"`` (no setting reached the
     target), ``"unreliable"`` (the fastest diverged, failed or missed the target in some repeats), ``"early"``
-    (reached within :data:`EARLY_SHARE` of its run or :data:`EARLY_PER_WORKER` minibatches per worker), ``"noise"`` (another setting within its spread), or
-    ``""`` for a real winner. ``close``: the settings within noise of the fastest."""
+    (reached within :data:`EARLY_SHARE` of its run or :data:`EARLY_PER_WORKER` minibatches per worker),
+    ``"noise"`` (another setting within its spread), or ``""`` for a real winner. ``close``: the settings
+    within noise of the fastest."""
 
     fastest: str | None
     best: str | None

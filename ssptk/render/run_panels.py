@@ -211,7 +211,8 @@ class RunPanels:
             x, mean = thin_envelope(x, hi, points)
         self.skew_line.set_data(x, mean)
         empty = np.empty(0)
-        set_band(self.skew_band, *((x, lo, hi) if dense else (empty, empty, empty)), step=True)
+        shown = (x, lo, hi) if dense else (empty, empty, empty)
+        set_band(self.skew_band, shown[0], shown[1], shown[2], step=True)
         labels = (SKEW_RANGE_LABEL, SKEW_MEAN_LABEL) if dense else ("_" + SKEW_RANGE_LABEL, LABELS["skew"])
         if (self.skew_band.get_label(), self.skew_line.get_label()) == labels:
             return False
