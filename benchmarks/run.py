@@ -45,6 +45,7 @@ from bench_ps_pause import bench_ps_pause
 from bench_sim import bench_sim_vs_real
 from bench_soak import bench_soak
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
+from bench_trace import bench_trace
 from bench_tradeoff import bench_tradeoff
 from harness import HERE, Context, Row
 
@@ -74,6 +75,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_predicted_vs_real,
     bench_network,
     bench_network_predicted,
+    bench_trace,
 ]
 
 

@@ -6,6 +6,7 @@ the parameters and pushing its update) and by the simulator, so both see identic
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,8 @@ JITTER_KINDS = ("exp", "uniform", "pause", "trace")
 #: The longest delay a straggler or a jitter may inject into one step: a day. Longer ones are a typo, and
 #: beyond ~1e9 s the workers' clocks overflow (``OverflowError: timestamp out of range``).
 MAX_DELAY_S = 86_400.0
+#: How many of its latest steps a worker replaying a trace takes its own step time from (their median).
+PACE_WINDOW = 16
 JITTER_HINT = ("use exp:MEAN, uniform:LO:HI or pause:P:SECONDS with seconds >= 0 (LO <= HI) and 0 <= P <= 1, "
                "e.g. exp:0.02, or trace:PATH (a run directory or a CSV of worker,seconds)")
 
@@ -38,7 +41,8 @@ class Jitter:
     """A random per-step delay: ``exp`` with mean ``a``; ``uniform`` on ``[a, b]``; ``pause``: with
     probability ``a`` a step is held ``b`` seconds longer, else not at all (a transient straggler: a GC
     pause, a preempted core, a noisy neighbour); ``trace``: the step times measured in another run
-    (``source``), replayed: ``samples`` holds each source worker's seconds above that run's fastest steps."""
+    (``source``), replayed: ``samples`` holds each source worker's step times in order, and a replaying
+    worker is held until its own step has taken as long (:class:`DelayModel`)."""
 
     kind: str
     a: float
@@ -166,16 +170,25 @@ class DelayModel:
     """The delay worker ``worker`` sleeps at each of its steps: its straggler time plus jitter.
 
     The jitter stream depends only on ``(seed, worker)`` and the step number, never on timing,
-    so two runs with the same seed inject identical delays. A trace is replayed in its order: worker ``i``
-    takes source worker ``i`` modulo the source's workers, from a seeded starting step, going round.
+    so two runs with the same seed inject identical delays.
+
+    A trace is replayed in its order: worker ``i`` takes source worker ``i`` modulo the source's workers,
+    from a seeded starting step, going round. It paces: a step is held for its source step time less this
+    worker's own step time (the median of its last :data:`PACE_WINDOW` steps without their delays, from
+    :meth:`observe`; ``own_s`` until then), so the replayed step takes as long as the source's did, or its own
+    time where that is longer.
     """
 
-    def __init__(self, worker: int, straggler: dict[int, float] | None, jitter: Jitter | None, seed: int) -> None:
+    def __init__(self, worker: int, straggler: dict[int, float] | None, jitter: Jitter | None, seed: int,
+                 own_s: float = 0.0) -> None:
         self.fixed = float((straggler or {}).get(worker, 0.0))
         self.jitter = jitter
         self._rng = np.random.default_rng([int(seed), int(worker), 0x5D1A7])
         self._trace: tuple[float, ...] = ()
         self._at = 0
+        self._own: deque[float] = deque(maxlen=PACE_WINDOW)
+        self._own_s = float(own_s)
+        self._last_t: float | None = None
         if jitter is not None and jitter.kind == "trace":
             self._trace = next((s for s in _rotate(jitter.samples, worker) if s), ())
             self._at = int(self._rng.integers(len(self._trace))) if self._trace else 0
@@ -184,7 +197,7 @@ class DelayModel:
         """The delay for this worker's next step, in seconds."""
         extra = 0.0
         if self._trace:
-            extra = self._trace[self._at % len(self._trace)]
+            extra = max(0.0, self._trace[self._at % len(self._trace)] - self._own_s)
             self._at += 1
         elif self.jitter is not None and self.jitter.kind != "trace":
             if self.jitter.kind == "exp":
@@ -194,6 +207,18 @@ class DelayModel:
             else:
                 extra = float(self._rng.uniform(self.jitter.a, self.jitter.b))
         return self.fixed + extra
+
+    def observe(self, record: Any) -> None:
+        """This worker's step record (``t``, ``wait_s``, ``delay_s``): its own step time paces a trace."""
+        if not self._trace:
+            return
+        t = float(record.t)
+        if self._last_t is not None:
+            own = t - self._last_t - float(record.wait_s) - float(record.delay_s)
+            if math.isfinite(own) and own >= 0:
+                self._own.append(own)
+                self._own_s = float(np.median(self._own))
+        self._last_t = t
 
     def take(self, n: int) -> np.ndarray:
         """The next ``n`` delays at once (same stream as calling :meth:`next` ``n`` times)."""

@@ -2,11 +2,10 @@
 ``TF_CONFIG`` run's gathered one included) or of a CSV, as delays that ``--jitter trace:PATH`` replays.
 
 A worker's step time here is the time between its consecutive updates (``t``) less the time the mode made it
-wait (``wait_s``): what its own compute, communication and injected delays took. Replayed, each worker is
-held for its step time **above the source run's fastest steps** (the 1st percentile over all its workers):
-the machine that replays the trace supplies that floor with its own step time, so a trace taken on the same
-machine comes back with the same distribution, and one from a cluster brings its stragglers and jitter home
-on top of the laptop's own compute. ``docs/run-directory.md`` ("Step-time traces") documents the CSV.
+wait (``wait_s``): what its own compute, communication and injected delays took. Replayed, each step is held
+until it has taken its source step's time (:class:`ssptk.core.delays.DelayModel` paces by the replaying
+worker's own step time), so the replay has the source's step-time distribution wherever this machine's own
+steps are faster than the source's. ``docs/run-directory.md`` ("Step-time traces") documents the CSV.
 
 Importing this module installs :func:`read_step_trace` as :mod:`ssptk.core.delays`' trace reader.
 """
@@ -21,10 +20,8 @@ from ssptk.core import delays
 from ssptk.core.errors import UsageError
 from ssptk.rundir.layout import RunDir
 
-__all__ = ["FLOOR_QUANTILE", "MAX_TRACE_STEPS", "read_step_trace", "step_times"]
+__all__ = ["MAX_TRACE_STEPS", "read_step_trace", "step_times"]
 
-#: The quantile of all the source's step times taken as its floor (its fastest steps, a few outliers aside).
-FLOOR_QUANTILE = 0.01
 #: The most step times kept per worker (the latest ones): a trace is a distribution, not an archive.
 MAX_TRACE_STEPS = 100_000
 #: The largest CSV read (bytes).
@@ -78,13 +75,11 @@ def _read(path: str, mtime_ns: int) -> tuple[tuple[float, ...], ...]:
     times = {w: s[-MAX_TRACE_STEPS:] for w, s in times.items() if s}
     if not times:
         raise UsageError(f"--jitter trace:{path}: no step times in it (a run needs two steps of a worker)")
-    every = sorted(x for s in times.values() for x in s)
-    floor = every[min(len(every) - 1, int(FLOOR_QUANTILE * len(every)))]
-    return tuple(tuple(round(max(x - floor, 0.0), 6) for x in times[w]) for w in sorted(times))
+    return tuple(tuple(round(x, 6) for x in times[w]) for w in sorted(times))
 
 
 def read_step_trace(path: str) -> tuple[tuple[float, ...], ...]:
-    """Each source worker's step times above the source's floor, in order (workers by index): what
+    """Each source worker's step times in order (workers by index), in seconds: what
     ``--jitter trace:PATH`` replays. ``path``: a run directory or a CSV with columns ``worker,seconds``."""
     try:
         mtime = os.stat(path).st_mtime_ns

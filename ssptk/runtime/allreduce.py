@@ -69,8 +69,8 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     barrier = tf.function(lambda: strategy.run(barrier_fn))
 
     rd = RunDir(run_dir)
-    rec = Recorder(rd.worker_log(index), index, not opts.no_log)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
+    rec = Recorder(rd.worker_log(index), index, not opts.no_log, on_step=delays.observe)
     xe, ye = eval_batch(spec, opts.seed)
 
     def held_out() -> tuple[float, float | None]:

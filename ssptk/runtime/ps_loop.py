@@ -64,7 +64,8 @@ class Trainer:
         config.allow_soft_placement = True  # a worker's GPU that its process cannot see: its ops go to the CPU
         # every run is re-run if TensorFlow rejects it as a duplicate request (ssptk.runtime.retry)
         self.sess = RetryingSession(tf.compat.v1.Session(target, graph=self.g.graph, config=config), tf.errors)
-        self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log)
+        # a replayed trace (--jitter trace:PATH) is paced by this worker's own step times
+        self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log, on_step=self.delays.observe)
         self.data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, self.n)
         self.evaluated = 0  # the global step of worker 0's last held-out evaluation (--eval-every)
         self.safety_timeouts = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ssptk.core.records import StepRecord, json_line
@@ -12,15 +13,19 @@ from ssptk.rundir.space import disk_full, is_disk_full
 
 
 class Recorder:
-    """Appends records to ``path``; ``enabled=False`` keeps only events (for overhead benchmarks)."""
+    """Appends records to ``path``; ``enabled=False`` keeps only events (for overhead benchmarks). ``on_step``
+    gets every step record, written or not (the delay model paces a replayed trace by them)."""
 
-    def __init__(self, path: str, worker: int, enabled: bool = True) -> None:
+    def __init__(self, path: str, worker: int, enabled: bool = True,
+                 on_step: Callable[[StepRecord], None] | None = None) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.worker = worker
         self.enabled = enabled
         self.cpu_s = 0.0  # this thread's CPU spent writing step records (the `done` event reports it)
+        #: called with every step record, written or not (the delay model paces a replayed trace by them)
+        self.on_step = on_step
 
     def _write(self, line: str) -> None:
         data = line.encode()
@@ -38,6 +43,8 @@ class Recorder:
 
     def step(self, record: StepRecord) -> None:
         """Append one step record (nothing with ``enabled=False``); its CPU cost counts in :attr:`cpu_s`."""
+        if self.on_step is not None:
+            self.on_step(record)
         if not self.enabled:
             return
         c0 = time.thread_time()  # per thread: TF's own threads keep running meanwhile

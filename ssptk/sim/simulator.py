@@ -213,8 +213,8 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
             raise UsageError(f"{label} must be a number of seconds >= 0, got {x!r}")
     strag = _parse_stragglers(straggler, n)
     jit = parse_jitter(jitter)
-    models = [DelayModel(i, strag, jit, seed) for i in range(n)]
     base = float(overhead) + float(compute)
+    models = [DelayModel(i, strag, jit, seed, own_s=base) for i in range(n)]  # own_s: a replayed trace's pace
     links = _links(network, n, ps, model_bytes, name, seed)
     kw = {} if links is None else {"flight": links}
 
