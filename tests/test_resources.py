@@ -65,6 +65,8 @@ def test_what_does_not_fit_is_refused_in_one_line_naming_the_option() -> None:
     check_memory(resolve(workers=64), available=4 * GB)  # so do 64 workers in the shared layout
     check_fits(run_estimate(10**6, 16, 200), "x", available=None if available_bytes() is None else 10**18)
     check_sim("3", 10**12, available=1)  # bad values are the simulator's to refuse, in its words
+    # a notebook cell's model (saved in the run directory only later) is not loaded to weigh its examples
+    check_memory(resolve(model="user_model.py:cell", batch=10**9), available=8 * GB, sized=False)
 
 
 def test_this_machine_says_what_it_has() -> None:

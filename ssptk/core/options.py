@@ -307,10 +307,11 @@ def _check_network(o: RunOptions) -> None:
         raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
 
 
-def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None) -> None:
+def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
     """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
-    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes)."""
-    per_example = example_bytes(o.model)
+    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
+    ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
+    per_example = example_bytes(o.model) if sized else None
     if predicted:
         estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True)
     else:

@@ -115,7 +115,8 @@ def check_before_start(opts: RunOptions) -> dict[str, str]:
     """What resolving cannot check alone: the model (:func:`check_model`), and ``--gpus`` fits the machine.
     Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises :class:`UsageError`."""
     check_model(opts)
-    check_memory(opts)  # before any process starts: what this machine cannot hold is refused in one line
+    # before any process starts: what this machine cannot hold is refused in one line
+    check_memory(opts, sized=not opts.model.startswith(USER_MODEL_FILE + ":"))
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)
