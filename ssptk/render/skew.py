@@ -27,7 +27,7 @@ def skew_envelope(x: np.ndarray, y: np.ndarray, buckets: int = SKEW_BUCKETS
 
     Dense (more than two points per slice of ``buckets`` equal slices of time): per slice its start, the least
     and largest value the series takes in it (the one in force at its start included) and its time-weighted
-    mean, then the end with the last value; else the series itself (``lo`` = ``hi`` = ``mean`` = ``y``)."""
+    mean, then the end with the last slice's; else the series itself (``lo`` = ``hi`` = ``mean`` = ``y``)."""
     x = np.asarray(x, dtype="float64")
     y = np.asarray(y, dtype="float64")
     buckets = max(1, int(buckets))
@@ -42,7 +42,8 @@ def skew_envelope(x: np.ndarray, y: np.ndarray, buckets: int = SKEW_BUCKETS
     lo = np.minimum.reduceat(padded, idx)[::2]
     area = np.concatenate([[0.0], np.cumsum(y[:-1] * np.diff(x))])  # the integral, linear between points
     mean = np.diff(np.interp(edges, x, area)) / np.diff(edges)
-    return edges, *(np.append(v, y[-1]) for v in (lo, hi, mean)), True  # type: ignore[return-value]
+    # the end repeats the last slice (steps-post draws no jump there)
+    return edges, *(np.append(v, v[-1]) for v in (lo, hi, mean)), True  # type: ignore[return-value]
 
 
 def draw_skew(ax: Axes, x: Any, y: Any, color: Any, label: str | None = None, band: bool = True,
