@@ -117,8 +117,9 @@ def build_parser(notebook: bool = False) -> _Parser:
                      help="a comparison directory, one run directory, or the run directories of one run whose "
                           "workers wrote their logs on several hosts (merged: see --gather)")
     rep.add_argument("--gather", default=None, metavar="DIR",
-                     help="with several run directories: keep the merged run directory here (default: a temporary "
-                          "one, removed after the report)")
+                     help="the run directory to merge the hosts' directories into, ending as a local run ends "
+                          "(summary.json, report.html, metrics.csv, TensorBoard files; default: 'gathered' beside "
+                          "them, rebuilt on each report)")
     for sp in (c, sw, rep):
         sp.add_argument("--target", type=float, default=None, metavar="LOSS",
                         help="the loss that time and minibatches to target are measured to: held-out when every "
@@ -263,23 +264,32 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
 
 
 def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], None]) -> Report:
-    """One run written on several hosts: merge the directories (:func:`ssptk.rundir.gather.gather`), then
-    summarise the merged run; the sources are only read."""
+    """One run written on several hosts: merge the directories (:func:`ssptk.rundir.gather.gather`) into one run
+    directory and end it as a local run ends (:func:`ssptk.experiment.finish.finish_gathered`); the sources are
+    only read. Without ``keep`` the run goes to ``gathered`` beside them (a former one is rebuilt)."""
+    import os
     import shutil
-    import tempfile
 
     from ssptk.core.printable import printable
+    from ssptk.experiment.finish import finish_gathered
+    from ssptk.render import format_summary
+    from ssptk.rundir import RunDir
     from ssptk.rundir.gather import gather
 
-    dest = keep or tempfile.mkdtemp(prefix="ssptk-gathered-")
-    try:
-        rd = gather(dirs, dest, lambda line: warn(printable(line)))
-        _warn_unreadable([rd.path], warn)
-        text = _one_run_summary(rd)
-    finally:
-        if keep is None:
-            shutil.rmtree(dest, ignore_errors=True)
-    return Report(text, note=f"(merged from {len(dirs)} directories" + (f" into {keep})" if keep else ")"))
+    absdirs = [os.path.abspath(d) for d in dirs]
+    parent = os.path.commonpath(absdirs) if len(absdirs) > 1 else os.path.dirname(absdirs[0])
+    dest = os.path.abspath(keep) if keep else os.path.join(parent, "gathered")
+    sources = [d for d in dirs if os.path.abspath(d) != dest]  # `report OUT/*` lists a former gathered one too
+    if not sources:
+        raise UsageError(f"{dest} is where the run is gathered to: give the hosts' directories")
+    former = RunDir(dest)
+    if os.path.isdir(dest) and os.listdir(dest) and former.gathered_from():
+        shutil.rmtree(dest)  # a report gathered before: gathered again from the hosts' directories
+    rd = gather(sources, dest, lambda line: warn(printable(line)))
+    rd.write_gathered([os.path.abspath(d) for d in sources])
+    _warn_unreadable([rd.path], warn)
+    text = format_summary(finish_gathered(rd.path))
+    return Report(text, path=rd.report_path, note=f"(merged from {len(sources)} directories into {rd.path})")
 
 
 def _warn_unreadable(run_dirs: list[str], warn: Callable[[str], None], comparison: str | None = None) -> None:

@@ -88,14 +88,66 @@ def test_slurm_as_srun_sets_it_and_a_report_over_the_hosts_directories(tmp_path:
     assert config["started_by"] == "slurm"
     assert config["cluster"] == {"ps": [f"localhost:{base}"], "worker": [f"localhost:{base + 1}", f"localhost:{base + 2}"]}
     assert [p.name for p in (outs[2] / "workers").iterdir()] == ["worker-1.jsonl"]
-    gathered = tmp_path / "gathered"
-    p = subprocess.run([*ssptk_cmd(), "report", str(outs[1]), str(outs[2]), "--gather", str(gathered)],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert "60 minibatches" in p.stdout and "merged from 2 directories" in p.stdout
+    gathered = tmp_path / "gathered"  # the default: beside the hosts' directories
+    for hosts in ([outs[1], outs[2]], [outs[1], outs[2], gathered]):  # again, as `report OUT/*` lists it: rebuilt
+        p = subprocess.run([*ssptk_cmd(), "report", *map(str, hosts)], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert "60 minibatches" in p.stdout and f"merged from 2 directories into {gathered}" in p.stdout
     df, _ = records(gathered)
     assert len(df) == 60 and set(df["worker"]) == {0, 1}
+    # a gathered run is a run: it ends as a local one does
+    summary = json.loads((gathered / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["total_steps"] == 60 and summary["failed_task"] is None
+    assert (gathered / "report.html").stat().st_size > 10_000 and "ssp:1" in (gathered / "metrics.csv").read_text()
+    assert list((gathered / "tensorboard").rglob("events.out.tfevents.*"))
     assert not (outs[1] / "summary.json").exists()  # the hosts' directories were only read
+    assert_gone(str(tmp_path))
+
+
+@pytest.mark.parametrize("ending", ["kill-9", "scancel"])
+def test_a_gathered_run_names_the_task_that_failed_first_or_says_it_was_cancelled(tmp_path: Path,
+                                                                                   ending: str) -> None:
+    """kill -9 of worker:1 (then srun --kill-on-bad-exit's SIGTERM to the rest) blames worker:1, not worker:0;
+    scancel (SIGTERM to every task) is an interrupted run."""
+    import signal
+    import time
+
+    base = consecutive_free_ports(3)
+    cluster = json.dumps({"ps": [f"localhost:{base}"], "worker": [f"localhost:{base + 1}", f"localhost:{base + 2}"]})
+    outs = [tmp_path / f"host{r}" for r in range(3)]
+    argv = ["--mode", "ssp", "--staleness", "1", "--steps", "5000", "--model", "linear", "--cluster", cluster]
+    procs = [subprocess.Popen([*ssptk_cmd(), "worker", *argv, "--task", task, "--out", str(out)], env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for task, out in zip(("ps:0", "worker:0", "worker:1"), outs)]
+    try:
+        log = outs[2] / "workers" / "worker-1.jsonl"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and (not log.exists() or log.read_text().count('"step"') < 20):
+            time.sleep(0.2)
+        assert log.exists() and log.read_text().count('"step"') >= 20, "worker:1 never trained"
+        if ending == "kill-9":
+            procs[2].send_signal(signal.SIGKILL)
+            procs[2].wait(timeout=30)
+            time.sleep(1.0)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    p = subprocess.run([*ssptk_cmd(), "report", str(outs[1]), str(outs[2])], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((tmp_path / "gathered" / "summary.json").read_text())
+    if ending == "kill-9":
+        assert summary["status"] == "failed" and summary["failed_task"] == "worker:1", summary["reason"]
+        assert "its log ends after step" in summary["reason"] and "worker:0 stopped by SIGTERM" in summary["reason"]
+    else:
+        assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM", summary["reason"]
+    assert (tmp_path / "gathered" / "report.html").exists()
     assert_gone(str(tmp_path))
 
 

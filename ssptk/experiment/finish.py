@@ -11,7 +11,7 @@ from ssptk.core.errors import DiskFull, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 
-__all__ = ["finish_run", "interruption", "summary_from_logs", "write_tensorboard"]
+__all__ = ["finish_gathered", "finish_run", "interruption", "summary_from_logs", "write_tensorboard"]
 
 
 def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
@@ -57,15 +57,46 @@ def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:
         pass
 
 
-def summary_from_logs(run_dir: str) -> dict[str, Any]:
-    """What ``summary.json`` would hold for a run that has none (its tasks started by hand, its launcher
-    killed), computed from the logs in memory; writes nothing. :class:`UsageError` if the config is unreadable."""
+def finish_gathered(run_dir: str) -> dict[str, Any]:
+    """End a run whose tasks were started without ssptk's launcher (Slurm, ``TF_CONFIG``, by hand) and whose hosts'
+    directories were merged into ``run_dir`` (:func:`ssptk.rundir.gather.gather`) as a local run ends: the
+    failure read from the logs (:func:`ssptk.analysis.blame.first_failure`), ``summary.json``, TensorBoard files,
+    and ``report.html`` with ``metrics.csv``. Returns the summary."""
+    from ssptk.analysis.blame import first_failure
+    from ssptk.core.labels import label_of
+    from ssptk.render.report import build_report
+    from ssptk.rundir.comparison import write_metrics_csv
+    from ssptk.rundir.logs import load_run
+
     rd = RunDir(run_dir)
+    opts = _options(rd)
+    steps, events, _, _ = load_run(rd.path)
+    summary, _ = finish_run(rd.path, opts, first_failure(steps, events, opts.workers))
+    label = label_of(opts.mode, opts.staleness)
+    report = build_report({label: load_run(rd.path)}, title=f"ssptk run {label} (gathered from its hosts)")
+    report.save(rd.report_path)
+    write_metrics_csv(report.table, rd.metrics_path)
+    return summary
+
+
+def _options(rd: RunDir) -> RunOptions:
     options = rd.config().get("options")
     if not isinstance(options, dict):
         raise UsageError(f"{rd.config_path} has no run options (truncated or not ssptk's): cannot summarise the run")
     try:
-        summary, _ = run_summary(rd.path, RunOptions.from_dict(options), None)
+        return RunOptions.from_dict(options)
     except (TypeError, ValueError) as e:
         raise UsageError(f"{rd.config_path}: its options cannot be read ({e})") from None
+
+
+def summary_from_logs(run_dir: str) -> dict[str, Any]:
+    """What ``summary.json`` would hold for a run that has none (its tasks started by hand, its launcher
+    killed), computed from the logs in memory; writes nothing. :class:`UsageError` if the config is unreadable."""
+    from ssptk.analysis.blame import first_failure
+    from ssptk.rundir.logs import read_run
+
+    rd = RunDir(run_dir)
+    opts = _options(rd)
+    steps, events = read_run(rd.path)
+    summary, _ = run_summary(rd.path, opts, first_failure(steps, events, opts.workers))
     return summary

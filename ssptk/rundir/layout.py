@@ -73,6 +73,30 @@ class RunDir:
         return self._join("traffic.json")
 
     @property
+    def report_path(self) -> str:
+        """``report.html``: a gathered run's report (``ssptk report HOSTDIR HOSTDIR ...``)."""
+        return self._join("report.html")
+
+    @property
+    def metrics_path(self) -> str:
+        """``metrics.csv``: a gathered run's one-row table, as a comparison's ``metrics.csv``."""
+        return self._join("metrics.csv")
+
+    @property
+    def gathered_path(self) -> str:
+        """``gathered.json``: the host directories a gathered run was merged from (``{"sources": [...]}``)."""
+        return self._join("gathered.json")
+
+    def write_gathered(self, sources: list[str]) -> None:
+        """Record the host directories this run was merged from (whole or not at all)."""
+        _write_json(self.gathered_path, {"sources": [str(x) for x in sources]})
+
+    def gathered_from(self) -> list[str]:
+        """The host directories this run was merged from; ``[]`` if it was not gathered."""
+        sources = read_json(self.gathered_path).get("sources")
+        return [x for x in sources if isinstance(x, str)] if isinstance(sources, list) else []
+
+    @property
     def workers_dir(self) -> str:
         return self._join("workers")
 

@@ -20,12 +20,19 @@ from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime.checkpoint import save_whole
 from ssptk.runtime.ps_loop import variable_names
+from ssptk.runtime.reaper import on_sigterm
 from ssptk.runtime.recorder import Recorder
 
 
 def tf_config(cluster: dict[str, list[str]], index: int) -> str:
     """The ``TF_CONFIG`` of worker ``index`` (allreduce uses the workers only, no PS)."""
     return json.dumps({"cluster": {"worker": cluster["worker"]}, "task": {"type": "worker", "index": index}})
+
+
+def _barrier_fn() -> Any:
+    import tensorflow as tf
+
+    return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
 
 
 def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
@@ -61,16 +68,14 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
             var.assign_sub(lr * (g / n))
         return tf.constant(0)
 
-    def barrier_fn() -> Any:
-        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
-
     compute = tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y)))
     apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
-    barrier = tf.function(lambda: strategy.run(barrier_fn))
+    barrier = tf.function(lambda: strategy.run(_barrier_fn))
 
     rd = RunDir(run_dir)
     delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
     rec = Recorder(rd.worker_log(index), index, not opts.no_log, on_step=delays.observe)
+    on_sigterm(lambda: rec.event("stopped", signal="SIGTERM"))
     xe, ye = eval_batch(spec, opts.seed)
 
     def held_out() -> tuple[float, float | None]:

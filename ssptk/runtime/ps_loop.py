@@ -29,7 +29,7 @@ from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime import ps_graph
 from ssptk.runtime.checkpoint import save_whole
-from ssptk.runtime.reaper import exit_with_descendants
+from ssptk.runtime.reaper import exit_with_descendants, on_sigterm
 from ssptk.runtime.recorder import Recorder
 from ssptk.runtime.rejoin import UNREACHED_ATTEMPTS, Rejoined, rejoin_free, rejoin_sync, unreached
 from ssptk.runtime.retry import HangWatch, RetryingSession
@@ -66,6 +66,7 @@ class Trainer:
         self.sess = RetryingSession(tf.compat.v1.Session(target, graph=self.g.graph, config=config), tf.errors)
         # a replayed trace (--jitter trace:PATH) is paced by this worker's own step times
         self.rec = Recorder(self.run_dir.worker_log(index), index, not opts.no_log, on_step=self.delays.observe)
+        on_sigterm(lambda: self.rec.event("stopped", signal="SIGTERM"))  # scancel told apart from a crash
         self.data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, self.n)
         self.evaluated = 0  # the global step of worker 0's last held-out evaluation (--eval-every)
         self.safety_timeouts = 0

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 __all__ = ["become_subreaper", "descendants", "exit_with_descendants", "kill_descendants", "kill_seen",
            "reap_on_sigterm"]
@@ -95,6 +96,25 @@ def exit_with_descendants(code: int) -> None:
     os._exit(code)
 
 
+_ON_SIGTERM: list[Callable[[], None]] = []
+_ENDING = threading.Lock()  # the signal handler and the watching thread may both see one SIGTERM
+
+
+def on_sigterm(fn: Callable[[], None]) -> None:
+    """Call ``fn`` when SIGTERM ends this task, before it exits (a worker logs a ``stopped`` event: a run read
+    from its logs alone, on Slurm say, then tells ``scancel`` from a crash). Errors in ``fn`` are ignored."""
+    _ON_SIGTERM.append(fn)
+
+
+def _terminated() -> None:
+    if not _ENDING.acquire(blocking=False):
+        return  # the other one is ending the process
+    for fn in list(_ON_SIGTERM):
+        with contextlib.suppress(Exception):
+            fn()
+    exit_with_descendants(128 + signal.SIGTERM)
+
+
 def reap_on_sigterm() -> None:
     """On SIGTERM, kill the descendants and exit 143, even while the main thread is inside TensorFlow.
     Call from the main thread, early."""
@@ -102,13 +122,13 @@ def reap_on_sigterm() -> None:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    signal.signal(signal.SIGTERM, lambda *_: exit_with_descendants(128 + signal.SIGTERM))
+    signal.signal(signal.SIGTERM, lambda *_: _terminated())
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
 
     def watch() -> None:
         while True:
             data = os.read(read_fd, 64)
             if not data or signal.SIGTERM in data:
-                exit_with_descendants(128 + signal.SIGTERM)
+                _terminated()
 
     threading.Thread(target=watch, name="sigterm-reaper", daemon=True).start()
