@@ -344,8 +344,8 @@ def test_a_comparison_table_shows_missing_figures_as_a_dash() -> None:
     table = ShownTable(frame)
     assert type(pd.DataFrame(table)) is pd.DataFrame
     assert "<NA>" not in repr(table) and "NaN" not in repr(table)
-    assert repr(table).splitlines()[2].split() == ["async", "-", "-"]
+    assert repr(table).splitlines()[3].split() == ["async", "-", "-"]  # under the header and its rule
     html = table._repr_html_()
-    assert "NA" not in html and "<td>-</td>" in html
+    assert "NA" not in html and ">-</td>" in html
     assert isinstance(table, pd.DataFrame) and type(table.copy()) is pd.DataFrame
     pd.testing.assert_frame_equal(pd.DataFrame(table), frame)

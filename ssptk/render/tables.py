@@ -57,7 +57,10 @@ _HEAD = "padding:2px 8px;text-align:{align};vertical-align:bottom;background:#f3
 
 def _display(table: pd.DataFrame) -> tuple[list[Any], list[dict[Any, tuple[str, str]]], dict[Any, bool], list[str]]:
     """``(columns, rows, numeric, hidden)``: the :data:`SHOWN_COLUMNS` a table has values in; per row, per
-    column, its cell and the range under it (``""`` without repeats); which are numbers; the columns left out."""
+    column, its cell and the range under it (``""`` without repeats); which are numbers; the columns left out.
+    A table without a ``label`` column is labelled by its index."""
+    if "label" not in table.columns:
+        table = pd.DataFrame(table).assign(label=[str(i) for i in table.index])
     cells, numeric = shown_cells(table, ranges_below=True)
     paired = len(table) > 0 and len(cells) == 2 * len(table)
     means = cells.iloc[0::2] if paired else cells
