@@ -460,6 +460,7 @@ def test_explorer_with_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         assert lines["S=3 predicted (run too)"].get_linestyle() == "--"
         assert ex.predicted_image.layout.display == "" and bytes(ex.predicted_image.value).startswith(b"\x89PNG")
         assert ex.predict() == made  # cached: nothing predicted again
+        assert ex.static_pngs() == [ex.png(), ex.tradeoff_png(), ex.predicted_png()]  # show_static: all three
     finally:
         getattr(api, "shutdown", lambda: 0)()  # the default runner keeps warm clusters where run(warm=) exists
         for result in ex.results.values():
