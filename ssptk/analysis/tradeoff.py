@@ -107,10 +107,10 @@ def tradeoff_verdict(table: pd.DataFrame) -> TradeoffVerdict:
 
     Never a winner: a setting that diverged, failed or missed the target in any repeat; one that reached the
     target within the first :data:`EARLY_SHARE` of its minibatches or :data:`EARLY_PER_WORKER` minibatches per
-    worker (the time then measures start-up); one
-    whose lead over another setting is within the spread: with repeats, their ``[min–max]`` times overlap;
-    without, the other's time is within :data:`SINGLE_RUN_SPREAD` of its own. A setting that never reached
-    the target is no rival."""
+    worker (the time then measures start-up); one whose lead over another setting is within the spread: with
+    repeats, their ``[min–max]`` times overlap; without, the other's time is within :data:`SINGLE_RUN_SPREAD` of
+    its own. A setting that never reached the target is no rival. A real winner whose settings all needed about
+    as many minibatches has ``same_cost``: it won on speed alone."""
     fastest = first_to_target(table)
     if fastest is None:
         return TradeoffVerdict(None, None, "none", "no setting reached the target")
