@@ -246,10 +246,11 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
     from ssptk.render.tables import terminal_text
     from ssptk.rundir import ComparisonDir, RunDir
 
-    if len(args.dir) > 1 or args.gather:
-        return _report_gathered(args.dir, args.gather, warn)
     path = args.dir[0]
     rd = RunDir(path)
+    if len(args.dir) > 1 or args.gather or (rd.config().get("started_by") and not os.path.exists(rd.summary_path)):
+        # several hosts' directories, or the one directory of tasks no launcher of ours started (Slurm on one node)
+        return _report_gathered(args.dir, args.gather, warn)
     if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written
         text = _one_run_summary(rd)  # a run that cannot be summarised at all is one error line, no warnings
         _warn_unreadable([rd.path], warn)

@@ -190,34 +190,41 @@ def _with_cli_on_path(env: dict[str, str]) -> dict[str, str]:
 
 
 def test_the_sbatch_recipe_runs_as_srun_would_start_it(tmp_path: Path) -> None:
-    """examples/slurm/ssptk.sbatch: its srun command, run once per task of the job step with the variables srun
-    sets (one node here; the sbatch's task count; a free port base instead of 8888)."""
+    """examples/slurm/ssptk.sbatch, unchanged: its run options and srun command, run once per task of the job step
+    with the variables srun sets (one node here; the sbatch's task count; fewer steps); then the report it names
+    ends the run in runs/<job>/gathered."""
     script = (EXAMPLES / "slurm" / "ssptk.sbatch").read_text()
     ntasks = int(re.search(r"^#SBATCH --ntasks=(\d+)", script, re.M).group(1))  # type: ignore[union-attr]
-    srun = next(line for line in script.splitlines() if line.startswith("srun "))
-    base = consecutive_free_ports(ntasks)
-    command = re.sub(r"^srun( --\S+)* ", "", srun).replace("--port-base 8888", f"--port-base {base}")
-    out = tmp_path / "runs"
-    common = {"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_NTASKS": str(ntasks),
+    body = script[script.index("\nMODE="):].replace("srun --kill-on-bad-exit=1 ", "")  # what srun runs per task
+    assert "--port-base" not in body and "8888" not in body  # ports from the job: no two jobs collide
+    job = str(random.randint(1000, 999999))
+    out = tmp_path / "runs" / job
+    common = {"SLURM_JOB_ID": job, "SLURM_STEP_ID": "0", "SLURM_NTASKS": str(ntasks),
               "SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1",
               "SLURM_NODELIST": "localhost", "SLURM_STEP_NODELIST": "localhost",
               "SLURM_STEP_TASKS_PER_NODE": str(ntasks), "SLURM_TASKS_PER_NODE": str(ntasks), "SLURM_NODEID": "0",
-              "OUT": str(out)}
-    procs = [subprocess.Popen(["bash", "-c", command], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                              env=_with_cli_on_path({**ENV, **common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}))
+              "STEPS": "40"}
+    env = {k: v for k, v in ENV.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the recipe sets it
+    procs = [subprocess.Popen(["bash", "-c", body], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              env=_with_cli_on_path({**env, **common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}))
              for r in range(ntasks)]
     try:
         assert [p.wait(timeout=300) for p in procs] == [0] * ntasks  # the PS too: srun waits for every task
+        output = [p.stdout.read().decode() for p in procs]  # type: ignore[union-attr]
     finally:
         for p in procs:
             p.kill()
             p.wait()
+            p.stdout.close()  # type: ignore[union-attr]
+    assert not any("I tensorflow" in o or "W tensorflow" in o for o in output), output[0][-2000:]  # quiet
     (host,) = list(out.iterdir())
     df, _ = records(host)
-    staleness = int(re.search(r"--staleness (\d+)", srun).group(1))  # type: ignore[union-attr]
-    assert len(df) == (ntasks - 1) * int(re.search(r"--steps (\d+)", srun).group(1))  # type: ignore[union-attr]
-    assert max_skew(df, ntasks - 1) <= staleness + 1
+    assert len(df) == (ntasks - 1) * 40 and max_skew(df, ntasks - 1) <= 2 + 1  # the recipe's ssp:2
     assert json.loads((host / "config.json").read_text())["started_by"] == "slurm"
+    p = subprocess.run(f"{' '.join(ssptk_cmd())} report runs/{job}/*", shell=True, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out / "gathered" / "summary.json").read_text())["status"] == "ok"
     assert_gone(str(tmp_path))
 
 

@@ -17,11 +17,32 @@ from typing import Any
 
 from ssptk.core.errors import UsageError
 
-__all__ = ["SOURCES", "from_environment"]
+__all__ = ["SOURCES", "from_environment", "job_port_base", "job_run_id", "PORT_SLOTS"]
 
 SOURCES = ("tf_config", "slurm")
 #: The variables TensorFlow's SlurmClusterResolver reads (srun sets them in every task of a job step).
 SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
+#: ``--port-base auto`` puts a job step's ports in one of this many blocks of :data:`PORT_BLOCK` ports from
+#: :data:`PORT_FIRST`, chosen by the job and step ids: two jobs on the same nodes meet in one block once in 2,000.
+PORT_SLOTS = 2000
+PORT_BLOCK = 16
+PORT_FIRST = 20000
+
+
+def job_port_base() -> int:
+    """``--port-base auto`` under Slurm: a port base derived from ``SLURM_JOB_ID`` and ``SLURM_STEP_ID``, the same in
+    every task of the step and (almost always) different between jobs sharing nodes."""
+    import zlib
+
+    key = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}".encode()
+    return PORT_FIRST + (zlib.crc32(key) % PORT_SLOTS) * PORT_BLOCK
+
+
+def job_run_id(default: str) -> str:
+    """The name of the run's state on the PS under Slurm: the job and step (``slurm-1234.0``), so that a task
+    that reached another job's PS (ports reused by chance) never reads or writes that job's variables."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return f"slurm-{job}.{os.environ.get('SLURM_STEP_ID', '0')}" if job else default
 
 
 def from_environment(source: str, mode: str, port_base: int, ps: int = 1) -> tuple[dict[str, list[str]], str]:

@@ -41,9 +41,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None,
                    help="this task: ps:0 or worker:I (shared: every task of the cluster in this process, see "
                         "--layout); with --cluster tf_config or slurm it comes from the environment")
-    p.add_argument("--port-base", type=int, default=8888, metavar="PORT",
-                   help="--cluster slurm: the port of each node's first task; its next tasks take the next ports")
-    p.add_argument("--run-id", default="run", help="name of the run's state on the PS (same on every task)")
+    p.add_argument("--port-base", type=_port_base, default="auto", metavar="PORT",
+                   help="--cluster slurm: the port of each node's first task; its next tasks take the next ports "
+                        "(auto: from the job and step ids, so that jobs sharing nodes do not collide)")
+    p.add_argument("--run-id", default=None,
+                   help="name of the run's state on the PS (same on every task; default: run, or the job and step "
+                        "under --cluster slurm)")
     p.add_argument("--serve", action="store_true",
                    help="keep serving: read one run per line on stdin (JSON with run_id and argv); a warm cluster")
     p.add_argument("--rejoin", type=int, default=0, metavar="K",
@@ -54,6 +57,18 @@ def parser() -> argparse.ArgumentParser:
                    help="--task predict: the predicted runs to make (JSON; see ssptk.runtime.predict_task)")
     add_run_arguments(p)
     return p
+
+
+def _port_base(text: str) -> str | int:
+    if text == "auto":
+        return text
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give auto or a port number, not {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"give auto or a port from 1 to 65535, not {text}")
+    return port
 
 
 def parse_cluster(text: str) -> dict[str, list[str]]:
@@ -73,15 +88,19 @@ def parse_cluster(text: str) -> dict[str, list[str]]:
 
 def _cluster_and_task(args: argparse.Namespace) -> tuple[dict[str, list[str]], str, str]:
     """The cluster, this task and who started it (``hand``, ``tf_config``, ``slurm``) from the arguments."""
-    from ssptk.runtime.cluster_env import SOURCES, from_environment
+    from ssptk.runtime.cluster_env import SOURCES, from_environment, job_port_base, job_run_id
 
     if args.cluster in SOURCES:
         mode, _ = parse_mode(args.mode or "ssp")
-        cluster, task = from_environment(args.cluster, mode, args.port_base, args.ps or 1)
+        slurm = args.cluster == "slurm"
+        base = job_port_base() if args.port_base == "auto" else int(args.port_base)
+        args.run_id = args.run_id or (job_run_id("run") if slurm else "run")
+        cluster, task = from_environment(args.cluster, mode, base, args.ps or 1)
         if args.task is not None and args.task != task:
             raise UsageError(f"--task {args.task} contradicts the environment, which makes this task {task}: "
                              f"drop --task")
         return cluster, task, args.cluster
+    args.run_id = args.run_id or "run"
     if args.task is None:
         raise UsageError("--task is needed with a cluster spec: ps:0 or worker:I (or use --cluster tf_config / slurm)")
     return parse_cluster(args.cluster), args.task, "hand"
