@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -42,6 +43,18 @@ def preexec() -> Any:
     # PR_SET_PDEATHSIG fires when the forking *thread* ends, so only the main thread may use it;
     # the tasks' own parent watchdog covers runs started from other threads.
     return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
+def _both(*fns: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One ``preexec_fn`` running each of ``fns`` that is not ``None`` (``None`` if none is)."""
+    todo = [f for f in fns if f is not None]
+    if not todo:
+        return None
+
+    def run() -> None:
+        for f in todo:
+            f()
+    return run
 
 
 @dataclass
@@ -88,8 +101,9 @@ class TaskProcess:
         self.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
                                      env={**self.env, tracking.TAG_ENV: self.tracker.tag}, start_new_session=True,
-                                     preexec_fn=preexec(), pass_fds=ns.fds if ns else ())
-        # before the task can run user code (its interpreter is still starting): whatever it starts is followed
+                                     preexec_fn=_both(self.tracker.join_in_child(), preexec()),
+                                     pass_fds=ns.fds if ns else ())
+        # the child joined its cgroup before exec; from outside too, where that failed (then: the /proc way)
         self.tracker = self.tracker.add(self.proc.pid)
         self.collected = False
 

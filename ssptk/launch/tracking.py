@@ -33,6 +33,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = ["ENV_OFF", "SNAPSHOT_S", "TAG_ENV", "CgroupTracker", "ProcTable", "TreeTracker", "Tracker",
@@ -107,6 +108,11 @@ class Tracker:
         /proc way if the cgroup refused the task)."""
         return self
 
+    def join_in_child(self) -> Callable[[], None] | None:
+        """What the spawned child runs before it execs to join the tracking (``None``: nothing), so that not even
+        what it forks at once escapes; :meth:`add` moves it again from outside, in case that failed."""
+        return None
+
     def watch(self, pid: int, table: ProcTable) -> None:
         """The task ``pid`` lives: note what it started."""
 
@@ -135,6 +141,20 @@ class CgroupTracker(Tracker):
             self.close()
             return _refused(self.tag, f"cannot move a task into a cgroup: {e.strerror or e}")
         return self
+
+    def join_in_child(self) -> Callable[[], None] | None:
+        procs = os.path.join(self.path, "cgroup.procs")
+
+        def join() -> None:  # in the child between fork and exec: plain system calls only
+            try:
+                fd = os.open(procs, os.O_WRONLY)
+                try:
+                    os.write(fd, b"0")  # "0": the writing process itself
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # the parent's add() says why, and falls back to the /proc way
+        return join
 
     def members(self) -> list[int]:
         """The processes in the cgroup now."""
