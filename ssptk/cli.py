@@ -12,6 +12,7 @@ divergence is one of its findings), 1 a run failed (with the reason and the fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     claimed: list[str] = []  # the directories the command claims: what a signal's message says it left
     try:
         with StopSignals(claimed), commands.recording(claimed):
-            return dispatch(args)
+            code = dispatch(args)
+            sys.stdout.flush()  # here, not at exit: a closed pipe is then one exit code, not a traceback
+            return code
     except UsageError as e:
         print(f"ssptk: error: {printable(str(e))}", file=sys.stderr)  # it may name what a run directory holds
         return 2
@@ -56,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     except DiskFull as e:
         print(f"ssptk: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `ssptk report ... | head`: the reader has what it wanted
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 128 + int(signal.SIGPIPE)
     except KeyboardInterrupt as e:
         name = getattr(e, "signal", None) or "SIGINT"
         why = "interrupted" if name == "SIGINT" else f"stopped by {name}"
