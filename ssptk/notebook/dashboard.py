@@ -174,7 +174,9 @@ class LiveDashboard:
         color = {"failed": "#b00", "interrupted": "#a60"}.get(self.status, "inherit")
         if self.state.divergence.diverged:
             color = "#b00"
-        return (f'<div class="ssptk-live" style="font-family:monospace;font-size:12px;color:{color}">'
+        top, bound = self.state.skew_shown()
+        skew = f' data-max-skew="{top}"' + (f' data-skew-bound="{bound}"' if bound is not None else "")
+        return (f'<div class="ssptk-live"{skew} style="font-family:monospace;font-size:12px;color:{color}">'
                 f"{bar}{html.escape(text)}</div>")
 
     def _ipython_display_(self) -> None:

@@ -276,6 +276,14 @@ class LiveRun:
         self.skew_end = len(skew_timeline(df, finished, workers=ids, end_when_one_left=True))
         self.version += 1
 
+    def skew_shown(self) -> tuple[int, int | None]:
+        """The largest skew the figure shows so far, and the bound SSP holds it to (S+1; ``None`` in other
+        modes): what the page says beside the figure, for a reader (or a browser test) to hold one to the other."""
+        end = len(self.skew) if self.skew_end is None else self.skew_end
+        top = int(np.max(self.skew.values[:end])) if end else 0
+        staleness = staleness_bound({"options": self.options})
+        return top, None if staleness is None else staleness + 1
+
     def view(self) -> RunView:
         """What the run's figure shows of the records taken so far (:func:`ssptk.analysis.run_view.view_of_records`):
         the skew as kept here, the waits of every worker (0 for one without records yet)."""
