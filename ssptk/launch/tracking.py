@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ssptk.runtime.reaper import proc_stat  # one reader of /proc/<pid>/stat for the task and its launcher
+
 __all__ = ["ENV_OFF", "SNAPSHOT_S", "TAG_ENV", "CgroupTracker", "ProcTable", "TreeTracker", "Tracker",
            "proc_table", "sweep_stale", "tracker"]
 
@@ -52,19 +54,10 @@ log = logging.getLogger("ssptk")
 ProcTable = dict[int, tuple[int, bytes]]
 
 
-def _stat(pid: int | str) -> tuple[int, bytes] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[1]), fields[19]
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def proc_table() -> ProcTable:
     """Every process's parent and start time (the start time tells a process from a later one with its pid)."""
     names = os.listdir("/proc") if os.path.isdir("/proc") else []
-    return {int(n): st for n in names if n.isdigit() and (st := _stat(n)) is not None}
+    return {int(n): st for n in names if n.isdigit() and (st := proc_stat(n)) is not None}
 
 
 def _descendants(table: ProcTable, roots: set[int]) -> set[int]:
@@ -85,7 +78,7 @@ def _kill(pids: set[int], table: ProcTable) -> int:
     """SIGKILL each process of ``pids`` that is still the one ``table`` saw; how many."""
     n = 0
     for p in pids - {os.getpid()}:
-        if p in table and _stat(p) == table[p]:
+        if p in table and proc_stat(p) == table[p]:
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
                 n += 1
@@ -244,7 +237,7 @@ def tracker(task: str) -> Tracker:
     as a warning on the ``ssptk`` logger). Never raises."""
     with _state.lock:
         if not _state.me.startswith(f"{os.getpid()}-"):  # also in a child forked from a launcher
-            _state.me = f"{os.getpid()}-{(_stat(os.getpid()) or (0, b'0'))[1].decode()}"
+            _state.me = f"{os.getpid()}-{(proc_stat(os.getpid()) or (0, b'0'))[1].decode()}"
         _state.seq += 1
         tag = f"{_state.me}-{_state.seq}"
         off = os.environ.get(ENV_OFF, "").strip()
@@ -311,7 +304,7 @@ def sweep_stale(base: str) -> list[str]:
     with contextlib.suppress(OSError):
         for name in os.listdir(base):
             m = _NAME.match(name)
-            st = _stat(m.group(1)) if m is not None else None
+            st = proc_stat(m.group(1)) if m is not None else None
             if m is None or (st is not None and st[1].decode() == m.group(2)):
                 continue
             path = os.path.join(base, name)

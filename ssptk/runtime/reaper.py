@@ -20,8 +20,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["become_subreaper", "descendants", "exit_with_descendants", "kill_descendants", "kill_seen",
-           "reap_on_sigterm"]
+__all__ = ["become_subreaper", "descendants", "exit_with_descendants", "kill_descendants", "kill_seen", "on_sigterm",
+           "proc_stat", "reap_on_sigterm"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -36,7 +36,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def _stat(pid: int | str) -> tuple[int, bytes] | None:
+def proc_stat(pid: int | str) -> tuple[int, bytes] | None:
     """(parent pid, start time) of a process from ``/proc/<pid>/stat``; ``None`` if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -51,7 +51,7 @@ def descendants(pid: int) -> dict[int, bytes]:
     from a later one given the same pid), read from ``/proc``."""
     children: dict[int, list[tuple[int, bytes]]] = {}
     for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        st = _stat(name) if name.isdigit() else None
+        st = proc_stat(name) if name.isdigit() else None
         if st is not None:
             children.setdefault(st[0], []).append((int(name), st[1]))
     found: dict[int, bytes] = {}
@@ -68,7 +68,7 @@ def kill_seen(seen: dict[int, bytes]) -> int:
     pid and start time); returns how many."""
     n = 0
     for p, started in seen.items():
-        st = _stat(p)
+        st = proc_stat(p)
         if st is not None and st[1] == started:
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
