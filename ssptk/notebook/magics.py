@@ -16,6 +16,7 @@ from typing import Any
 
 from ssptk import commands
 from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
+from ssptk.notebook.forwarding import Forwarding
 
 
 def parse_line(line: str) -> argparse.Namespace | None:
@@ -81,31 +82,21 @@ def dtrain(line: str, cell: str | None = None) -> Any:
         raise RunInterrupted("%dtrain: interrupted; every task was stopped and the logs kept") from None
 
 
-class _Followed:
+class _Followed(Forwarding):
     """An observer that notes where a foreground run writes and how far it came, and hands everything on to
     ``inner`` (the dashboard, if any): an interrupted run's message names its directory."""
 
     def __init__(self, inner: Any = None) -> None:
-        self.inner, self.run_dir, self.done, self.total = inner, "", 0, 0
+        super().__init__(inner)
+        self.run_dir, self.done, self.total = "", 0, 0
 
     def started(self, run_dir: str, opts: Any, total: int) -> None:
         self.run_dir, self.total = run_dir, int(total)
-        if self.inner is not None:
-            self.inner.started(run_dir, opts, total)
-
-    def starting(self, ready: list[str], pending: list[str]) -> None:
-        starting = getattr(self.inner, "starting", None)
-        if callable(starting):
-            starting(ready, pending)
+        super().started(run_dir, opts, total)
 
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         self.done, self.total = int(done), int(total)
-        if self.inner is not None:
-            self.inner.records(steps, events, done, total)
-
-    def finished(self, result: Any) -> None:
-        if self.inner is not None:
-            self.inner.finished(result)
+        super().records(steps, events, done, total)
 
 
 class _Interrupted(KeyboardInterrupt):

@@ -8,6 +8,7 @@ import pandas as pd
 
 from ssptk import analysis as an
 from ssptk.core.errors import UsageError
+from ssptk.notebook.forwarding import Forwarding
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
 from ssptk.render.tables import ShownTable
@@ -99,32 +100,21 @@ class StaticView:
             handle.update(self._repr_mimebundle_(), raw=True)
 
 
-class KeepRecords:
-    """A run observer (:class:`ssptk.api.RunObserver`) that keeps the run's step and event records as they
-    come, for a figure of the run in progress, and hands everything on to ``inner`` (if any)."""
+class KeepRecords(Forwarding):
+    """A run observer that keeps the run's step and event records as they come, for a figure of the run in
+    progress, and hands everything on to ``inner`` (if any)."""
 
     def __init__(self, inner: Any = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.steps: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.options: dict[str, Any] = {}
 
     def started(self, run_dir: str, opts: Any, total: int) -> None:
         self.options = dict(opts.to_dict()) if hasattr(opts, "to_dict") else {}
-        if self.inner is not None:
-            self.inner.started(run_dir, opts, total)
-
-    def starting(self, ready: list[str], pending: list[str]) -> None:
-        starting = getattr(self.inner, "starting", None)
-        if callable(starting):
-            starting(ready, pending)
+        super().started(run_dir, opts, total)
 
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         self.steps += steps
         self.events += events
-        if self.inner is not None:
-            self.inner.records(steps, events, done, total)
-
-    def finished(self, result: Any) -> None:
-        if self.inner is not None:
-            self.inner.finished(result)
+        super().records(steps, events, done, total)
