@@ -39,6 +39,7 @@ from bench_engine import bench_ssp_nonbinding_vs_async, bench_warm_rerun
 from bench_floor import bench_async_floor
 from bench_layouts import bench_scale_layouts
 from bench_network import bench_network, bench_network_predicted
+from bench_network_sweep import bench_network_sweep
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
 from bench_predict import bench_predict_speed, bench_predicted_vs_real
 from bench_ps_pause import bench_ps_pause
@@ -75,6 +76,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_predicted_vs_real,
     bench_network,
     bench_network_predicted,
+    bench_network_sweep,
     bench_trace,
 ]
 

@@ -20,6 +20,14 @@ after it is ready and counts as arrived ``delay`` after its last bit left the li
 variables' float32 bytes times :data:`PROTOCOL_OVERHEAD` (what ssptk's links measured above the tensors' bytes:
 3-8%). ``allreduce`` has no PS: after computing, each worker sends and receives ``2 (N-1)/N`` of the model
 through its own link (a ring all-reduce).
+
+**The CPU, where ``cores`` is given** (a laptop's cluster: N workers, and their PS, on a few cores): a step's
+fixed cost is CPU work, shared by the workers computing at that moment as the kernel shares cores (each at most
+one core, ``cores`` in all: processor sharing, a :class:`Fluid` link in units of core-seconds); the step's
+injected delay (a sleep) is not. So a free run's step is stretched by all N workers computing at once, while
+under a PS-bound link few compute together and each computes faster. A free run's per-step time ``t`` measured
+with ``N`` workers on ``cores`` cores is ``cpu_seconds(t, N, cores)`` of CPU work (:func:`cpu_seconds`). Without
+``cores`` each worker computes on a CPU of its own (a cluster's machines), as before.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ from itertools import count
 
 from ssptk.core.network import Network
 
-__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "shard_bytes"]
+__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds", "shard_bytes"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
@@ -41,7 +49,13 @@ PROTOCOL_OVERHEAD = 1.05
 SHARE_SIGMA = 0.3
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
-_PULL, _PUSH, _LAND = 0, 1, 2
+_PULL, _PUSH, _LAND, _COMPUTE = 0, 1, 2, 3
+
+
+def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
+    """The CPU work of a step that took ``step_s`` seconds with ``workers`` workers all computing on ``cores``
+    cores (a free run, where every worker computes nearly all the time): ``step_s * min(1, cores / workers)``."""
+    return float(step_s) * min(1.0, float(cores) / max(1, int(workers)))
 
 
 def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
@@ -171,10 +185,13 @@ class Links:
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
     ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
-    exactly evenly)."""
+    exactly evenly). ``cores``: the CPU the workers share (``None``: each its own), and ``cpu_s`` how much of the
+    seconds a step computes (:meth:`start`'s ``compute``) is CPU work that shares it (``None``: all of it); the
+    rest of a step's seconds (its injected delay) is a sleep after its CPU work."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
-                 share_sigma: float = SHARE_SIGMA, seed: int = 0) -> None:
+                 share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
+                 cpu_s: float | None = None) -> None:
         self.delay = network.delay_s
         rates: list[float] = []
 
@@ -189,6 +206,9 @@ class Links:
         self.ps_in = [link(ps) for _ in range(shards)]
         self.w_out = [link(worker) for _ in range(workers)]
         self.w_in = [link(worker) for _ in range(workers)]
+        self.cpu = link(cores) if cores else None
+        self.core = [link(1.0) if cores else None for _ in range(workers)]  # a worker's thread: one core at most
+        self.cpu_s = cpu_s
         self.fluid = Fluid(rates)
         self.sigma = share_sigma
         self.rng = random.Random(seed)
@@ -214,7 +234,7 @@ class Links:
         if self.pieces:
             self._at(t + self.delay, _PULL, worker)
         else:  # all-reduce: compute, then the ring
-            self._at(t + compute + self.delay, _PUSH, worker)
+            self._compute(worker, t)
 
     def next(self) -> tuple[float, int]:
         """The next step to land: ``(when, worker)``; everything in flight moves on to then."""
@@ -234,7 +254,10 @@ class Links:
             if what == _LAND:
                 self.in_flight -= 1
                 return t, w
-            self._enter(w, what, t)
+            if what == _COMPUTE:
+                self._compute(w, t)
+            else:
+                self._enter(w, what, t)
 
     def _at(self, t: float, what: int, worker: int) -> None:
         heapq.heappush(self.timers, (t, next(self._order), what, worker))
@@ -260,9 +283,30 @@ class Links:
         if not n:
             self._arrived(w, t)
 
+    def _compute(self, w: int, t: float) -> None:
+        """Worker ``w`` computes from ``t``: on its own CPU, a timer; on the shared cores, its CPU work a transfer
+        through them (then its sleep)."""
+        self.phase[w] = _COMPUTE
+        if self.cpu is None:
+            self._at(t + self.compute[w] + self.delay, _PUSH, w)
+            return
+        work = self.compute[w] if self.cpu_s is None else min(self.cpu_s, self.compute[w])
+        if work <= 0:
+            self._arrived(w, t)
+            return
+        self.owner[self.fluid.add(work, [x for x in (self.cpu, self.core[w]) if x is not None])] = w
+        self.pending[w] = 1
+
     def _arrived(self, w: int, t: float) -> None:
-        """Worker ``w``'s transfer left the links at ``t``: it computes, then pushes (a pull), or lands."""
+        """Worker ``w``'s transfer left the links at ``t``: it computes (a pull), pushes (its CPU work done, the
+        sleep after it), or lands (a push)."""
         if self.phase[w] == _PULL:
-            self._at(t + 2 * self.delay + self.compute[w], _PUSH, w)
+            if self.cpu is None or not self.delay:
+                self._compute(w, t + self.delay)
+            else:  # the shared cores are taken from when the pull has arrived
+                self._at(t + self.delay, _COMPUTE, w)
+        elif self.phase[w] == _COMPUTE:
+            sleep = 0.0 if self.cpu_s is None else max(0.0, self.compute[w] - self.cpu_s)
+            self._at(t + sleep + self.delay, _PUSH, w)
         else:
             self._at(t + self.delay, _LAND, w)

@@ -181,7 +181,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
              straggler: dict[int, float] | list[tuple[int, float]] | None = None,
              jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
              compute: float = 0.0, late: str = "drop", network: str | Network | None = None, ps: int = 1,
-             model_bytes: float | Sequence[float] | None = None) -> SimResult:
+             model_bytes: float | Sequence[float] | None = None, cores: float | None = None) -> SimResult:
     """Simulate one run and return its step records and summary (see the module docstring).
 
     ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``; ``allreduce`` is simulated
@@ -195,7 +195,9 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes, or each
     variable's in the order the model makes them, which places them on the shards as ``--ps`` does): each
     pull and push is a transfer through the links it crosses, sharing each fairly with the transfers in flight
-    (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``.
+    (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``. ``cores`` (with a
+    shaped ``network``): the workers share that many cores, ``overhead + compute`` being each step's CPU work
+    (:func:`ssptk.sim.links.cpu_seconds` of a free run's step time on them); ``None``: each its own CPU.
     Raises :class:`UsageError` on bad input.
     """
     name, s = _parse_mode(mode, staleness)
@@ -215,7 +217,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     jit = parse_jitter(jitter)
     base = float(overhead) + float(compute)
     models = [DelayModel(i, strag, jit, seed, own_s=base) for i in range(n)]  # own_s: a replayed trace's pace
-    links = _links(network, n, ps, model_bytes, name, seed)
+    links = _links(network, n, ps, model_bytes, name, seed, cores, base)
     kw = {} if links is None else {"flight": links}
 
     if name in ("async", "ssp"):
@@ -242,7 +244,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
 
 
 def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | Sequence[float] | None,
-           mode: str, seed: int = 0) -> Links | None:
+           mode: str, seed: int = 0, cores: float | None = None, cpu_s: float | None = None) -> Links | None:
     """The simulated links, or ``None`` where transfers take no time (no network, or nothing shaped)."""
     net = parse_network(network)
     if net is None or not net.shaped:
@@ -254,7 +256,9 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
                          "model_bytes= in Python)")
     size: float | list[float] = (float(sizes[0]) if isinstance(model_bytes, (int, float, np.number))
                                  else [float(b) for b in sizes])
-    return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed)
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, (int, float)) or not cores > 0):
+        raise UsageError(f"cores must be a number > 0, got {cores!r}")
+    return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed, cores=cores, cpu_s=cpu_s)
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
