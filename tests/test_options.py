@@ -45,7 +45,7 @@ def test_every_option_is_in_the_cli_help() -> None:
         ({"workers": 0}, r"--workers must be >= 1"),
         ({"steps": 0}, r"--steps must be >= 1"),
         ({"mode": "sync", "backup": 3, "workers": 3}, r"--backup must be >= 0 and less than --workers \(3\)"),
-        ({"mode": "ssp", "backup": 1}, r"--backup applies to sync only"),
+        ({"mode": "ssp", "backup": 1}, r"--backup applies to sync and local only"),
         ({"straggler": ["3:0.1"], "workers": 3}, r"--straggler index 3 is out of range: workers are 0\.\.2"),
         ({"straggler": ["x"]}, r"bad --straggler 'x': use I:SECONDS"),
         ({"jitter": "normal:1"}, r"bad --jitter 'normal:1': use exp:MEAN, uniform:LO:HI or pause:P:SECONDS"),
@@ -88,7 +88,7 @@ def test_api_refuses_bad_input_before_creating_anything(tmp_path: Path, user_mod
     with pytest.raises(UsageError, match="unknown GPU id 7"):
         run(gpus="7", out=str(out))
     assert not out.exists()
-    with pytest.raises(UsageError, match="only ssp takes a staleness"):
+    with pytest.raises(UsageError, match=r"only ssp \(ssp:S\) and local \(local:H\) take a number"):
         compare(["sync", "async:3"], out=str(out))
     with pytest.raises(UsageError, match="--straggler index 5"):
         compare(["sync", "ssp:2"], straggler=["5:0.1"], out=str(out))
@@ -175,3 +175,55 @@ def test_a_repeated_straggler_means_the_same_in_runs_and_the_simulator() -> None
     assert twice.wall_s == pytest.approx(once.wall_s) and twice.steps.equals(once.steps)
     delays = twice.steps.loc[twice.steps["worker"] == 2, "delay_s"].tolist()
     assert delays and delays == pytest.approx([0.03] * len(delays))
+
+
+def test_local_sgd_and_dc_grammar() -> None:
+    """local:H and the suffixes +dc, +dc:LAMBDA, +outer parse once, for --mode and comparison labels alike."""
+    o = resolve(mode="local:4", workers=3)
+    assert (o.mode, o.local_steps, o.label) == ("local", 4, "local:4")
+    assert o.outer_scale == 3.0  # minibatch convention: the round's deltas summed, as sync sums its gradients
+    assert resolve(mode="local", lr_convention="mean").outer_scale == 1.0  # mean: plain periodic averaging
+    assert resolve(mode="local").local_steps == 4
+    assert resolve(mode="local", workers=4, backup=1).aggregated == 3
+    assert resolve(mode="async", lr_staleness="dc").lr_staleness == "dc:0.04"
+    assert resolve(mode="ssp", lr_staleness="dc:0").dc_lambda == 0.0
+    assert parse_labels(["local:2", "async+dc", "ssp:3+dc:0.5", "local:8+outer"]) == [
+        ("local:2", {"mode": "local", "local_steps": 2}),
+        ("async+dc", {"mode": "async", "lr_staleness": "dc:0.04"}),
+        ("ssp:3+dc:0.5", {"mode": "ssp", "lr_staleness": "dc:0.5", "staleness": 3}),
+        ("local:8+outer", {"mode": "local", "outer_lr": 0.7, "outer_momentum": 0.9, "local_steps": 8})]
+    assert to_argv(resolve(mode="local:3", outer_momentum=0.5))[:8] == [
+        "--model", "linear", "--mode", "local", "--local-steps", "3", "--outer-lr", "1.0"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"mode": "local:0"}, r"bad mode 'local:0': use local:H with an integer H >= 1"),
+    ({"mode": "local:-1"}, r"bad mode 'local:-1': use local:H with an integer H >= 1"),
+    ({"mode": "local8"}, r"did you mean local:8\?"),
+    ({"mode": "local", "local_steps": 0}, r"--local-steps must be an integer H >= 1"),
+    ({"mode": "sync", "lr_staleness": "dc"}, r"--lr-staleness applies to async and ssp, not sync"),
+    ({"mode": "local", "lr_staleness": "dc"}, r"--lr-staleness applies to async and ssp, not local"),
+    ({"mode": "async", "lr_staleness": "dc:-0.1"}, r"needs a finite LAMBDA >= 0"),
+    ({"mode": "async", "lr_staleness": "dc:x"}, r"needs a finite LAMBDA >= 0"),
+    ({"mode": "async", "lr_staleness": "dcc"}, r"none, inverse or dc\[:LAMBDA\]"),
+    ({"mode": "sync", "outer_lr": 0.5}, r"--outer-lr applies to local only, not sync"),
+    ({"mode": "ssp", "local_steps": 2}, r"--local-steps applies to local only, not ssp"),
+    ({"mode": "local", "outer_momentum": 1.0}, r"--outer-momentum must be >= 0 and < 1"),
+    ({"mode": "local", "outer_lr": 0}, r"--outer-lr must be a finite number > 0"),
+    ({"mode": "async", "backup": 1}, r"--backup applies to sync and local only"),
+])
+def test_bad_local_and_dc_options_are_refused_in_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        resolve(**kwargs)
+
+
+@pytest.mark.parametrize(("label", "message"), [
+    ("sync+dc", r"bad comparison label 'sync\+dc': \+dc \(--lr-staleness dc\) applies to ssp and async only"),
+    ("async+outer", r"\+outer \(DiLoCo's outer optimizer\) applies to local:H only"),
+    ("async+dc:-1", r"needs a finite LAMBDA >= 0"),
+    ("local:0", r"use local:H with an integer H >= 1"),
+    ("async+foo", r"unknown suffix '\+foo'"),
+])
+def test_bad_semi_sync_labels(label: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_labels([label])

@@ -1,5 +1,6 @@
-"""The label grammar, its one parser: modes (``sync``, ``ssp``, ``async``, ``allreduce``), labels (``ssp:S``),
-the ``+inverse`` suffix of comparison labels, and a label's directory name (``ssp:2`` -> ``ssp-2``).
+"""The label grammar, its one parser: modes (``sync``, ``ssp``, ``async``, ``allreduce``, ``local``), labels
+(``ssp:S``, ``local:H``), the suffixes of comparison labels (``+inverse``, ``+dc``, ``+dc:LAMBDA``, ``+outer``), and a
+label's directory name (``ssp:2`` -> ``ssp-2``).
 
 ``--mode``, ``compare``'s labels, ``ssptk.simulate``'s mode, the task command and the simulator all parse
 here; a refused label raises :class:`LabelError`, whose ``reason`` lets a caller name the label its own way
@@ -11,13 +12,24 @@ from typing import Any
 
 from ssptk.core.errors import UsageError
 
-__all__ = ["INVERSE_SUFFIX", "MODES", "STALE_MODES", "LabelError", "label_dir", "label_of", "label_options",
+__all__ = ["DC_SUFFIX", "DEFAULT_DC_LAMBDA", "DILOCO_OUTER", "INVERSE_SUFFIX", "MODES", "NUMBERED_MODES",
+           "OUTER_SUFFIX", "STALE_MODES", "LabelError", "label_dir", "label_of", "label_options", "parse_dc",
            "parse_label", "parse_mode"]
 
-MODES = ("sync", "ssp", "async", "allreduce")
+MODES = ("sync", "ssp", "async", "allreduce", "local")
+#: The modes whose label carries a number: ``ssp:S`` (the staleness bound) and ``local:H`` (local steps per average).
+NUMBERED_MODES = {"ssp": ("S", 0), "local": ("H", 1)}  # mode -> (the number's letter, its least value)
 #: A comparison label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
 INVERSE_SUFFIX = "+inverse"
-#: The modes whose updates have a staleness: ``--lr-staleness`` (and so ``+inverse``) applies to them only.
+#: ``--lr-staleness dc[:LAMBDA]``: delay-compensated gradients (``async+dc``, ``ssp:4+dc:0.1``).
+DC_SUFFIX = "+dc"
+#: DC-ASGD's lambda when none is given (MXNet's ``DCASGD`` default, Zheng et al. 2017).
+DEFAULT_DC_LAMBDA = 0.04
+#: ``local:H+outer``: local SGD with DiLoCo's outer optimizer (Douillard et al. 2023): outer learning rate 0.7,
+#: Nesterov momentum 0.9.
+OUTER_SUFFIX = "+outer"
+DILOCO_OUTER = {"outer_lr": 0.7, "outer_momentum": 0.9}
+#: The modes whose updates have a staleness: ``--lr-staleness`` (and so ``+inverse``, ``+dc``) applies to them only.
 STALE_MODES = ("ssp", "async")
 
 
@@ -33,41 +45,49 @@ class LabelError(UsageError):
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         reason = f"choose one of {', '.join(MODES)}"
-        staleness = mode[3:].lstrip("-_= ")
-        if mode.startswith("ssp") and staleness.isdigit():  # ssp4, ssp-4, ssp_4: a staleness without its colon
-            reason = f"did you mean ssp:{int(staleness)}? ({reason}; ssp:S for SSP with staleness S)"
+        for name, (letter, _) in NUMBERED_MODES.items():
+            number = mode[len(name):].lstrip("-_= ")
+            if mode.startswith(name) and number.isdigit():  # ssp4, ssp-4, local_8: a number without its colon
+                reason = (f"did you mean {name}:{int(number)}? ({reason}; {name}:{letter} for "
+                          f"{_MEANING[name]} {letter})")
         raise LabelError(f"unknown mode {mode!r}: {reason}", reason)
 
 
-def parse_label(label: str) -> tuple[str, int | None]:
-    """A mode label: ``sync``, ``async``, ``allreduce``, ``ssp`` or ``ssp:S`` -> ``(mode, S or None)``.
+_MEANING = {"ssp": "SSP with staleness", "local": "local SGD averaging every"}
 
-    The one parser of labels (``--mode ssp:4``, ``compare sync ssp:2``, ``simulate("ssp:2", ...)``);
+
+def parse_label(label: str) -> tuple[str, int | None]:
+    """A mode label: ``sync``, ``async``, ``allreduce``, ``ssp``, ``ssp:S``, ``local`` or ``local:H`` ->
+    ``(mode, S or H or None)``: the staleness bound of ``ssp:S``, the local steps per average of ``local:H``.
+
+    The one parser of labels (``--mode ssp:4``, ``compare sync ssp:2 local:4``, ``simulate("ssp:2", ...)``);
     raises :class:`LabelError`."""
     mode, colon, s = str(label).strip().partition(":")
     if not colon:
         _check_mode(mode)
         return mode, None
-    if mode != "ssp":
+    if mode not in NUMBERED_MODES:
         if mode in MODES:
-            raise LabelError(f"bad label {label!r}: only ssp takes a staleness (ssp:S)",
-                             "only ssp takes a staleness (ssp:S)")
+            reason = "only ssp (ssp:S) and local (local:H) take a number"
+            raise LabelError(f"bad label {label!r}: {reason}", reason)
         _check_mode(mode)
+    letter, least = NUMBERED_MODES[mode]
     try:
-        staleness = int(s)
+        number = int(s)
     except ValueError:
-        staleness = -1
-    if staleness < 0:
-        reason = "use ssp:S with an integer S >= 0, e.g. ssp:2"
+        number = least - 1
+    if number < least:
+        reason = f"use {mode}:{letter} with an integer {letter} >= {least}, e.g. {mode}:{max(least, 2)}"
         raise LabelError(f"bad label {label!r}: {reason}", reason)
-    return "ssp", staleness
+    return mode, number
 
 
 def parse_mode(mode: Any) -> tuple[str, int | None]:
-    """``--mode``: a mode's name, or ``ssp:S`` as a shorthand for ``--mode ssp --staleness S`` ->
-    ``(mode, S or None)``. Raises :class:`LabelError` (``bad mode 'ssp:x': ...``, ``unknown mode ...``)."""
+    """``--mode``: a mode's name, or ``ssp:S`` / ``local:H`` as a shorthand for ``--mode ssp --staleness S`` /
+    ``--mode local --local-steps H`` -> ``(mode, S or H or None)``. Raises :class:`LabelError` (``bad mode
+    'ssp:x': ...``, ``unknown mode ...``)."""
     text = str(mode)
-    if text.partition(":")[0] == "ssp" and ":" in text:
+    if text.partition(":")[0] in NUMBERED_MODES and ":" in text:
         try:
             return parse_label(text)
         except LabelError as e:
@@ -76,29 +96,79 @@ def parse_mode(mode: Any) -> tuple[str, int | None]:
     return text, None
 
 
+def parse_dc(value: str) -> float | None:
+    """``--lr-staleness``'s ``dc`` or ``dc:LAMBDA`` -> lambda (``None`` for any other value). Raises
+    :class:`LabelError` for a lambda that is not a finite number >= 0."""
+    name, colon, text = str(value).partition(":")
+    if name != "dc":
+        return None
+    if not colon:
+        return DEFAULT_DC_LAMBDA
+    try:
+        lam = float(text)
+    except ValueError:
+        lam = -1.0
+    if not 0 <= lam < float("inf"):
+        reason = f"dc:LAMBDA needs a finite LAMBDA >= 0 (default {DEFAULT_DC_LAMBDA}), got {text!r}"
+        raise LabelError(f"bad dc {value!r}: {reason}", reason)
+    return lam
+
+
+def _split_suffix(label: str) -> tuple[str, str]:
+    """``async+dc:0.1`` -> ``("async", "+dc:0.1")``; a label without a suffix -> ``(label, "")``."""
+    base, plus, suffix = label.partition("+")
+    return base, plus + suffix
+
+
 def label_options(label: str) -> dict[str, Any]:
     """A comparison label -> the run options it sets: ``sync`` -> ``{"mode": "sync"}``, ``ssp:4`` ->
-    ``{"mode": "ssp", "staleness": 4}``; a label ending in ``+inverse`` also sets ``lr_staleness="inverse"``
-    (the mitigation beside the plain mode). Raises :class:`LabelError`: ``unknown mode ...`` for a bare
-    unknown name, else ``bad comparison label ...``."""
-    inverse = label.endswith(INVERSE_SUFFIX)
-    base = label[:-len(INVERSE_SUFFIX)] if inverse else label
+    ``{"mode": "ssp", "staleness": 4}``, ``local:4`` -> ``{"mode": "local", "local_steps": 4}``. Suffixes set the
+    mitigation beside the plain mode: ``+inverse`` sets ``lr_staleness="inverse"``, ``+dc`` / ``+dc:LAMBDA``
+    ``lr_staleness="dc:LAMBDA"`` (ssp and async), ``+outer`` DiLoCo's outer optimizer (local). Raises
+    :class:`LabelError`: ``unknown mode ...`` for a bare unknown name, else ``bad comparison label ...``."""
+    base, suffix = _split_suffix(label)
     try:
-        mode, staleness = parse_label(base)
+        mode, number = parse_label(base)
+        extra = _suffix_options(mode, suffix)
     except LabelError as e:
-        if ":" not in label and not inverse:
+        if ":" not in label and not suffix:
             raise
         raise LabelError(f"bad comparison label {label!r}: {e.reason}", e.reason) from None
-    if inverse and mode not in STALE_MODES:
-        reason = f"{INVERSE_SUFFIX} (--lr-staleness inverse) applies to {' and '.join(STALE_MODES)} only"
-        raise LabelError(f"bad comparison label {label!r}: {reason}", reason)
-    return {"mode": mode, **({} if staleness is None else {"staleness": staleness}),
-            **({"lr_staleness": "inverse"} if inverse else {})}
+    if number is not None:
+        extra["staleness" if mode == "ssp" else "local_steps"] = number
+    return {"mode": mode, **extra}
 
 
-def label_of(mode: str, staleness: int | None) -> str:
-    """The label of a mode: ``ssp:S`` for SSP, else the mode's name (inverse of :func:`parse_label`)."""
-    return f"ssp:{staleness}" if mode == "ssp" else mode
+def _suffix_options(mode: str, suffix: str) -> dict[str, Any]:
+    if not suffix:
+        return {}
+    if suffix == OUTER_SUFFIX:
+        if mode != "local":
+            reason = f"{OUTER_SUFFIX} (DiLoCo's outer optimizer) applies to local:H only"
+            raise LabelError(reason, reason)
+        return dict(DILOCO_OUTER)
+    if suffix == INVERSE_SUFFIX or suffix.startswith(DC_SUFFIX):
+        what = "inverse" if suffix == INVERSE_SUFFIX else suffix[1:]
+        if mode not in STALE_MODES:
+            reason = f"+{what.partition(':')[0]} (--lr-staleness {what}) applies to {' and '.join(STALE_MODES)} only"
+            raise LabelError(reason, reason)
+        if what != "inverse":
+            if what.partition(":")[0] != "dc":
+                raise _unknown_suffix(suffix)
+            what = f"dc:{parse_dc(what)!r}"
+        return {"lr_staleness": what}
+    raise _unknown_suffix(suffix)
+
+
+def _unknown_suffix(suffix: str) -> LabelError:
+    reason = f"unknown suffix {suffix!r}: use {INVERSE_SUFFIX}, {DC_SUFFIX}, {DC_SUFFIX}:LAMBDA or {OUTER_SUFFIX}"
+    return LabelError(reason, reason)
+
+
+def label_of(mode: str, number: int | None) -> str:
+    """The label of a mode: ``ssp:S`` for SSP (``number`` its staleness), ``local:H`` for local SGD (``number``
+    its local steps), else the mode's name (inverse of :func:`parse_label`)."""
+    return f"{mode}:{number}" if mode in NUMBERED_MODES and number is not None else mode
 
 
 def label_dir(label: str) -> str:

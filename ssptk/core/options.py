@@ -9,12 +9,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ssptk.core.delays import Jitter, check_delay_bounds, parse_jitter, parse_stragglers, straggler_seconds
+from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
-from ssptk.core.labels import STALE_MODES, label_of, parse_mode
-from ssptk.core.models import BUILTIN, MODEL_HINT
+from ssptk.core.labels import DEFAULT_DC_LAMBDA, label_of, parse_dc, parse_mode
+from ssptk.core.models import BUILTIN
 from ssptk.core.network import Network, parse_network
+from ssptk.core.option_checks import (
+    validate,
+)
 from ssptk.core.option_types import typed
 from ssptk.core.resources import (
     BATCH_COPIES,
@@ -28,15 +31,12 @@ from ssptk.core.resources import (
     sim_estimate,
 )
 
-LAYOUTS = ("auto", "processes", "shared")
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
 AUTO_SHARED_FROM = 8
 BUILTIN_MODELS = tuple(BUILTIN)
-LR_CONVENTIONS = ("minibatch", "mean")
-LR_STALENESS = ("none", "inverse")
-DATA_SPLITS = ("iid", "label")
 DEFAULT_STALENESS = 2
-MAX_PS = 16
+#: ``--mode local`` without ``:H``: average every this many local steps.
+DEFAULT_LOCAL_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,29 @@ OPTIONS: tuple[Option, ...] = (
            "handwritten digits, held-out accuracy), mlp[:WIDTH] (the digits with two hidden layers of WIDTH "
            "units, default 1024: 1.1 M parameters, 4.5 MB through the PS per pull and per push), "
            "package.module:function or file.py:function", "M"),
-    Option("mode", str, "ssp", "consistency mode: sync, ssp, async or allreduce", "MODE"),
+    Option("mode", str, "ssp", "consistency mode: sync, ssp, async, allreduce or local (local SGD: each worker trains "
+           "its own copy for H steps, then the copies' deltas are averaged through the PS; local:H, see "
+           "--local-steps)", "MODE"),
     Option("staleness", int, None,
            f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
            f"so the completed-step skew the logs show is at most S+1 (ssp only; default {DEFAULT_STALENESS})",
            "S"),
+    Option("local_steps", int, None,
+           f"local SGD's H >= 1: each worker takes H steps on its own copy of the parameters, then the round's "
+           f"deltas are averaged on the PS and every worker goes on from the average (local:1 is sync; local only; "
+           f"default {DEFAULT_LOCAL_STEPS})", "H"),
+    Option("outer_lr", float, 1.0,
+           "local only: the outer learning rate: each round moves the parameters on the PS by OUTER_LR x the "
+           "round's deltas, summed (--lr-convention minibatch, as sync sums gradients) or averaged (mean); 1 is "
+           "plain periodic averaging, DiLoCo uses 0.7 with --outer-momentum 0.9 (label local:H+outer)", "LR"),
+    Option("outer_momentum", float, 0.0,
+           "local only: Nesterov momentum of the outer step (0: none; DiLoCo: 0.9); kept on the PS, one copy of the "
+           "parameters", "M"),
     Option("workers", int, 3, "number of worker tasks; a run is refused before it starts when its memory, "
            f"estimated from --workers, --batch and --steps, exceeds what the machine has available (each task "
            f"{TASK_BYTES >> 20} MB as a process, {SHARED_TASK_BYTES >> 20} MB in the shared layout)", "N"),
     Option("steps", int, 200,
-           "work budget K: N*K minibatches in all (sync/allreduce: K steps per worker; ssp/async: shared); the "
+           "work budget K: N*K minibatches in all (sync/allreduce/local: K steps per worker; ssp/async: shared); the "
            f"launcher summarises N*K step records at the end ({RECORD_BYTES / 1000:g} KB each of memory), the "
            f"simulator every step it simulates ({SIM_RECORD_BYTES} bytes each)", "K"),
     Option("batch", int, 16, f"minibatch size (each worker holds its minibatch about {BATCH_COPIES} times over)",
@@ -86,8 +99,11 @@ OPTIONS: tuple[Option, ...] = (
            "loss (0: only at the end)", "K"),
     Option("lr_staleness", str, "none",
            "async and ssp: inverse applies each gradient with LR / (staleness + 1), its staleness as known on the PS "
-           "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); none: plain LR", "none|inverse"),
-    Option("backup", int, 0, "sync only: aggregate the first N-B gradients of each step, drop the late ones", "B"),
+           "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); dc[:LAMBDA] applies the "
+           "delay-compensated gradient g + LAMBDA * g * g * (w_now - w_read) (DC-ASGD, Zheng et al. 2017; default "
+           f"LAMBDA {DEFAULT_DC_LAMBDA}); none: plain LR", "none|inverse|dc[:LAMBDA]"),
+    Option("backup", int, 0, "sync and local: aggregate the first N-B gradients (local: deltas) of each step "
+           "(round), drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
            repeat=True),
     Option("jitter", str, None,
@@ -132,6 +148,9 @@ class RunOptions:
     model: str = _DEFAULT["model"]
     mode: str = _DEFAULT["mode"]
     staleness: int | None = _DEFAULT["staleness"]
+    local_steps: int | None = _DEFAULT["local_steps"]
+    outer_lr: float = _DEFAULT["outer_lr"]
+    outer_momentum: float = _DEFAULT["outer_momentum"]
     workers: int = _DEFAULT["workers"]
     steps: int = _DEFAULT["steps"]
     batch: int = _DEFAULT["batch"]
@@ -184,8 +203,23 @@ class RunOptions:
 
     @property
     def aggregated(self) -> int:
-        """How many gradients one update averages: N - B in sync, N in allreduce, 1 in ssp and async."""
-        return self.workers - self.backup if self.mode == "sync" else self.workers if self.mode == "allreduce" else 1
+        """How many gradients one update averages: N - B in sync, N in allreduce, 1 in ssp and async; local: how
+        many deltas one round averages, N - B."""
+        if self.mode in ("sync", "local"):
+            return self.workers - self.backup
+        return self.workers if self.mode == "allreduce" else 1
+
+    @property
+    def dc_lambda(self) -> float | None:
+        """``--lr-staleness dc[:LAMBDA]``'s lambda (``None`` without delay compensation)."""
+        return parse_dc(self.lr_staleness)
+
+    @property
+    def outer_scale(self) -> float:
+        """local: what a round applies to the *mean* of its deltas, so that ``--outer-lr 1`` sums them under
+        ``--lr-convention minibatch`` (every minibatch moves the parameters by LR x its gradient, as in sync, so
+        local:1 equals sync) and averages them under ``mean``: ``outer_lr`` times :attr:`aggregated`, or itself."""
+        return self.update_lr(self.outer_lr) if self.mode == "local" else self.outer_lr
 
     def update_lr(self, lr: float) -> float:
         """The learning rate an update applies to the *mean* of the gradients it aggregates, so that ``lr``
@@ -195,8 +229,8 @@ class RunOptions:
 
     @property
     def label(self) -> str:
-        """``ssp:S`` or the mode's name (see :func:`label_of`)."""
-        return label_of(self.mode, self.staleness)
+        """``ssp:S``, ``local:H`` or the mode's name (see :func:`label_of`)."""
+        return label_of(self.mode, self.local_steps if self.mode == "local" else self.staleness)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -221,90 +255,21 @@ def resolve(**kwargs: Any) -> RunOptions:
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
-    kw = {k: v for k, v in kwargs.items() if v is not None or k in ("staleness", "lr", "jitter", "out", "network")}
+    kw = {k: v for k, v in kwargs.items()
+          if v is not None or k in ("staleness", "local_steps", "lr", "jitter", "out", "network")}
     table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
     kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
-    kw["mode"], staleness = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4" is a shorthand
-    if staleness is not None:
-        kw["staleness"] = staleness
+    kw["mode"], number = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4", "local:8" are shorthands
+    if number is not None:
+        kw["staleness" if kw["mode"] == "ssp" else "local_steps"] = number
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
     opts = RunOptions(**kw)
-    _validate(opts)
+    validate(opts)
     if opts.mode == "ssp" and opts.staleness is None:
         opts.staleness = DEFAULT_STALENESS
+    if opts.mode == "local" and opts.local_steps is None:
+        opts.local_steps = DEFAULT_LOCAL_STEPS
     return opts
-
-
-def _validate(o: RunOptions) -> None:
-    if o.staleness is not None:
-        if o.mode != "ssp":
-            raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
-        if isinstance(o.staleness, bool) or not isinstance(o.staleness, int) or o.staleness < 0:
-            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
-    if o.workers < 1:
-        raise UsageError(f"--workers must be >= 1, got {o.workers}")
-    if o.steps < 1:
-        raise UsageError(f"--steps must be >= 1, got {o.steps}")
-    if o.batch < 1:
-        raise UsageError(f"--batch must be >= 1, got {o.batch}")
-    if o.backup:
-        if o.mode != "sync":
-            raise UsageError(f"--backup applies to sync only, not {o.mode}")
-        if not 0 <= o.backup < o.workers:
-            raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
-    if o.lr is not None and not 0 < o.lr < math.inf:
-        raise UsageError(f"--lr must be a finite number > 0, got {o.lr}")
-    if not 0 <= o.seed < 2**32:
-        raise UsageError(f"--seed must be an integer in [0, 2**32), got {o.seed}")
-    if o.lr_staleness not in LR_STALENESS:
-        raise UsageError(f"--lr-staleness must be {' or '.join(LR_STALENESS)}, got {o.lr_staleness!r}")
-    if o.lr_staleness != "none" and o.mode not in STALE_MODES:
-        raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
-    if o.data_split not in DATA_SPLITS:
-        raise UsageError(f"--data-split must be {' or '.join(DATA_SPLITS)}, got {o.data_split!r}")
-    if o.eval_every < 0:
-        raise UsageError(f"--eval-every must be >= 0 (0: evaluate only at the end), got {o.eval_every}")
-    if o.data_split != "iid" and not o.eval_every:
-        raise UsageError("--data-split label needs --eval-every K (e.g. 50): with non-IID data each worker's "
-                         "training loss is measured on its own labels, so only a held-out loss compares runs")
-    if o.lr_convention not in LR_CONVENTIONS:
-        raise UsageError(f"--lr-convention must be {' or '.join(LR_CONVENTIONS)}, got {o.lr_convention!r}")
-    for i, sec in o.straggler:
-        if i >= o.workers:
-            raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
-        if not math.isfinite(sec):
-            raise UsageError(f"--straggler {i}:{sec}: the seconds must be a finite number >= 0")
-    jitter = parse_jitter(o.jitter)
-    if jitter is not None and not (math.isfinite(jitter.a) and math.isfinite(jitter.b)):
-        raise UsageError(f"bad --jitter {o.jitter!r}: the seconds must be finite numbers")
-    check_delay_bounds(o.straggler, jitter)
-    _check_stall_timeout(o)
-    if o.restart_failed < 0:
-        raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
-    if o.restart_failed and o.mode == "allreduce":
-        raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
-                         "(its collectives cannot take a new member mid-run)")
-    _check_network(o)
-    if o.layout not in LAYOUTS:
-        raise UsageError(f"--layout must be {', '.join(LAYOUTS)}, got {o.layout!r}")
-    if o.layout == "shared" and o.mode == "allreduce":
-        raise UsageError("--layout shared cannot run allreduce (MultiWorkerMirroredStrategy reads TF_CONFIG once per "
-                         "process, so each of its workers needs a process): use --layout processes")
-    if o.layout == "shared" and o.restart_failed:
-        raise UsageError("--restart-failed needs --layout processes: in the shared layout a worker is a thread, and "
-                         "a failed one takes the whole process with it")
-    if ":" not in o.model and o.model not in BUILTIN_MODELS:
-        raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
-
-
-def _check_network(o: RunOptions) -> None:
-    """``--network`` parses (and is kept in its canonical form), ``--ps`` is a shard count the mode has."""
-    net = parse_network(o.network)
-    o.network = None if net is None else str(net)
-    if not 1 <= o.ps <= MAX_PS:
-        raise UsageError(f"--ps must be from 1 to {MAX_PS} parameter-server tasks, got {o.ps}")
-    if o.ps > 1 and o.mode == "allreduce":
-        raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
 
 
 def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
@@ -324,29 +289,6 @@ def skew_bound(staleness: int) -> int:
     """The largest step skew the logs can show under SSP with bound S: S + 1 (a worker that may start a
     step while S ahead is S + 1 ahead once it completes it; see docs/run-directory.md)."""
     return int(staleness) + 1
-
-
-def stall_timeout_floor(o: RunOptions) -> float:
-    """The shortest ``stall_timeout`` the injected delays allow (0 without delays): a worker logs a
-    step only after its delay, so the watchdog must wait longer than the longest one, plus a margin."""
-    d = o.max_delay
-    return 1.25 * d + 1.0 if d > 0 else 0.0
-
-
-def _check_stall_timeout(o: RunOptions) -> None:
-    t = o.stall_timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        try:
-            t = o.stall_timeout = float(t)
-        except (TypeError, ValueError):
-            raise UsageError(f"--stall-timeout must be a number of seconds, got {o.stall_timeout!r}") from None
-    if not t >= 0 or t == float("inf"):
-        raise UsageError(f"--stall-timeout must be >= 0 seconds (0 turns the watchdog off), got {t!r}")
-    floor = stall_timeout_floor(o)
-    if t and t <= floor:
-        raise UsageError(f"--stall-timeout {t:g} is too short for the injected delays (a step can take "
-                         f"{o.max_delay:g} s longer): give more than {floor:g} seconds, or 0 to turn the "
-                         f"stall watchdog off")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -1,0 +1,152 @@
+"""The checks of a run's options, before anything starts: each refusal is one :class:`UsageError` line that says what
+was wrong and what to do (used by :func:`ssptk.core.options.resolve`). Imports core only."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ssptk.core.delays import check_delay_bounds, parse_jitter
+from ssptk.core.errors import UsageError
+from ssptk.core.labels import STALE_MODES, LabelError, parse_dc
+from ssptk.core.models import BUILTIN, MODEL_HINT
+from ssptk.core.network import parse_network
+
+#: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
+RunOptions = Any
+
+__all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "stall_timeout_floor", "validate"]
+
+LAYOUTS = ("auto", "processes", "shared")
+LR_CONVENTIONS = ("minibatch", "mean")
+LR_STALENESS = ("none", "inverse", "dc")
+DATA_SPLITS = ("iid", "label")
+MAX_PS = 16
+#: what each local-SGD option is when not given (the mode's own options are refused elsewhere)
+_LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": 1.0, "outer_momentum": 0.0}
+
+
+def validate(o: RunOptions) -> None:
+    """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
+    the network spec)."""
+    if o.staleness is not None:
+        if o.mode != "ssp":
+            raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
+        if isinstance(o.staleness, bool) or not isinstance(o.staleness, int) or o.staleness < 0:
+            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
+    if o.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {o.workers}")
+    if o.steps < 1:
+        raise UsageError(f"--steps must be >= 1, got {o.steps}")
+    if o.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {o.batch}")
+    _check_local(o)
+    if o.backup:
+        if o.mode not in ("sync", "local"):
+            raise UsageError(f"--backup applies to sync and local only, not {o.mode}")
+        if not 0 <= o.backup < o.workers:
+            raise UsageError(f"--backup must be >= 0 and less than --workers ({o.workers}), got {o.backup}")
+    if o.lr is not None and not 0 < o.lr < math.inf:
+        raise UsageError(f"--lr must be a finite number > 0, got {o.lr}")
+    if not 0 <= o.seed < 2**32:
+        raise UsageError(f"--seed must be an integer in [0, 2**32), got {o.seed}")
+    _check_lr_staleness(o)
+    if o.lr_staleness != "none" and o.mode not in STALE_MODES:
+        raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
+    if o.data_split not in DATA_SPLITS:
+        raise UsageError(f"--data-split must be {' or '.join(DATA_SPLITS)}, got {o.data_split!r}")
+    if o.eval_every < 0:
+        raise UsageError(f"--eval-every must be >= 0 (0: evaluate only at the end), got {o.eval_every}")
+    if o.data_split != "iid" and not o.eval_every:
+        raise UsageError("--data-split label needs --eval-every K (e.g. 50): with non-IID data each worker's "
+                         "training loss is measured on its own labels, so only a held-out loss compares runs")
+    if o.lr_convention not in LR_CONVENTIONS:
+        raise UsageError(f"--lr-convention must be {' or '.join(LR_CONVENTIONS)}, got {o.lr_convention!r}")
+    for i, sec in o.straggler:
+        if i >= o.workers:
+            raise UsageError(f"--straggler index {i} is out of range: workers are 0..{o.workers - 1}")
+        if not math.isfinite(sec):
+            raise UsageError(f"--straggler {i}:{sec}: the seconds must be a finite number >= 0")
+    jitter = parse_jitter(o.jitter)
+    if jitter is not None and not (math.isfinite(jitter.a) and math.isfinite(jitter.b)):
+        raise UsageError(f"bad --jitter {o.jitter!r}: the seconds must be finite numbers")
+    check_delay_bounds(o.straggler, jitter)
+    _check_stall_timeout(o)
+    if o.restart_failed < 0:
+        raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
+    if o.restart_failed and o.mode == "allreduce":
+        raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
+                         "(its collectives cannot take a new member mid-run)")
+    _check_network(o)
+    if o.layout not in LAYOUTS:
+        raise UsageError(f"--layout must be {', '.join(LAYOUTS)}, got {o.layout!r}")
+    if o.layout == "shared" and o.mode == "allreduce":
+        raise UsageError("--layout shared cannot run allreduce (MultiWorkerMirroredStrategy reads TF_CONFIG once per "
+                         "process, so each of its workers needs a process): use --layout processes")
+    if o.layout == "shared" and o.restart_failed:
+        raise UsageError("--restart-failed needs --layout processes: in the shared layout a worker is a thread, and "
+                         "a failed one takes the whole process with it")
+    if ":" not in o.model and o.model not in BUILTIN:
+        raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
+
+
+def _check_lr_staleness(o: RunOptions) -> None:
+    """``--lr-staleness`` is one of :data:`LR_STALENESS` (``dc`` kept as ``dc:LAMBDA``, its lambda filled in)."""
+    try:
+        lam = parse_dc(o.lr_staleness)
+    except LabelError as e:
+        raise UsageError(f"bad --lr-staleness {o.lr_staleness!r}: {e.reason}") from None
+    if lam is not None:
+        o.lr_staleness = f"dc:{lam!r}"
+    elif o.lr_staleness not in LR_STALENESS:
+        raise UsageError(f"--lr-staleness must be none, inverse or dc[:LAMBDA], got {o.lr_staleness!r}")
+
+
+def _check_local(o: RunOptions) -> None:
+    """``--local-steps``, ``--outer-lr`` and ``--outer-momentum`` belong to local SGD, with values it can take."""
+    if o.mode != "local":
+        given = [f for f in _LOCAL_DEFAULTS if getattr(o, f) != _LOCAL_DEFAULTS[f]]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise UsageError(f"{flag} applies to local only, not {o.mode}: drop it or use --mode local:H")
+        return
+    if o.local_steps is not None and (isinstance(o.local_steps, bool) or o.local_steps < 1):
+        raise UsageError(f"--local-steps must be an integer H >= 1 (local steps per average), got {o.local_steps!r}")
+    if not 0 < o.outer_lr < math.inf:
+        raise UsageError(f"--outer-lr must be a finite number > 0, got {o.outer_lr}")
+    if not 0 <= o.outer_momentum < 1:
+        raise UsageError(f"--outer-momentum must be >= 0 and < 1, got {o.outer_momentum}")
+
+
+def _check_network(o: RunOptions) -> None:
+    """``--network`` parses (and is kept in its canonical form), ``--ps`` is a shard count the mode has."""
+    net = parse_network(o.network)
+    o.network = None if net is None else str(net)
+    if not 1 <= o.ps <= MAX_PS:
+        raise UsageError(f"--ps must be from 1 to {MAX_PS} parameter-server tasks, got {o.ps}")
+    if o.ps > 1 and o.mode == "allreduce":
+        raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
+
+
+def stall_timeout_floor(o: RunOptions) -> float:
+    """The shortest ``stall_timeout`` the injected delays allow (0 without delays): a worker logs a
+    step only after its delay, so the watchdog must wait longer than the longest one, plus a margin."""
+    d = o.max_delay
+    return 1.25 * d + 1.0 if d > 0 else 0.0
+
+
+def _check_stall_timeout(o: RunOptions) -> None:
+    t = o.stall_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        try:
+            t = o.stall_timeout = float(t)
+        except (TypeError, ValueError):
+            raise UsageError(f"--stall-timeout must be a number of seconds, got {o.stall_timeout!r}") from None
+    if not t >= 0 or t == float("inf"):
+        raise UsageError(f"--stall-timeout must be >= 0 seconds (0 turns the watchdog off), got {t!r}")
+    floor = stall_timeout_floor(o)
+    if t and t <= floor:
+        raise UsageError(f"--stall-timeout {t:g} is too short for the injected delays (a step can take "
+                         f"{o.max_delay:g} s longer): give more than {floor:g} seconds, or 0 to turn the "
+                         f"stall watchdog off")
+
+
