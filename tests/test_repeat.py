@@ -272,7 +272,7 @@ def test_a_label_without_its_colon_gets_a_suggestion(capsys: pytest.CaptureFixtu
 
     assert main(["compare", "sync", "ssp4", "async"]) == 2
     assert capsys.readouterr().err.strip() == ("ssptk: error: unknown mode 'ssp4': did you mean ssp:4? (choose one of "
-                                               "sync, ssp, async, allreduce; ssp:S for SSP with staleness S)")
+                                               "sync, ssp, async, allreduce, local; ssp:S for SSP with staleness S)")
 
 
 def test_a_comparison_with_a_diverged_run_exits_0_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
