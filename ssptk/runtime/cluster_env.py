@@ -17,25 +17,31 @@ from typing import Any
 
 from ssptk.core.errors import UsageError
 
-__all__ = ["SOURCES", "from_environment", "job_port_base", "job_run_id", "PORT_SLOTS"]
+__all__ = ["SOURCES", "from_environment", "job_port_base", "job_run_id", "PORT_SLOTS", "PORT_BLOCK", "PORT_FIRST"]
 
 SOURCES = ("tf_config", "slurm")
 #: The variables TensorFlow's SlurmClusterResolver reads (srun sets them in every task of a job step).
 SLURM_VARS = ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
-#: ``--port-base auto`` puts a job step's ports in one of this many blocks of :data:`PORT_BLOCK` ports from
-#: :data:`PORT_FIRST`, chosen by the job and step ids: two jobs on the same nodes meet in one block once in 2,000.
-PORT_SLOTS = 2000
-PORT_BLOCK = 16
+#: ``--port-base auto`` puts a job step's ports in one of :data:`PORT_SLOTS` blocks of :data:`PORT_BLOCK` ports from
+#: :data:`PORT_FIRST`, below Linux's ephemeral range (32768-60999: any outgoing connection may hold a port there).
+#: The block is the job id modulo the number of blocks (a step moves it on by :data:`STEP_STRIDE`): jobs whose ids
+#: are fewer than :data:`PORT_SLOTS` apart never share a block, so jobs submitted together never collide. Two jobs
+#: that do meet (ids 798 apart, or another program on a port) fail at once in one line: a task cannot bind its
+#: port, or a worker finds another run's identity on the PS (:mod:`ssptk.runtime.identity`).
 PORT_FIRST = 20000
+PORT_BLOCK = 16
+PORT_SLOTS = (32768 - PORT_FIRST) // PORT_BLOCK  # 798
+STEP_STRIDE = 401  # prime to PORT_SLOTS: steps 0, 1, 2 ... of one job land far from the next jobs' blocks
 
 
 def job_port_base() -> int:
     """``--port-base auto`` under Slurm: a port base derived from ``SLURM_JOB_ID`` and ``SLURM_STEP_ID``, the same in
-    every task of the step and (almost always) different between jobs sharing nodes."""
-    import zlib
-
-    key = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}".encode()
-    return PORT_FIRST + (zlib.crc32(key) % PORT_SLOTS) * PORT_BLOCK
+    every task of the step and different between any two jobs fewer than :data:`PORT_SLOTS` ids apart."""
+    job = os.environ.get("SLURM_JOB_ID", "")
+    job_n = int(job) if job.isdigit() else 0  # no job (TF_CONFIG's tasks name their ports): any base will do
+    step = os.environ.get("SLURM_STEP_ID", "0")
+    step_n = int(step) if step.isdigit() else 0  # the batch step's id is a word ("batch"): it runs no ssptk task
+    return PORT_FIRST + ((job_n + STEP_STRIDE * step_n) % PORT_SLOTS) * PORT_BLOCK
 
 
 def job_run_id(default: str) -> str:

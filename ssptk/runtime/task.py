@@ -32,6 +32,10 @@ from ssptk.runtime.tf_import import skip_eager_keras
 __all__ = ["main", "parser", "parse_cluster", "parse_task"]
 
 
+#: how long a PS that no launcher stops keeps serving after the run is over, for the workers' sessions to close
+PS_LINGER_S = 1.0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ssptk worker", description="Run one task (PS or worker) of a cluster.")
     p.add_argument("--cluster", required=True,
@@ -185,9 +189,14 @@ def main(argv: list[str] | None = None) -> int:
             server.join()
             return 0
         # started by hand, srun or a TFJob: exit 0 once worker 0 has saved the model (srun waits for every task)
+        from ssptk.runtime.identity import publish
         from ssptk.runtime.ps_graph import wait_for_run_end
 
+        publish(server.target, args.run_id, index)  # workers check it when they connect (ssptk.runtime.identity)
         wait_for_run_end(server.target, args.run_id, len(cluster["ps"]))
+        # the workers close their sessions just after the run is over: a PS gone at once makes each of them log
+        # "UNAVAILABLE: recvmsg:Connection reset by peer" (CleanupGraph, DeleteWorkerSession) though all went well
+        time.sleep(PS_LINGER_S)
         exit_with_descendants(0)
     from ssptk.runtime.ps_loop import Trainer
 
@@ -203,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     def train() -> None:
+        if os.environ.get("SSPTK_WATCH_PARENT") != "1":  # not the launcher's task (its PS publishes no identity)
+            from ssptk.runtime.identity import check
+
+            check(server.target, cluster, args.task, args.run_id)  # never another run's PS (ssptk.runtime.identity)
         Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id,
                 incarnation=args.rejoin).run(rejoin=args.rejoin)
 
@@ -297,7 +310,10 @@ def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
         fn()
     except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
         full = is_disk_full(e)
-        msg = str(e) if isinstance(e, (LossNotFinite, DiskFull)) else f"{type(e).__name__}: {_message(e)}"
+        from ssptk.runtime.identity import ForeignCluster
+
+        one_line = (LossNotFinite, DiskFull, ForeignCluster)  # the message says it all; a traceback would bury it
+        msg = str(e) if isinstance(e, one_line) else f"{type(e).__name__}: {_message(e)}"
         # on a full disk these writes may fail too: the exit code then says it alone
         with contextlib.suppress(OSError, DiskFull):
             from ssptk.runtime.recorder import Recorder
@@ -305,7 +321,7 @@ def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
             Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
         report_failure(f"worker:{index}", _task_error(e, msg))
         with contextlib.suppress(OSError):
-            if isinstance(e, (LossNotFinite, DiskFull)):  # the message says it all; a traceback would bury it
+            if isinstance(e, one_line):
                 print(f"ssptk worker: error: worker:{index}: {msg}", file=sys.stderr)
             else:
                 import traceback
