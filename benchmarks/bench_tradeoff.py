@@ -9,15 +9,11 @@ targets on the held-out loss (every 50 updates). Every run of every label shares
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from harness import Context, Row, at_most, opts_text
-
-from ssptk import analysis as an
-from ssptk.rundir import load_run
+from settings_runs import mean_times, note_table, num, run_settings
 
 SCENARIO: dict[str, Any] = dict(model="digits", workers=8, steps=300, lr=0.1, jitter="pause:0.01:2",
                                 data_split="label", eval_every=50, seed=0, gpus="none")
@@ -31,40 +27,15 @@ _ENDS = ("sync", "async")
 
 def bench_tradeoff(ctx: Context) -> list[Row]:
     """Time and minibatches to the held-out target per setting, over ``ctx.repeat`` alternating rounds."""
-    from ssptk import api
-
     common = dict(SCENARIO, steps=150 if ctx.quick else SCENARIO["steps"])
-    runs: dict[str, list[Any]] = {label: [] for label in SETTINGS}
-    for r in range(ctx.repeat):
-        print(f"  round {r + 1}/{ctx.repeat}", flush=True)
-        order = list(SETTINGS.items())
-        for label, extra in (order if r % 2 == 0 else order[::-1]):
-            out = os.path.join(ctx.tmp, f"tradeoff-{label.replace(':', '-')}-{r + 1}")
-            result = api.run(out=out, raise_on_failure=False, **common, **extra)
-            s = result.summary
-            print(f"    {label:<14} {s.get('status')} {s.get('steps_per_s') or 0:7.1f} steps/s  "
-                  f"held-out {s.get('final_loss')}", flush=True)
-            runs[label].append(load_run(out))
-    table = an.repeat_table(runs)
-    target = table.attrs.get("target")
+    table = run_settings(ctx, "tradeoff", common, SETTINGS)
     ctx.note(f"Options: {opts_text(common)}; settings: {', '.join(SETTINGS)} "
              f"(async+inverse: --lr-staleness inverse). Target: {table.attrs.get('target_on')} loss "
-             f"{_num(target, '.4f')} (1.25 x the best final held-out loss of all runs that converged).")
+             f"{num(table.attrs.get('target'), '.4f')} (1.25 x the best final held-out loss of all runs that "
+             "converged).")
     ctx.note("")
-    ctx.note("| setting | steps/s | reached target | time to target (s), mean [min-max] | minibatches to target | "
-             "final held-out loss | accuracy |")
-    ctx.note("|---|---:|---:|---|---:|---:|---:|")
-    means: dict[str, float] = {}
-    for label in SETTINGS:
-        rows = table[table["label"] == label]
-        times = pd.to_numeric(rows["time_to_target_s"], errors="coerce").dropna()
-        reached = len(times)
-        if reached == len(rows) and reached:
-            means[label] = float(times.mean())
-        spread = "-" if not reached else f"{times.mean():.1f} [{times.min():.1f}-{times.max():.1f}]"
-        ctx.note(f"| {label} | {_num(rows['steps_per_s'].mean(), '.0f')} | {reached} of {len(rows)} | {spread} | "
-                 f"{_num(pd.to_numeric(rows['steps_to_target'], errors='coerce').mean(), '.0f')} | "
-                 f"{_num(rows['final_loss'].mean(), '.3f')} | {_num(rows['final_accuracy'].mean(), '.3f')} |")
+    note_table(ctx, table, SETTINGS)
+    means = mean_times(table, SETTINGS)
     plain = {k: v for k, v in means.items() if k != "async+inverse"}
     best = min(plain, key=plain.__getitem__) if plain else None
     ends = [plain[k] for k in _ENDS if k in plain]
@@ -87,6 +58,3 @@ def bench_tradeoff(ctx: Context) -> list[Row]:
                           errors='coerce').notna().sum())), fmt=".0f"),
     ]
 
-
-def _num(v: Any, fmt: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) or pd.isna(v) else format(v, fmt)

@@ -43,6 +43,7 @@ from bench_network_sweep import bench_network_sweep
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
 from bench_predict import bench_predict_speed, bench_predicted_vs_real
 from bench_ps_pause import bench_ps_pause
+from bench_semi_sync import bench_semi_sync
 from bench_sim import bench_sim_vs_real
 from bench_soak import bench_soak
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
@@ -70,6 +71,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_scale_layouts,
     bench_async_floor,
     bench_tradeoff,
+    bench_semi_sync,
     bench_soak,
     bench_ps_pause,
     bench_predict_speed,
