@@ -175,13 +175,14 @@ class RunDir:
         ``tf_config`` or ``slurm`` (the cluster came from that environment). ``predicted``: a predicted run (no
         cluster: the simulator's schedule replayed with the model's gradients), with how it was simulated."""
         total = opts.workers * opts.steps
-        sync_like = opts.mode in ("sync", "allreduce")
+        sync_like = opts.mode in ("sync", "allreduce", "local")
+        rounds = -(-opts.steps // (opts.local_steps or 1))  # local: ceil(K / H) averages
         config: dict[str, Any] = {
             "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
             "versions": _versions(),
             "budget": {"total_minibatches": total if not opts.backup else None,
                        "per_worker": opts.steps if sync_like and not opts.backup else None,
-                       "updates": opts.steps if opts.mode == "sync" else None},
+                       "updates": opts.steps if opts.mode == "sync" else rounds if opts.mode == "local" else None},
             "created": time.time(), "launched": launched, "tasks": tasks or {"warm": False},
         }
         if started_by is not None:
