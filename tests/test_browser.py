@@ -398,20 +398,24 @@ def test_quickstart_in_jupyterlab(tmp_path: Path) -> None:
 
 def test_the_report_fits_a_900px_window(tmp_path: Path) -> None:
     """A comparison report in a 900 px wide window: the page is no wider than the window (the wide metrics
-    table scrolls inside the report) and every figure is shown at the window's width or less."""
+    table scrolls inside the report), the network table fits without scrolling, and every figure is shown at the
+    window's width or less."""
     sync_playwright = _require_browser()
     import pandas as pd
     from matplotlib.figure import Figure
+    from test_traffic_display import counters, summary
 
     from ssptk.analysis import COMPARE_COLUMNS
     from ssptk.render import Report
+    from ssptk.render.traffic import network_section
 
-    table = pd.DataFrame([{c: (label if c == "label" else 123.456) for c in COMPARE_COLUMNS}
-                          for label in ("sync", "ssp:2", "async+inverse")])
+    labels = ("sync", "ssp:2", "async+inverse")
+    table = pd.DataFrame([{c: (label if c == "label" else 123.456) for c in COMPARE_COLUMNS} for label in labels])
     fig = Figure(figsize=(15, 8))
     fig.subplots().plot([0, 1], [1, 0])
-    path = Report("ssptk comparison: sync, ssp:2, async+inverse", table, [("a wide figure", fig)]).save(
-        tmp_path / "report.html")
+    report = Report("ssptk comparison: sync, ssp:2, async+inverse", table, [("a wide figure", fig)])
+    report.sections = [network_section({f"{label} --ps 4 ps=100mbit": summary(counters()) for label in labels})]
+    path = report.save(tmp_path / "report.html")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -419,8 +423,12 @@ def test_the_report_fits_a_900px_window(tmp_path: Path) -> None:
             page.goto(path.as_uri())
             widths = page.evaluate("""() => ({page: document.documentElement.scrollWidth,
                 table: document.querySelector('.ssptk-report table').scrollWidth,
+                scrolling: Array.from(document.querySelectorAll('.ssptk-report table')).filter(
+                    t => t.closest('.table-wrap') && t.scrollWidth > t.closest('.table-wrap').clientWidth).length,
+                sections: document.querySelectorAll('.ssptk-report .table-wrap').length,
                 img: Math.max(...Array.from(document.images).map(i => i.getBoundingClientRect().width))})""")
         finally:
             browser.close()
     assert widths["table"] > 900, f"the table should be wider than the window for this test to mean anything: {widths}"
     assert widths["page"] <= 900 and widths["img"] <= 900, widths
+    assert widths["sections"] >= 3 and widths["scrolling"] == 1, f"only the metrics table may scroll: {widths}"

@@ -72,20 +72,26 @@ def _bar(split: Mapping[str, float | None]) -> str:
 
 
 def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    head = ["run", "network", "MB/minibatch", "busiest link", "limit steps/s", "steps/s", "of capacity",
-            "step ms", *(w for _, w in _PARTS), "a worker's step"]
+    """One row per run, seven columns so that it fits a 900 px window: the limit and how close the run came in one
+    cell, a worker's step as a bar with its parts in words under it."""
+    head = ["run", "network", "MB/minibatch", "busiest link", "steps/s of the link's limit", "step ms",
+            "a worker's step"]
     rows = []
     for label, s in summaries.items():
         t = s.get("traffic") or {}
         cap = link_capacity(s)
         top = cap[0] if cap else {}
         split = step_split(t)
+        speed = _num(s.get("steps_per_s"))
+        limit = (f"{speed} of <span>{_num(top.get('limit_steps_per_s'))}</span>: <span>{_pct(top.get('share'))}</span>"
+                 if top else speed)
+        parts = ", ".join(f"{word} {_pct(split[key])}" for key, word in _PARTS if split.get(key) is not None)
+        step = f'{_bar(split)}<div style="font-size:11px;color:#555">{parts}</div>' if split else "-"
         cells = [html.escape(label), html.escape(str(t.get("network") or "free loopback")),
                  _num(t.get("mb_per_minibatch")),
                  html.escape(f"{top['task']}, {top['rate'] / 1e6:.4g}\u00a0Mbit/s") if top else "-",
-                 _num(top.get("limit_steps_per_s")), _num(s.get("steps_per_s")), _pct(top.get("share")),
-                 _num(t.get("step_ms"), ".0f"), *(_pct(split.get(k)) for k, _ in _PARTS)]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + f"<td>{_bar(split) if split else '-'}</td></tr>")
+                 limit, _num(t.get("step_ms"), ".0f"), step]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<div class="table-wrap"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
 
