@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,12 @@ def test_readiness_and_a_failure_come_from_the_status_files(cluster: LocalCluste
 
 def test_a_task_that_never_becomes_ready_is_named(cluster: LocalCluster, tmp_path: Path) -> None:
     add(cluster, tmp_path, "ps:0", 'report_ready("ps:0"); time.sleep(60)')
-    add(cluster, tmp_path, "worker:0", "print('RuntimeError: still importing', flush=True); time.sleep(60)")
+    worker = add(cluster, tmp_path, "worker:0", "print('RuntimeError: still importing', flush=True); time.sleep(60)")
+    # the 1 s runs from here: on a loaded machine a Python start-up alone can take longer
+    for _ in range(600):
+        if (tmp_path / "status" / "ps-0.json").exists() and "still importing" in Path(worker.log_path).read_text():
+            break
+        time.sleep(0.1)
     failure = cluster.wait_ready(timeout=1)
     assert failure is not None and failure.task == "worker:0"
     assert failure.reason == "not ready after 1 s: RuntimeError: still importing"
