@@ -48,6 +48,8 @@ class StepRecord:
     applied: bool = True
     #: only with ``--lr-staleness inverse`` (absent from the line otherwise)
     lr_scale: float | None = None
+    #: only in local SGD runs: the averaging round the step's delta joins (1-based)
+    local_round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as its JSON object: keys in :data:`STEP_COLUMNS` order (then ``lr_scale`` if set), plain
@@ -59,6 +61,8 @@ class StepRecord:
             "minibatch": int(self.minibatch), "delay_s": round(float(self.delay_s), 6), "applied": bool(self.applied)}
         if self.lr_scale is not None:
             record["lr_scale"] = float(self.lr_scale)
+        if self.local_round is not None:
+            record["local_round"] = int(self.local_round)
         return record
 
     def json_line(self) -> str:
@@ -67,7 +71,7 @@ class StepRecord:
 
 
 #: Step-record keys that only some runs have.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale",)
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round")
 #: The step-record keys every record has, in order: the columns of step DataFrames, real, predicted or simulated.
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in OPTIONAL_STEP_COLUMNS)
 #: The integer ones among them.

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ssptk.core.models import ModelSpec
+from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, Fence, fetch_add, make_fence
+from ssptk.runtime.injected import delayed
 from ssptk.runtime.placement import on_its_shard, shard_setter
 from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
 
 PS = "/job:ps/task:0"
 QUEUE_CAPACITY = 1 << 20
-_BUILD_LOCK = threading.Lock()
+BUILD_LOCK = threading.Lock()  # one model build at a time (see model_graph)
 
 
 @dataclass
@@ -82,7 +85,7 @@ def model_graph(spec: ModelSpec, seed: int) -> tuple[Any, Any, Any, Any, list[An
     # Keras 2's initializers without a seed of their own draw one from Python's `random`, not from the graph's
     # seed: seeded here, so `--seed` fixes a Keras model's initial values too (one build at a time: the shared
     # layout's workers build theirs in threads).
-    with _BUILD_LOCK:
+    with BUILD_LOCK:
         random.seed(seed)
         v1.set_random_seed(seed)
         global_step = v1.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -98,14 +101,6 @@ def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
     x = tf.compat.v1.placeholder(tf.as_dtype(x0.dtype), shape=(None,) + x0.shape[1:], name="x")
     y = tf.compat.v1.placeholder(tf.as_dtype(y0.dtype), shape=(None,) + y0.shape[1:], name="y")
     return x, y
-
-
-def _sleep(seconds: np.ndarray) -> np.ndarray:
-    import time
-
-    if seconds > 0:
-        time.sleep(float(seconds))
-    return np.float32(seconds)
 
 
 @dataclass
@@ -129,18 +124,25 @@ class _Shared:
     opt: Any
     inverse_staleness: bool = False  # --lr-staleness inverse
     fence: Fence | None = None    # --restart-failed: claims and updates under the worker's lock on ps:0
+    x: Any = None                 # the input placeholders (local SGD builds its private copy's step on them)
+    y: Any = None
+    dc: Any = None                # --lr-staleness dc: w_read's copies (ssptk.runtime.delay_comp.Snapshots)
 
 
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
-          incarnation: int | None = None) -> PSGraph:
-    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count;
-    ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared layout;
-    ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`).
+          incarnation: int | None = None, dc_lambda: float | None = None,
+          mode_ops: Callable[[Any], dict[str, Any]] | None = None) -> PSGraph:
+    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count, local
+    SGD's rounds; ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared
+    layout; ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`;
+    ``dc_lambda``: ``--lr-staleness dc``, :mod:`ssptk.runtime.delay_comp`).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
-    :func:`_free_ops` adds async's and SSP's update and :func:`_sync_ops` sync's accumulators and tokens.
+    :func:`_free_ops` adds async's and SSP's update and :func:`sync_ops` sync's accumulators and tokens;
+    ``mode_ops`` (local SGD, :mod:`ssptk.runtime.local_graph`) replaces the latter: it gets the shared part and
+    returns its :class:`PSGraph` fields.
     """
     import tensorflow as tf
 
@@ -152,11 +154,12 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
         setter = shard_setter(v1, device, cluster)
         with v1.device(setter):
             global_step, x, y, module, model_vars = model_graph(spec, seed)
+            dc = None if dc_lambda is None else Snapshots(v1, model_vars, index, dc_lambda)
             # The step's parameters are read after the global step, so `staleness` counts every update
             # that landed between this step's read and its own update. Read on the PS: under the worker's
             # device the read's Identity would sit on the worker, and its control edge to the parameter reads
             # would cost a worker -> PS message before every step's reads (one round trip, measured).
-            with v1.device(PS):
+            with v1.device(PS), tf.control_dependencies([] if dc is None else dc.taken):  # dc: w_read first
                 g_read = global_step.read_value()
             with tf.control_dependencies([g_read]):
                 pred = module(x)
@@ -165,16 +168,11 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             grads = tf.gradients(loss, model_vars)
             delay = None
             if with_delay:  # injected compute time: after the read, before the update
-                delay = v1.placeholder(tf.float32, shape=(), name="delay")
-                with tf.control_dependencies([g for g in grads if g is not None]):
-                    slept = tf.numpy_function(_sleep, [delay], tf.float32, name="injected_delay")
-                # The gradients leave the worker only after the delay: gated here, on the worker, so what the PS
-                # does with them needs no control edge of its own across tasks (each is a message per step).
-                with tf.control_dependencies([slept]):
-                    grads = [None if g is None else tf.identity(g) for g in grads]
+                delay, grads = delayed(tf, v1, grads)
             after_compute: list[Any] = [g for g in grads if g is not None]
-            # minibatch claims (async/ssp share the budget; sync indexes minibatches by step)
-            claimed = None if mode == "sync" else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed")
+            # minibatch claims (async/ssp share the budget; sync and local index minibatches by step)
+            claimed = (None if mode in ("sync", "local")
+                       else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed"))
             with v1.device(PS):
                 clock = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_clock")
                 want = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_want")
@@ -184,19 +182,22 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 over_q = _run_over_queue(tf, v1, shards)
                 fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
             shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
-                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness, fence)
-            extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else _sync_ops(shared)
+                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness, fence,
+                             x, y, dc)
+            extra = (_free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp")
+                     else (mode_ops or sync_ops)(shared))
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
             with v1.device(PS):
                 go = _claim(shared, go_q.dequeue()) if claimed is not None else go_q.dequeue()
             return PSGraph(
-                graph=graph, x=x, y=y, delay=delay, loss=loss, accuracy=accuracy, g_read=g_read, init=init, saver=saver,
+                graph=graph, x=x, y=y, loss=loss, accuracy=accuracy, g_read=g_read, init=init, saver=saver,
                 model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
                 release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go, rejoin=_rejoin(shared),
                 claim=_claim(shared) if claimed is not None else None,
                 done=done_q.enqueue(index),
-                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]), **extra)
+                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]),
+                **({"delay": delay} | extra))
 
 
 def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:
@@ -228,6 +229,8 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
             scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
         grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
         tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
+    if s.dc is not None:  # g + lambda g*g*(w_now - w_read), on each variable's shard
+        grads = s.dc.corrected(tf, grads)
     g_after, claim = _update_and_claim(s, grads)
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
@@ -344,8 +347,9 @@ def _push(s: _Shared, accs: list[Any], local_step: Any, after: Any) -> list[Any]
         return [fence.guarded(body)]
 
 
-def _sync_ops(s: _Shared) -> dict[str, Any]:
-    """sync: conditional accumulators on the PS, one token queue per worker, and the chief's aggregator."""
+def sync_ops(s: _Shared) -> dict[str, Any]:
+    """sync (and local SGD's rounds, whose workers push their deltas as ``s.grads``): conditional accumulators on
+    the PS, one token queue per worker, and the chief's aggregator."""
     tf, v1, n = s.tf, s.v1, s.n
     extra: dict[str, Any] = {}
     local_step = v1.placeholder(tf.int64, shape=(), name="local_step")

@@ -53,11 +53,7 @@ class Trainer:
         self.run_dir = RunDir(run_dir)
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
-        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
-        self.g = ps_graph.build(spec, opts.mode, cluster, index, lr, opts.staleness, opts.backup, opts.seed,
-                                container, with_delay, updates=opts.steps,
-                                inverse_staleness=opts.lr_staleness == "inverse", gpu=gpu,
-                                incarnation=incarnation if opts.restart_failed else None)
+        self.g = self._build(cluster, container, with_delay, gpu, incarnation if opts.restart_failed else None)
         self.address = cluster["worker"][index]
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
@@ -82,6 +78,15 @@ class Trainer:
         #: the process runs this worker alone, so its CPU time is this worker's (the shared layout: the events
         #: carry the whole process's CPU time as ``process_cpu_s`` instead of ``cpu_s``)
         self.own_process = True
+
+    def _build(self, cluster: dict[str, list[str]], container: str, with_delay: bool, gpu: int | None,
+               incarnation: int | None) -> ps_graph.PSGraph:
+        """This worker's graph (a subclass for another mode builds its own)."""
+        spec, opts = self.spec, self.opts
+        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
+        return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
+                              container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
+                              inverse_staleness=opts.lr_staleness == "inverse", dc_lambda=opts.dc_lambda)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = ()) -> Any:
@@ -129,21 +134,7 @@ class Trainer:
         state from the PS afterwards (a warm cluster serves the next run on the same servers).
         ``rejoin``: this worker died and was started again (the ``rejoin``-th time): it skips the
         initialisation and the start barrier and goes on from the parameters and counters on the PS."""
-        g, sync = self.g, self.opts.mode == "sync"
-        if sync:
-            steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
-        else:
-            steps_fn = [self._make_step([g.step_meta, g.loss])]
-            if self.opts.mode == "ssp":
-                steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
-        aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
-        if rejoin:
-            first = self._rejoin(rejoin).first
-        else:
-            first = self._start(aggregate)
-        steps = (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
-                 else self._ps_loop(first, steps_fn[0], steps_fn[1] if len(steps_fn) > 1 else None,
-                                    rejoined=bool(rejoin)))
+        steps = self._train(rejoin)
         if self._hang_watch is not None:
             self._hang_watch.close()
         self.rec.event("done", steps=steps, safety_timeouts=self.safety_timeouts, **self._cpu(),
@@ -159,6 +150,24 @@ class Trainer:
         if reset_container and self.index == 0:
             self.tf.compat.v1.Session.reset(self.target, [self.container])
         self.rec.close()
+
+    def _train(self, rejoin: int) -> int:
+        """Start (or rejoin) and train to the end of the budget; returns the steps this worker logged."""
+        g, sync = self.g, self.opts.mode == "sync"
+        if sync:
+            steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
+        else:
+            steps_fn = [self._make_step([g.step_meta, g.loss])]
+            if self.opts.mode == "ssp":
+                steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
+        aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
+        if rejoin:
+            first = self._rejoin(rejoin).first
+        else:
+            first = self._start(aggregate)
+        return (self._sync_loop(first if rejoin else 0, *steps_fn) if sync
+                else self._ps_loop(first, steps_fn[0], steps_fn[1] if len(steps_fn) > 1 else None,
+                                   rejoined=bool(rejoin)))
 
     def _held_out(self) -> tuple[float, float | None]:
         """The held-out loss (and accuracy) of the parameters on the PS now."""

@@ -77,7 +77,7 @@ class SharedTasks:
               reset_container: bool = False) -> None:
         """One run: a thread per worker, each under ``guard(fn, run_dir, index, on_failure)`` (the task's
         error handling, which logs the failure and calls ``on_failure(code)``); returns when all finished."""
-        from ssptk.runtime.ps_loop import Trainer
+        from ssptk.runtime.local_loop import trainer_for
 
         spec = spec_of()
         n = len(self.cluster["worker"])
@@ -87,8 +87,9 @@ class SharedTasks:
                 fail(f"worker:{i}", code)
 
             def body() -> None:
-                trainer = Trainer(spec, opts, self.cluster, i, self.servers[f"worker:{i}"].target, run_dir,
-                                  container=run_id, gpu=self.worker_gpus[i] if i < len(self.worker_gpus) else None)
+                gpu = self.worker_gpus[i] if i < len(self.worker_gpus) else None
+                trainer = trainer_for(opts.mode)(spec, opts, self.cluster, i, self.servers[f"worker:{i}"].target,
+                                                 run_dir, container=run_id, gpu=gpu)
                 trainer.exit, trainer.own_process = on_failure, False
                 trainer.run(reset_container=reset_container)
 

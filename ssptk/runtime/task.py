@@ -198,30 +198,37 @@ def main(argv: list[str] | None = None) -> int:
         # "UNAVAILABLE: recvmsg:Connection reset by peer" (CleanupGraph, DeleteWorkerSession) though all went well
         time.sleep(PS_LINGER_S)
         exit_with_descendants(0)
-    from ssptk.runtime.ps_loop import Trainer
+    _worker(args, cluster, index, server.target, opts, spec, run_dir)
+    return 0
+
+
+def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int, target: str, opts: RunOptions,
+            spec: Any, run_dir: str) -> None:
+    """A worker task of the processes layout: its runs (one, or one per stdin line with ``--serve``), then exit."""
+    from ssptk.core.models import load_model
+    from ssptk.runtime.local_loop import trainer_for
 
     if args.serve:
         def serve_run(opts: RunOptions, run_dir: str, run_id: str) -> None:
             def train() -> None:
-                spec = load_model(opts.model, fresh=True)
-                Trainer(spec, opts, cluster, index, server.target, run_dir, container=run_id).run(reset_container=True)
+                trainer_for(opts.mode)(load_model(opts.model, fresh=True), opts, cluster, index, target, run_dir,
+                                       container=run_id).run(reset_container=True)
 
             _run_guarded(train, run_dir, index)
 
         _serve(serve_run, f"worker:{index}")
-        return 0
+        return
 
     def train() -> None:
         if os.environ.get("SSPTK_WATCH_PARENT") != "1":  # not the launcher's task (its PS publishes no identity)
             from ssptk.runtime.identity import check
 
-            check(server.target, cluster, args.task, args.run_id)  # never another run's PS (ssptk.runtime.identity)
-        Trainer(spec, opts, cluster, index, server.target, run_dir, container=args.run_id,
-                incarnation=args.rejoin).run(rejoin=args.rejoin)
+            check(target, cluster, args.task, args.run_id)  # never another run's PS (ssptk.runtime.identity)
+        trainer_for(opts.mode)(spec, opts, cluster, index, target, run_dir, container=args.run_id,
+                               incarnation=args.rejoin).run(rejoin=args.rejoin)
 
     _run_guarded(train, run_dir, index)
     exit_with_descendants(0)  # skips TF's slow teardown of the server threads
-    return 0
 
 
 def _predict(jobs: str | None) -> int:
