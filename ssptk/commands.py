@@ -391,7 +391,8 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
                              "the timing (add --model linear, keras, digits or your own to predict the loss too)")
         opts = sim_options(args)  # the overhead's default is ssptk.simulate's
         r = api.simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
-                         staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
+                         staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
+                         backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
                          seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps)
         return Timing(opts.label, r)
     return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),

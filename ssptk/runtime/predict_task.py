@@ -2,8 +2,9 @@
 
 For each job (a run directory whose ``config.json`` the launcher wrote, with the run's options and the
 per-step overhead to simulate with) the task simulates the schedule (:func:`ssptk.sim.simulate`), replays it
-with the model's real gradients (:func:`ssptk.sim.replay.replay` with a
-:class:`~ssptk.runtime.gradients.TFOracle`) and writes what a real run's workers would have logged:
+with the model's real gradients (:func:`ssptk.sim.replay.replay`, local SGD's rounds with
+:func:`ssptk.sim.replay_local.replay_local`, with a :class:`~ssptk.runtime.gradients.TFOracle`) and writes what
+a real run's workers would have logged:
 ``workers/worker-<i>.jsonl`` (start, step records with their losses, ``eval`` events with ``--eval-every``,
 done; an ``error`` event where a non-finite loss would have stopped the run) and ``model/final.json``.
 The launcher then writes ``summary.json`` as for any run. Step times are the simulated seconds after the
@@ -29,6 +30,7 @@ from ssptk.rundir.space import write_whole
 from ssptk.runtime.protocol import PREDICT
 from ssptk.sim import simulate
 from ssptk.sim.replay import replay
+from ssptk.sim.replay_local import replay_local
 
 __all__ = ["MAX_COPIES", "predict_jobs"]
 
@@ -59,7 +61,8 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
     """Job ``k``: simulate, replay, and write the run directory's logs and final model."""
     model_bytes = [float(p.nbytes) for p in oracle.initial()]  # each variable's: a pull or a push, shard by shard
     sim = simulate("sync" if opts.mode == "allreduce" else opts.mode, opts.workers, opts.steps,
-                   staleness=opts.staleness, backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
+                   staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
+                   backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
                    seed=opts.seed, overhead=float(job["overhead"]), network=opts.network,
                    ps=opts.ps if opts.mode != "allreduce" else 1, model_bytes=model_bytes)
     sources = [data_source(spec, opts.seed, opts.batch, opts.data_split, w, opts.workers) for w in range(opts.workers)]
@@ -70,9 +73,14 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
     def progress(done: int, total: int) -> None:
         print(f"{PREDICT} {k} {done} {total}", flush=True)
 
-    replayed = replay(sim.steps, oracle, data, opts.update_lr(opts.lr or spec.lr),
-                      inverse_staleness=opts.lr_staleness == "inverse", eval_every=opts.eval_every,
-                      allow_nan=opts.allow_nan, progress=progress)
+    lr = opts.lr or spec.lr
+    if opts.mode == "local":
+        replayed = replay_local(sim.steps, oracle, data, lr, opts.outer_scale, opts.outer_momentum,
+                                eval_every=opts.eval_every, allow_nan=opts.allow_nan, progress=progress)
+    else:
+        replayed = replay(sim.steps, oracle, data, opts.update_lr(lr),
+                          inverse_staleness=opts.lr_staleness == "inverse", eval_every=opts.eval_every,
+                          allow_nan=opts.allow_nan, progress=progress, dc_lambda=opts.dc_lambda)
     if opts.stop_on_divergence and replayed.stopped is None:
         _stop_at_divergence(replayed, opts.workers)
     rd = RunDir(job["run_dir"])

@@ -8,10 +8,13 @@ are applied in the schedule's order with the mode's aggregation and learning rat
 them (:mod:`ssptk.runtime.ps_graph`):
 
 * async and ssp: ``params -= lr * gradient`` per update (``lr / (staleness + 1)`` with
-  ``--lr-staleness inverse``);
+  ``--lr-staleness inverse``; with ``--lr-staleness dc:LAMBDA`` the delay-compensated gradient
+  ``g + LAMBDA * g * g * (w_now - w_read)``, ``w_read`` the version the gradient was computed at, ``w_now`` the
+  one it is applied to);
 * sync (and allreduce): ``params -= update_lr * mean(gradients of the update)``, ``update_lr`` being the
   run's learning rate times the gradients aggregated under ``--lr-convention minibatch``; with ``--backup``
-  the late gradients are computed (their loss is logged) and dropped.
+  the late gradients are computed (their loss is logged) and dropped;
+* local SGD: its rounds, each worker's private copy, in :mod:`ssptk.sim.replay_local`.
 
 The gradients come from an *oracle* (:class:`GradientOracle`): here only its interface, so that this module
 stays pure NumPy; :mod:`ssptk.runtime.gradients` computes them with TensorFlow from a model's
@@ -29,7 +32,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-__all__ = ["GradientOracle", "Params", "Replayed", "read_versions", "replay"]
+__all__ = ["GradientOracle", "Params", "Replayed", "compensated", "finish", "read_versions", "replay"]
 
 Params = list[np.ndarray]
 Batch = tuple[np.ndarray, np.ndarray]
@@ -86,14 +89,16 @@ def read_versions(steps: pd.DataFrame) -> np.ndarray:
 
 def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], update_lr: float,
            inverse_staleness: bool = False, eval_every: int = 0, allow_nan: bool = False,
-           progress: Callable[[int, int], None] | None = None, wave_limit: int = 256) -> Replayed:
+           progress: Callable[[int, int], None] | None = None, wave_limit: int = 256,
+           dc_lambda: float | None = None) -> Replayed:
     """Replay ``steps`` (a simulated run's records) with ``oracle``'s gradients; see the module docstring.
 
     ``data(worker, minibatch)``: that minibatch as the engine gives it to that worker. ``update_lr``: the rate
     an update applies to the mean of its gradients (``RunOptions.update_lr``). ``progress(done, total)``: called
     after every wave with the gradients computed so far. ``wave_limit``: most gradients per oracle call.
+    ``dc_lambda``: delay compensation's lambda (``RunOptions.dc_lambda``; ``None``: none).
     """
-    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every)
+    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc_lambda)
     with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
         while True:
             r.wave(data, wave_limit, allow_nan)
@@ -112,8 +117,11 @@ def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int
 class _Replay:
     """The state of one replay: the schedule's arrays, the versions still to be read, the gradients in hand."""
 
-    def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int) -> None:
+    def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int,
+                 dc: float | None = None) -> None:
         self.records, self.oracle, self.lr, self.inverse, self.every = records, oracle, lr, inverse, every
+        self.dc = dc
+        self.read_at: dict[int, Params] = {}  # with dc: the parameters each gradient in hand was computed at
         self.n = len(records)
         self.reads = read_versions(records)
         applied = records["applied"].to_numpy(bool)
@@ -154,6 +162,8 @@ class _Replay:
             for i, li, gi in zip(wave, loss, gs):
                 self.losses[i] = li
                 self.grads[int(i)] = gi
+                if self.dc is not None:
+                    self.read_at[int(i)] = self.versions[int(self.reads[i])]
             self.computed[wave] = True
             bad = wave[~np.isfinite(np.asarray(loss, float))]
             if len(bad) and not allow_nan:
@@ -166,7 +176,11 @@ class _Replay:
         moved = False
         while self.current < self.updates and all(self.computed[i] for i in self.members[self.current + 1]):
             u = self.current + 1
-            self.versions[u] = _apply(self.versions[self.current], [self.grads.pop(i) for i in self.members[u]],
+            grads = [self.grads.pop(i) for i in self.members[u]]
+            if self.dc is not None:
+                grads = [compensated(g, self.versions[self.current], self.read_at.pop(i), self.dc)
+                         for g, i in zip(grads, self.members[u])]
+            self.versions[u] = _apply(self.versions[self.current], grads,
                                       self.lr, [self.stale[i] for i in self.members[u]] if self.inverse else None)
             self.current, moved = u, True
             if self.every and u % self.every == 0:
@@ -178,24 +192,46 @@ class _Replay:
         return moved
 
     def result(self) -> Replayed:
-        keep = np.ones(self.n, bool) if self.stop_at is None else (self.t <= self.stop_at) & self.computed
-        out = self.records[keep].copy()
-        out["loss"] = self.losses[keep]
-        if self.inverse:
-            out["lr_scale"] = 1.0 / (self.stale[keep] + 1.0)
-        stopped = None
-        if self.stop_at is not None:
-            first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
-            stopped = (f"loss became nan at step {int(first['step'])} (worker {int(first['worker'])}, global step "
-                       f"{int(first['global_step'])}): lower --lr, check the model, or pass --allow-nan")
-        final = self.versions[self.current]
-        final_loss, final_acc = self.oracle.evaluate(final)
-        if self.every and (not self.evals or self.evals[-1][0] != self.current) and self.stop_at is None:
-            self.evals.append((self.current, float(self.landed[self.current]), final_loss, final_acc))
-        ev = pd.DataFrame(self.evals, columns=["global_step", "t", "eval_loss", "eval_accuracy"])
-        return Replayed(steps=out, evals=ev, params=final, final_loss=final_loss, final_accuracy=final_acc,
-                        updates=self.current, stopped=stopped, oracle_calls=self.calls,
-                        gradients=int(self.computed.sum()))
+        return finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
+                      self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
+                      lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None)
+
+
+def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop_at: float | None,
+           oracle: GradientOracle, final: Params, updates: int, landed: float,
+           evals: list[tuple[int, float, float, float | None]], every: int, calls: int,
+           lr_scale: np.ndarray | None = None) -> Replayed:
+    """A replay's :class:`Replayed`: ``records`` with their ``losses`` (cut after ``stop_at``, the first non-finite
+    loss's time, where the real run would have stopped), the final held-out evaluation of ``final`` (version
+    ``updates``, applied at ``landed``) and the last of ``evals`` every ``every`` updates."""
+    n = len(records)
+    t = records["t"].to_numpy(float)
+    keep = np.ones(n, bool) if stop_at is None else (t <= stop_at) & computed
+    out = records[keep].copy()
+    out["loss"] = losses[keep]
+    if lr_scale is not None:
+        out["lr_scale"] = lr_scale[keep]
+    stopped = None
+    if stop_at is not None:
+        first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
+        stopped = (f"loss became nan at step {int(first['step'])} (worker {int(first['worker'])}, global step "
+                   f"{int(first['global_step'])}): lower --lr, check the model, or pass --allow-nan")
+    final_loss, final_acc = oracle.evaluate(final)
+    if every and (not evals or evals[-1][0] != updates) and stop_at is None:
+        evals.append((updates, landed, final_loss, final_acc))
+    ev = pd.DataFrame(evals, columns=["global_step", "t", "eval_loss", "eval_accuracy"])
+    return Replayed(steps=out, evals=ev, params=final, final_loss=final_loss, final_accuracy=final_acc,
+                    updates=updates, stopped=stopped, oracle_calls=calls, gradients=int(computed.sum()))
+
+
+def compensated(grad: Params, now: Params, read: Params, lam: float) -> Params:
+    """DC-ASGD's delay-compensated gradient (Zheng et al. 2017): ``g + lam * g * g * (now - read)``, ``read`` the
+    parameters ``g`` was computed at, ``now`` those it is applied to; in the parameters' own precision."""
+    out = []
+    for g, w, r in zip(grad, now, read):
+        one = w.dtype.type
+        out.append(g + one(lam) * g * g * (w - r))
+    return out
 
 
 def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None) -> Params:

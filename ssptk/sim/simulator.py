@@ -37,14 +37,22 @@ Modes
     the B late workers must first finish a useless step, so the wait is the ``(N-B)``-th arrival
     among ``N-B`` Exp(M) and ``B`` Erlang(2, M) clocks (:func:`expected_sync_update_time`).
 
+``local`` (``local_steps=H`` or ``mode="local:H"``: local SGD, :mod:`ssptk.sim.local`)
+    Rounds: each worker pulls, takes ``H`` local steps on its own copy (each ``overhead + compute + delay``, from
+    the same delay streams), then pushes its delta; the round's average is applied when the first ``N - B``
+    deltas computed from the current parameters have landed (``backup=B``: the late ones are dropped, as in
+    sync's ``"drop"`` model), and every worker goes on from it. Under a ``network`` a round is one pull and one
+    push, not one per step (:attr:`SimResult.pushes`). ``local:1`` is ``sync`` step for step.
+
 Budget (as in the engine): ``steps=K`` means ``N*K`` minibatches shared by all workers in ``async``
 and ``ssp`` (a worker claims one before computing it; faster workers do more); ``K`` steps per worker
-in ``sync`` without backup; ``K`` updates in ``sync`` with backup (however many minibatches that takes).
+in ``sync`` without backup; ``K`` updates in ``sync`` with backup (however many minibatches that takes); ``K``
+local steps per worker in ``local``: ``ceil(K / H)`` rounds (with backup, however many minibatches they take).
 
 ``staleness`` of a record: updates from other workers applied between its parameter read and its
-own update (0 for applied ``sync`` gradients). Ties in time are broken by the order events were
-scheduled, so equal workers without jitter finish in index order (and, in ``sync`` with backup,
-the same B workers are then always the late ones).
+own update (0 for applied ``sync`` gradients; in ``local``, the local steps since the last average). Ties in
+time are broken by the order events were scheduled, so equal workers without jitter finish in index order
+(and, in ``sync`` with backup, the same B workers are then always the late ones).
 """
 from __future__ import annotations
 
@@ -59,8 +67,10 @@ from ssptk.core.delays import DelayModel, Jitter, parse_jitter, straggler_second
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import LabelError, parse_label
 from ssptk.core.network import Network, parse_network
+from ssptk.core.options import DEFAULT_LOCAL_STEPS
 from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
 from ssptk.sim.links import Links
+from ssptk.sim.local import run_local
 
 __all__ = [
     "SimResult", "simulate", "ideal_for", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
@@ -78,7 +88,9 @@ class SimResult:
     the largest (max - min) completed steps among unfinished workers after any step record, as a real run's
     summary measures it (:meth:`skew_timeline` shows the state at each distinct time: where steps take no
     time, several records share one and a peak between them is not in it). ``overhead``: the fixed per-step
-    seconds it was simulated with (``overhead + compute``).
+    seconds it was simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other
+    modes). ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the
+    parameters: one per step, one per round in ``local`` (what a shaped ``network`` carries).
     """
 
     mode: str
@@ -95,6 +107,8 @@ class SimResult:
     max_skew: int
     late: str | None = None
     overhead: float = 0.0
+    local_steps: int | None = None
+    pushes: int = 0
     _skew: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t": [0.0], "skew": [0]}), repr=False)
 
     def skew_timeline(self) -> pd.DataFrame:
@@ -141,7 +155,9 @@ def expected_sync_update_time(workers: int, backup: int = 0, mean: float = 1.0, 
     return nxt[b]
 
 
-def _parse_mode(mode: str, staleness: int | None) -> tuple[str, int | None]:
+def _parse_mode(mode: str, staleness: int | None, local_steps: int | None = None
+                ) -> tuple[str, int | None, int | None]:
+    """``(mode, staleness or None, local steps or None)`` from a mode or label and the numbers given beside it."""
     text = str(mode).strip().lower()
     try:
         name, s = parse_label(text)
@@ -149,18 +165,27 @@ def _parse_mode(mode: str, staleness: int | None) -> tuple[str, int | None]:
         if ":" in text:
             raise UsageError(f"bad mode {mode!r}: {e.reason}") from None
         hint = e.reason if e.reason.startswith("did you mean") else \
-            "use sync, ssp (with staleness, or 'ssp:S'), async or allreduce"
+            "use sync, ssp (with staleness, or 'ssp:S'), async, allreduce or local ('local:H')"
         raise UsageError(f"unknown mode {mode!r}: {hint}") from None
+    if name == "local":
+        if staleness is not None:
+            raise UsageError(f"staleness is only for mode ssp (got mode {name!r})")
+        if s is not None and local_steps is not None and local_steps != s:
+            raise UsageError(f"mode {mode!r} conflicts with local_steps={local_steps}")
+        h = s if s is not None else local_steps if local_steps is not None else DEFAULT_LOCAL_STEPS
+        return name, None, _int_at_least("local_steps", h, 1)
+    if local_steps is not None:
+        raise UsageError(f"local_steps is only for mode local (got mode {name!r})")
     if s is not None:
         if staleness is not None and staleness != s:
             raise UsageError(f"mode {mode!r} conflicts with staleness={staleness}")
-        return name, s
+        return name, s, None
     if name == "ssp":
         if staleness is None:
             raise UsageError("mode ssp needs a staleness >= 0: pass staleness=S or mode 'ssp:S'")
     elif staleness is not None:
         raise UsageError(f"staleness is only for mode ssp (got mode {name!r})")
-    return name, None if staleness is None else _int_at_least("staleness", staleness, 0)
+    return name, None if staleness is None else _int_at_least("staleness", staleness, 0), None
 
 
 def _int_at_least(name: str, value: object, lo: int) -> int:
@@ -181,17 +206,18 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
              straggler: dict[int, float] | list[tuple[int, float]] | None = None,
              jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
              compute: float = 0.0, late: str = "drop", network: str | Network | None = None, ps: int = 1,
-             model_bytes: float | Sequence[float] | None = None, cores: float | None = None) -> SimResult:
+             model_bytes: float | Sequence[float] | None = None, cores: float | None = None,
+             local_steps: int | None = None) -> SimResult:
     """Simulate one run and return its step records and summary (see the module docstring).
 
-    ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``; ``allreduce`` is simulated
-    like ``sync`` without backup. ``steps``: the budget ``K`` (N*K shared minibatches for async/ssp,
-    K per worker for sync, K updates for sync with backup). ``straggler``: ``{worker: seconds}`` or
-    ``[(worker, seconds), ...]`` (or ``"I:S"`` strings); ``jitter``: ``exp:MEAN``, ``uniform:LO:HI`` or a
-    :class:`Jitter`. ``overhead`` and ``compute``: fixed seconds added to every step (0 here: a step lasts its
-    delays only, so undelayed workers take no time; ``ssptk sim`` and ``ssptk.simulate`` default to a measured
-    5 ms). ``late``: ``drop``
-    (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with backup.
+    ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``, ``local`` (with ``local_steps``,
+    default 4) or ``local:H``; ``allreduce`` is simulated like ``sync`` without backup. ``steps``: the budget ``K``
+    (N*K shared minibatches for async/ssp, K per worker for sync and local, K updates for sync with backup).
+    ``straggler``: ``{worker: seconds}`` or ``[(worker, seconds), ...]`` (or ``"I:S"`` strings); ``jitter``:
+    ``exp:MEAN``, ``uniform:LO:HI`` or a :class:`Jitter`. ``overhead`` and ``compute``: fixed seconds added to every
+    step (0 here: a step lasts its delays only, so undelayed workers take no time; ``ssptk sim`` and
+    ``ssptk.simulate`` default to a measured 5 ms). ``late``: ``drop`` (default, the engine's behaviour) or
+    ``abandon`` (Dutta et al.'s K-sync), for sync with backup (local's late deltas are always dropped).
     ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes, or each
     variable's in the order the model makes them, which places them on the shards as ``--ps`` does): each
     pull and push is a transfer through the links it crosses, sharing each fairly with the transfers in flight
@@ -200,12 +226,12 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     (:func:`ssptk.sim.links.cpu_seconds` of a free run's step time on them); ``None``: each its own CPU.
     Raises :class:`UsageError` on bad input.
     """
-    name, s = _parse_mode(mode, staleness)
+    name, s, h = _parse_mode(mode, staleness, local_steps)
     n = _int_at_least("workers", workers, 1)
     k = _int_at_least("steps", steps, 1)
     b = _int_at_least("backup", backup, 0)
-    if b and name != "sync":
-        raise UsageError(f"backup is only for mode sync (got mode {name!r})")
+    if b and name not in ("sync", "local"):
+        raise UsageError(f"backup is only for mode sync or local (got mode {name!r})")
     if b >= n:
         raise UsageError(f"backup must be in [0, workers-1] = [0, {n - 1}], got {b}")
     if late not in LATE:
@@ -217,11 +243,15 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     jit = parse_jitter(jitter)
     base = float(overhead) + float(compute)
     models = [DelayModel(i, strag, jit, seed, own_s=base) for i in range(n)]  # own_s: a replayed trace's pace
-    links = _links(network, n, ps, model_bytes, name, seed, cores, base)
+    # a local round's CPU work is its H steps' (the cores then shared as in H steps of sync)
+    links = _links(network, n, ps, model_bytes, name, seed, cores, base * (h or 1))
     kw = {} if links is None else {"flight": links}
 
+    pushes = None
     if name in ("async", "ssp"):
         log, updates = run_free(n, n * k, s, models, base, **kw)
+    elif name == "local":
+        log, updates, pushes = run_local(n, k, h or 1, b, models, base, **kw)
     elif b and late == "abandon":
         if links is not None:
             raise UsageError("late='abandon' is not simulated with a network: use late='drop'")
@@ -239,7 +269,8 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         mode=name, workers=n, staleness=s, backup=b, steps=df, wall_s=wall, total_steps=records,
         updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
         wait_fraction=wait_fraction, max_skew=int(log.max_skew()),
-        late=late if (name == "sync" and b) else None, overhead=base, _skew=skew,
+        late=late if (name == "sync" and b) else None, overhead=base, local_steps=h,
+        pushes=records if pushes is None else pushes, _skew=skew,
     )
 
 

@@ -1,0 +1,100 @@
+"""Replaying local SGD's rounds with real gradients (the schedule of :mod:`ssptk.sim.local`).
+
+Round ``r`` (1-based) starts from version ``r - 1``: every worker with records in it (``global_step == r``)
+takes its local steps in order (``staleness`` 0, 1, ...) on a private copy, each ``copy -= lr * gradient`` at
+the copy's present values on the step's minibatch. The round's delta of a worker is ``copy - version r-1``;
+version ``r`` is ``version r-1 + outer_scale * mean(deltas of the round's applied records)`` (late deltas are
+computed, their losses logged, and dropped), or, with ``outer_momentum`` ``mu > 0``, Nesterov momentum on the
+pseudo-gradient ``G = -mean``: ``buf = mu * buf + G``, ``version r = version r-1 - outer_scale * (G + mu *
+buf)`` (TensorFlow's ``MomentumOptimizer(use_nesterov=True)``). ``outer_scale`` is ``RunOptions.outer_scale``:
+``--outer-lr`` times the deltas averaged under ``--lr-convention minibatch``, so ``local:1`` replays sync.
+
+The oracle is asked once per local step of a round, for every worker in it together (a wave as wide as the
+cluster, as for sync), all in the parameters' own precision.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, finish
+
+__all__ = ["replay_local"]
+
+
+def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], lr: float,
+                 outer_scale: float, outer_momentum: float = 0.0, eval_every: int = 0, allow_nan: bool = False,
+                 progress: Callable[[int, int], None] | None = None, wave_limit: int = 256) -> Replayed:
+    """Replay local SGD's schedule ``steps`` (see the module docstring). ``lr``: each local step's learning rate
+    (the run's own, ``--lr``); ``outer_scale``: what a round applies to the mean of its deltas; the rest as
+    :func:`ssptk.sim.replay.replay`'s."""
+    records = steps.reset_index(drop=True)
+    n = len(records)
+    g = records["global_step"].to_numpy(np.int64)
+    position = records["staleness"].to_numpy(np.int64)
+    workers = records["worker"].to_numpy(np.int64)
+    minibatches = records["minibatch"].to_numpy(np.int64)
+    applied = records["applied"].to_numpy(bool)
+    t = records["t"].to_numpy(float)
+    rounds = int(g.max()) if n else 0
+    losses = np.full(n, np.nan)
+    computed = np.zeros(n, bool)
+    version = [np.asarray(p) for p in oracle.initial()]
+    buf = [np.zeros_like(p) for p in version] if outer_momentum > 0 else None
+    evals: list[tuple[int, float, float, float | None]] = []
+    stop_at: float | None = None
+    calls, done, landed, updates = 0, 0, 0.0, 0
+    by_round = pd.Series(np.arange(n)).groupby(g).indices if n else {}
+    with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
+        for r in range(1, rounds + 1):
+            if stop_at is not None and not (~computed & (t <= stop_at)).any():
+                break
+            rows = np.asarray(by_round.get(r, []), np.int64)
+            rows = rows[np.lexsort((position[rows], workers[rows]))]
+            mine = {int(w): rows[workers[rows] == w] for w in dict.fromkeys(workers[rows].tolist())}
+            copies = {w: version for w in mine}
+            for j in range(max((len(v) for v in mine.values()), default=0)):
+                wave = [(w, int(idx[j])) for w, idx in mine.items() if len(idx) > j]
+                for lo in range(0, len(wave), wave_limit):
+                    part = wave[lo:lo + wave_limit]
+                    loss, grads = oracle.gradients([copies[w] for w, _ in part],
+                                                   [data(w, int(minibatches[i])) for w, i in part])
+                    calls += 1
+                    for (w, i), li, gi in zip(part, loss, grads):
+                        losses[i] = li
+                        computed[i] = True
+                        copies[w] = [p - p.dtype.type(lr) * d for p, d in zip(copies[w], gi)]
+                        if not (np.isfinite(li) or allow_nan):
+                            stop_at = float(t[i]) if stop_at is None else min(stop_at, float(t[i]))
+                    done += len(part)
+                    if progress is not None:
+                        progress(done, n)
+            counted = [w for w, idx in mine.items() if applied[idx].all()]
+            if counted:
+                version, buf = _outer(version, [copies[w] for w in counted], outer_scale, outer_momentum, buf)
+                landed = float(t[rows[applied[rows]]].max())
+                updates = r
+            if eval_every and r % eval_every == 0:
+                loss_r, acc = oracle.evaluate(version)
+                evals.append((r, landed, loss_r, acc))
+    return finish(records, losses, computed, stop_at, oracle, version, updates, landed, evals, eval_every, calls)
+
+
+def _outer(version: Params, copies: list[Params], scale: float, mu: float, buf: Params | None
+           ) -> tuple[Params, Params | None]:
+    """The round's outer step from ``version`` by the mean of ``copies``' deltas (see the module docstring)."""
+    out: Params = []
+    new_buf: Params | None = None if buf is None else []
+    for k, v in enumerate(version):
+        one = v.dtype.type
+        deltas = [c[k] - v for c in copies]
+        mean = deltas[0] if len(deltas) == 1 else sum(deltas[1:], deltas[0]) / one(len(deltas))
+        if buf is None or new_buf is None:
+            out.append(v + one(scale) * mean)
+            continue
+        b = one(mu) * buf[k] - mean
+        new_buf.append(b)
+        out.append(v - one(scale) * (-mean + one(mu) * b))
+    return out, new_buf
