@@ -27,13 +27,14 @@ if TYPE_CHECKING:
     from ssptk.sim import SimResult
 
 __all__ = ["ComparePlan", "Left", "Report", "Timing", "build_parser", "compare", "compare_plan", "left_behind",
-           "recording", "report", "run", "sim", "sim_options", "staleness_list", "warning"]
+           "local_steps_list", "recording", "report", "run", "sim", "sim_options", "staleness_list", "warning"]
 
 NOTEBOOK_EXAMPLES = """examples:
   %dtrain --model keras --mode ssp --staleness 4 --workers 3 --steps 500 --straggler 2:0.02
   res = %dtrain --mode async --workers 3 --steps 300     (res.df: the step records)
   %dtrain compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02
   %dtrain sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
+  %dtrain sweep --local-steps 1,2,4,8 --workers 3 --steps 300     (local SGD: a slider over H)
   %%dtrain --model my_model ...     (the cell defines def my_model() -> ssptk.ModelSpec)
 """
 
@@ -42,6 +43,7 @@ EXAMPLES = """examples:
   ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
   ssptk compare sync ssp:4 async --repeat 3 --workers 3 --steps 300 --jitter pause:0.05:0.03
   ssptk sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
+  ssptk sweep --local-steps 1,2,4,8 --workers 3 --steps 300 --out runs/local
   ssptk report runs/cmp
   ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
 """
@@ -79,6 +81,17 @@ def staleness_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"invalid staleness list {text!r}: use integers >= 0 like 0,1,2,4,8") from None
 
 
+def local_steps_list(text: str) -> list[int]:
+    """``"1,2,4,8"`` -> ``[1, 2, 4, 8]``: a sweep's local steps H
+    (:func:`ssptk.experiment.sweep.local_steps_values`)."""
+    from ssptk.experiment.sweep import local_steps_values
+
+    try:
+        return local_steps_values(text)
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"invalid local steps list {text!r}: use integers >= 1 like 1,2,4,8") from None
+
+
 def build_parser(notebook: bool = False) -> _Parser:
     """The one grammar of ssptk's commands. ``notebook``: the ``%dtrain`` magic's flavour, whose
     ``run``, ``compare`` and ``sweep`` also take the notebook's own flags, and whose errors raise."""
@@ -97,15 +110,22 @@ def build_parser(notebook: bool = False) -> _Parser:
                                    "OUT/report.html. With --repeat R: R rounds, alternating the order, into "
                                    "OUT/<label>/rep-<k>/; the table shows mean [min-max].", epilog=codes)
     c.add_argument("labels", nargs="+", metavar="MODE",
-                   help="sync, ssp:S, async, allreduce; ssp:S+inverse or async+inverse: with --lr-staleness inverse")
+                   help="sync, ssp:S, async, allreduce, local:H; ssp:S+inverse or async+inverse: with --lr-staleness "
+                        "inverse; async+dc, ssp:S+dc[:LAMBDA]: with --lr-staleness dc[:LAMBDA] (delay-compensated); "
+                        "local:H+outer: local SGD with DiLoCo's outer step (--outer-lr 0.7, --outer-momentum 0.9)")
     add_run_arguments(c, skip=("mode", "staleness"))
-    sw = sub.add_parser("sweep", help="run SSP once per staleness value and compare them",
-                        description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, then write "
-                                    "OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the runs).",
+    sw = sub.add_parser("sweep", help="run SSP once per staleness value (or local SGD once per H) and compare them",
+                        description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, or --mode local "
+                                    "once per --local-steps value into OUT/local-<H>/ (give one of the two), then "
+                                    "write OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the "
+                                    "runs).",
                         epilog=codes)
-    sw.add_argument("--staleness", type=staleness_list, required=True, metavar="S,S,...",
-                    help="the staleness values to run, e.g. 0,1,2,4,8")
-    add_run_arguments(sw, skip=("mode", "staleness"))
+    sw.add_argument("--staleness", type=staleness_list, default=None, metavar="S,S,...",
+                    help="the staleness values to run (mode ssp), e.g. 0,1,2,4,8")
+    sw.add_argument("--local-steps", type=local_steps_list, default=None, metavar="H,H,...",
+                    help="local SGD: the local steps between averages to run (mode local), e.g. 1,2,4,8; "
+                         "--outer-lr and --outer-momentum apply to every run")
+    add_run_arguments(sw, skip=("mode", "staleness", "local_steps"))
     for sp in (c, sw):  # not run options: they are the comparison's
         sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
         sp.add_argument("--predict", action="store_true",
@@ -192,17 +212,25 @@ class ComparePlan:
 
 
 def compare_plan(args: argparse.Namespace) -> ComparePlan:
-    """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S``); bad options
-    raise :class:`UsageError`."""
-    from ssptk.experiment.sweep import sweep_labels
-
-    labels = args.labels if args.command == "compare" else sweep_labels(args.staleness)
-    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "staleness"})
+    """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S`` or ``local:H``); bad
+    options raise :class:`UsageError`."""
+    labels = args.labels if args.command == "compare" else _sweep_labels(args)
+    swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
     # parsed with the first label's mode, so a message names a mode the user gave; compare() checks
     # every label before it starts
     opts = from_namespace(ns, mode=labels[0])
-    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "staleness", "out")}
+    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "out", *swept)}
     return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
+
+
+def _sweep_labels(args: argparse.Namespace) -> list[str]:
+    """A sweep's labels from exactly one of ``--staleness`` and ``--local-steps``."""
+    from ssptk.experiment.sweep import sweep_labels
+
+    if (args.staleness is None) == (args.local_steps is None):
+        raise UsageError("sweep takes exactly one of --staleness S,S,... (ssp) and --local-steps H,H,... (local SGD)")
+    return sweep_labels(args.staleness, args.local_steps)
 
 
 def compare(plan: ComparePlan, **front: Any) -> CompareResult:

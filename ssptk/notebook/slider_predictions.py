@@ -1,4 +1,5 @@
-"""Predicted runs for the notebook's widgets: every staleness value of a slider at once, in one predicting
+"""Predicted runs for the notebook's widgets: every value of a slider (SSP's staleness S, local SGD's local steps H)
+at once, in one predicting
 process (:mod:`ssptk.experiment.predicted_runs`), cached for the kernel's life like the widgets' real runs."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ssptk.core.labels import label_of
+from ssptk.experiment.sweep import knob_of
 from ssptk.notebook.runner import Key, cache_key
 from ssptk.rundir import ComparisonDir, RunDir
 
@@ -35,21 +37,27 @@ def calibrated_overhead(runs: Iterable[RunResult]) -> float | None:
 def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhead: float | None = None,
                       out: str | None = None, progress: Callable[[int, int], None] | None = None
                       ) -> dict[Key, RunResult]:
-    """Predict ``options`` (mode ssp) at every staleness of ``values`` not predicted yet; returns every
-    prediction of those values, by cache key. Runs go to ``out/predicted-<n>/ssp-S`` (default under ``runs/``).
-    ``progress(done, of)``: predicted runs written so far. A prediction that fails (a NaN loss) is kept."""
+    """Predict ``options`` at every value of ``values`` not predicted yet: its staleness S (mode ssp, the default) or
+    its local steps H (mode local); returns every prediction of those values, by cache key. Runs go to
+    ``out/predicted-<n>/ssp-S`` (``local-H``; default under ``runs/``). ``progress(done, of)``: predicted runs
+    written so far. A prediction that fails (a NaN loss) is kept."""
     from ssptk.experiment.predicted_runs import plan, predict
+
+    knob = knob_of(options.get("mode"))
+
+    def at(value: int) -> dict[str, Any]:
+        return {k: v for k, v in options.items() if k != "out"} | {"mode": knob.mode, knob.option: int(value)}
 
     todo = {}
     for s in values:
-        opts = {k: v for k, v in options.items() if k != "out"} | {"mode": "ssp", "staleness": int(s)}
+        opts = at(s)
         key = cache_key(opts)
         if key not in PREDICTED:
             todo[key] = opts
     if todo:
         parent = RunDir.create(out if out is None else os.path.join(out, f"predicted-{len(PREDICTED)}"),
                                "predicted").path
-        plans = [plan(overhead, run_dir=ComparisonDir(parent).run_path(label_of("ssp", o["staleness"])),
+        plans = [plan(overhead, run_dir=ComparisonDir(parent).run_path(label_of(knob.mode, o[knob.option])),
                       **{"stall_timeout": 0, **o}) for o in todo.values()]
 
         def heard(job: int, done: int, total: int) -> None:
@@ -58,8 +66,7 @@ def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhea
 
         for key, result in zip(todo, predict(plans, log_dir=parent, progress=heard, raise_on_failure=False)):
             PREDICTED[key] = result
-    wanted = {cache_key({k: v for k, v in options.items() if k != "out"} | {"mode": "ssp", "staleness": int(s)})
-              for s in values}
+    wanted = {cache_key(at(s)) for s in values}
     return {k: r for k, r in PREDICTED.items() if k in wanted}
 
 

@@ -1,13 +1,13 @@
 """Finished runs behind a slider (:class:`SweepResult`): what ``%dtrain sweep`` and :func:`sweep` show, and
-:func:`from_runs` for any runs. The slider only scrubs: nothing is trained. Predicted runs of the same labels
-(``--predict``) are drawn with them, dashed."""
+:func:`from_runs` for any runs. The slider only scrubs: nothing is trained; over ``ssp:S`` runs it is a slider over
+S, over ``local:H`` runs one over H. Predicted runs of the same labels (``--predict``) are drawn with them, dashed."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
-from ssptk.experiment.sweep import staleness_values
+from ssptk.experiment.sweep import Knob, label_knob, sweep_mode
 from ssptk.notebook.runner import ObserverFactory, Runner, default_runner, ipywidgets, split_runner_options
 from ssptk.notebook.views import StaticView
 from ssptk.render.overlay import summary_line
@@ -22,12 +22,16 @@ __all__ = ["SweepResult", "from_runs", "sweep"]
 class SweepResult(StaticView):
     """Finished runs by label, and a slider (``widget``) that scrubs through them without training."""
 
-    def __init__(self, results: Mapping[str, RunResult], title: str = "ssptk staleness sweep",
+    def __init__(self, results: Mapping[str, RunResult], title: str | None = None,
                  predicted: Mapping[str, RunResult] | None = None) -> None:
         if not results:
             raise UsageError("no runs to show")
         super().__init__()
+        #: What the runs vary when they are ``ssp:S`` or ``local:H`` of one mode (the slider's text and order).
+        self.knob: Knob | None = label_knob(results)
         self.results: dict[str, RunResult] = dict(results)
+        if title is None:
+            title = "ssptk runs" if self.knob is None else _sweep_title(self.knob, list(results))
         #: label -> its predicted run (``--predict``), drawn dashed in the label's colour
         self.predicted: dict[str, RunResult] = dict(predicted or {})
         self.title = title
@@ -39,7 +43,9 @@ class SweepResult(StaticView):
         """A slider over the runs, the selected run's summary line, and the overlay image."""
         if self._widget is None:
             w = ipywidgets()
-            self.slider = w.SelectionSlider(options=list(self.results), value=self.selected, description="run")
+            text = "run" if self.knob is None else self.knob.slider
+            self.slider = w.SelectionSlider(options=list(self.results), value=self.selected, description=text,
+                                            style={"description_width": "initial"})
             self.line = w.Label(value=self.summary())
             self.image = w.Image(value=self.png(), format="png", layout=w.Layout(max_width="100%"))
             self.slider.observe(lambda change: self.select(change["new"]), names="value")
@@ -86,30 +92,46 @@ class SweepResult(StaticView):
         return f"SweepResult({', '.join(self.results)}; selected {self.selected})"
 
 
-def from_runs(results: Mapping[str, RunResult], title: str = "ssptk runs",
+def _sweep_title(knob: Knob, labels: list[str]) -> str:
+    if knob.mode == "ssp":
+        return f"ssptk staleness sweep: {', '.join(labels)}"
+    return f"ssptk local SGD sweep ({knob.noun}): {', '.join(labels)}"
+
+
+def from_runs(results: Mapping[str, RunResult], title: str | None = None,
               predicted: Mapping[str, RunResult] | None = None) -> SweepResult:
     """A :class:`SweepResult` viewer of existing runs (``label -> RunResult``), in the given order, with their
-    predicted runs (``label -> RunResult``) drawn dashed."""
+    predicted runs (``label -> RunResult``) drawn dashed. Runs labelled ``ssp:S`` (or ``local:H``) of one mode get
+    a slider over S (over H) and a sweep's title; other labels ``title`` (default ``ssptk runs``)."""
     return SweepResult(results, title, predicted)
 
 
-def sweep(staleness: int | str | Iterable[int] = (0, 1, 2, 4, 8), runner: Runner | None = None, *,
+def sweep(staleness: int | str | Iterable[int] | None = None, runner: Runner | None = None, *,
+          local_steps: int | str | Iterable[int] | None = None,
           progress: Callable[[str, int, int], None] | None = None,
           observer_factory: ObserverFactory | None = None, **run_options: Any) -> SweepResult:
-    """Run mode ssp once per staleness value (labels ``ssp:S``) and return a :class:`SweepResult`.
+    """Run mode ssp once per staleness value (labels ``ssp:S``), or with ``local_steps=[1, 2, 4, 8]`` mode local
+    once per number of local steps between averages (labels ``local:H``), and return a :class:`SweepResult`.
 
-    The same sweep as ``ssptk sweep`` (:func:`ssptk.experiment.sweep.sweep`): every option is checked before
-    the first run, runs go to ``out/ssp-S/`` (``out`` default ``runs/<timestamp>-compare``) with the
-    comparison's ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed``
-    in the table). ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run,
-    passed as ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
+    The same sweep as ``ssptk sweep`` (:func:`ssptk.experiment.sweep.sweep`; one of ``staleness`` and
+    ``local_steps``, neither: ssp at 0,1,2,4,8): every option is checked before the first run, runs go to
+    ``out/ssp-S/`` or ``out/local-H/`` (``out`` default ``runs/<timestamp>-compare``) with the comparison's
+    ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed`` in the table).
+    ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run, passed as
+    ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
     """
     from ssptk.experiment.sweep import sweep as run_sweep
+    from ssptk.experiment.sweep import sweep_labels
 
-    values = staleness_values(staleness)
-    extra = split_runner_options(run_options, "a staleness sweep")
+    labels = sweep_labels(staleness, local_steps)  # bad values fail here, before any run
+    knob = label_knob(labels)
+    assert knob is not None
+    what = "a staleness sweep" if knob.mode == "ssp" else "a local-steps sweep"
+    sweep_mode(run_options, knob, what)
+    extra = split_runner_options(run_options, what)
     if extra.get("model_source") is not None:
-        raise UsageError("a staleness sweep takes a model by name (--model package.module:function), not model code")
-    result = run_sweep(values, runner=runner or default_runner, progress=progress, observer=observer_factory,
-                       warm=bool(extra.get("warm", True)), **run_options)
-    return SweepResult(result.runs, f"ssptk staleness sweep: {', '.join(result.runs)}")
+        raise UsageError(f"{what} takes a model by name (--model package.module:function), not model code")
+    values = [int(label.partition(":")[2]) for label in labels]
+    result = run_sweep(**{knob.option: values}, runner=runner or default_runner, progress=progress,
+                       observer=observer_factory, warm=bool(extra.get("warm", True)), **run_options)
+    return SweepResult(result.runs)

@@ -1,4 +1,5 @@
-"""Interactive staleness sliders for Jupyter: :func:`staleness_explorer`, :func:`sweep`, :func:`from_runs`.
+"""Interactive staleness sliders for Jupyter: :func:`staleness_explorer` (a slider over SSP's staleness S, or with
+``mode="local"`` over local SGD's local steps H), :func:`sweep`, :func:`from_runs`.
 
 Runs execute in the kernel's main thread, inside the Run button's handler. ipykernel handles widget
 messages one at a time on that thread, so clicks and slider moves made during a run wait (the controls
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
-from ssptk.experiment.sweep import staleness_values
+from ssptk.experiment.sweep import KNOBS, Knob, local_steps_values, staleness_values, sweep_mode
 from ssptk.notebook.runner import (
     RUNNER_OPTIONS,
     Key,
@@ -60,20 +61,22 @@ FIGURE_EVERY_S = 2.0
 
 def _family(key: Key) -> Key:
     """What an explorer fixes: a cache key without the options its sliders change."""
-    return tuple((name, value) for name, value in key if name not in ("staleness", "workers", "straggler"))
+    return tuple((name, value) for name, value in key
+                 if name not in ("staleness", "local_steps", "workers", "straggler"))
 
 
 class Explorer(StaticView):
     """The staleness explorer of :func:`staleness_explorer`: ``widget`` (the ipywidgets container), ``results``
-    (:func:`cache_key` -> RunResult), :meth:`run`, :meth:`select`, :meth:`figure`, :meth:`table`, ``show_static()``."""
-
-    title = "ssptk staleness explorer"
+    (:func:`cache_key` -> RunResult), :meth:`run`, :meth:`select`, :meth:`figure`, :meth:`table`, ``show_static()``.
+    ``knob`` says what its main slider varies: SSP's staleness S or local SGD's local steps H."""
 
     def __init__(self, values: list[int], base: dict[str, Any], workers: int, straggler: float | None,
                  runner: Runner | None = None, observer_factory: ObserverFactory | None = None,
-                 extra: Mapping[str, Any] | None = None) -> None:
+                 extra: Mapping[str, Any] | None = None, knob: Knob = KNOBS["ssp"]) -> None:
         w = ipywidgets()
         super().__init__()
+        self.knob = knob
+        self.title = "ssptk staleness explorer" if knob.mode == "ssp" else "ssptk local SGD explorer"
         # runs made by an earlier explorer with the same options (re-running the cell keeps them)
         self.results: dict[Key, RunResult] = {}
         self._running: str | None = None  # the status line of the run in progress, also shown in the figure
@@ -85,8 +88,9 @@ class Explorer(StaticView):
         self._observer_factory = observer_factory
         self._attempts = 0
         style = {"description_width": "initial"}
-        initial = DEFAULT_STALENESS if DEFAULT_STALENESS in values else values[0]
-        self.staleness_slider = w.SelectionSlider(options=values, value=initial, description="staleness S", style=style)
+        initial = DEFAULT_STALENESS if DEFAULT_STALENESS in values and knob.mode == "ssp" else values[0]
+        #: The main slider: staleness S (ssp) or local steps H (local), whatever ``knob`` says.
+        self.staleness_slider = w.SelectionSlider(options=values, value=initial, description=knob.slider, style=style)
         fixed = [i for i, _ in resolve(**{**base, "workers": workers}).straggler]  # indices given in run_options
         self.workers_slider = w.IntSlider(value=workers, min=max(fixed, default=0) + 1, max=max(8, workers),
                                           description="workers N", style=style)
@@ -94,9 +98,10 @@ class Explorer(StaticView):
             value=straggler, min=0.0, max=max(0.2, 2 * straggler), step=0.005, readout_format=".3f",
             description="straggler: worker N-1 + s", style=style)
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
-        self.predict_button = w.Button(description="Predict every S", icon="forward",
-                                       tooltip="predict this N and straggler at every staleness of the slider: the "
-                                               "simulator's schedule replayed with the model's gradients, no cluster")
+        self.predict_button = w.Button(description=f"Predict every {knob.letter}", icon="forward",
+                                       tooltip=f"predict this N and straggler at every {knob.noun} of the slider: "
+                                               "the simulator's schedule replayed with the model's gradients, no "
+                                               "cluster")
         #: Predicted runs (:func:`ssptk.notebook.slider_predictions.predict_staleness`), drawn dashed beside the
         #: real ones.
         self.predicted: dict[Key, RunResult] = {}
@@ -128,9 +133,9 @@ class Explorer(StaticView):
         return str(self._status.value)
 
     def options(self, staleness: int | None = None) -> dict[str, Any]:
-        """The run options the sliders select (``staleness`` overrides the staleness slider)."""
-        opts = {**self._base, "mode": "ssp", "workers": int(self.workers_slider.value),
-                "staleness": int(self.staleness_slider.value if staleness is None else staleness)}
+        """The run options the sliders select (``staleness`` overrides the main slider: S, or H for local)."""
+        opts = {**self._base, "mode": self.knob.mode, "workers": int(self.workers_slider.value),
+                self.knob.option: int(self.staleness_slider.value if staleness is None else staleness)}
         if self.straggler_slider is not None:
             seconds = round(float(self.straggler_slider.value), 6)
             opts["straggler"] = [f"{opts['workers'] - 1}:{seconds!r}"] if seconds > 0 else []
@@ -147,20 +152,26 @@ class Explorer(StaticView):
         return None
 
     def select(self, staleness: int) -> None:
-        """Move the staleness slider: a cached run shows at once; nothing is trained."""
+        """Move the main slider (S, or H for local): a cached run shows at once; nothing is trained."""
         if staleness not in self._values:
-            raise UsageError(f"staleness {staleness!r} is not on the slider: choose one of {self._values}")
+            raise UsageError(f"{self.knob.slider} = {staleness!r} is not on the slider: choose one of {self._values}")
         self.staleness_slider.value = staleness
 
     def _labels(self, keys: list[Key]) -> dict[Key, str]:
-        """``S=2``, plus ``N=..`` and the straggler seconds (``+0.05s``) where those differ among ``keys``."""
+        """``S=2`` (``H=4``), plus ``N=..`` and the straggler seconds (``+0.05s``) where those differ among
+        ``keys``."""
         dicts = {k: {**dict(k), "delay": sum(s for _, s in dict(k)["straggler"])} for k in keys}
         varies = [n for n in ("workers", "delay") if len({d[n] for d in dicts.values()}) > 1]
-        return {k: " ".join([f"S={d['staleness']}"] + ([f"N={d['workers']}"] if "workers" in varies else [])
+        letter, option = self.knob.letter, self.knob.option
+        return {k: " ".join([f"{letter}={d[option]}"] + ([f"N={d['workers']}"] if "workers" in varies else [])
                             + ([f"+{d['delay']:g}s"] if "delay" in varies else [])) for k, d in dicts.items()}
 
+    def _value(self, key: Key) -> int:
+        """The main slider's value (S or H) of a run's key."""
+        return int(dict(key)[self.knob.option])
+
     def _shown(self) -> list[Key]:
-        return sorted(self.results, key=lambda k: (dict(k)["workers"], dict(k)["straggler"], dict(k)["staleness"]))
+        return sorted(self.results, key=lambda k: (dict(k)["workers"], dict(k)["straggler"], self._value(k)))
 
     def _runs(self) -> dict[str, RunResult]:
         return {label: self.results[k] for k, label in self._labels(self._shown()).items()}
@@ -168,7 +179,7 @@ class Explorer(StaticView):
     def _title(self) -> str:
         o = self.options()
         straggler = ", ".join(str(s) for s in o.get("straggler") or ()) or "none"
-        return f"ssp, model {model_name(str(o.get('model')))}: N={o['workers']}, straggler {straggler}"
+        return f"{self.knob.title}, model {model_name(str(o.get('model')))}: N={o['workers']}, straggler {straggler}"
 
     def figure(self) -> Figure:
         """The current overlay (a new Figure): every cached run, the slider's run highlighted."""
@@ -179,7 +190,7 @@ class Explorer(StaticView):
         # the run in progress, drawn as far as it has come
         running = current if self._live is not None and self._live.steps and current not in self.results else None
         drawn = keys + ([running] if running is not None else [])
-        colors, styles = staleness_looks({labels[k]: (dict(k)["staleness"], (dict(k)["workers"], dict(k)["straggler"]))
+        colors, styles = staleness_looks({labels[k]: (self._value(k), (dict(k)["workers"], dict(k)["straggler"]))
                                           for k in drawn}, self._values)
         note = self._running or (None if current in self.results else
                                  ("not run yet: press Run" if current else self.status))
@@ -188,7 +199,7 @@ class Explorer(StaticView):
             name = f"{labels.get(k) or self._labels([k])[k]} predicted" + (" (run too)" if k in self.results else "")
             runs[name] = self._frames_of(("predicted", k), result)
             colors[name] = colors.get(labels.get(k, ""), None) or staleness_looks(
-                {name: (dict(k)["staleness"], 0)}, self._values)[0][name]
+                {name: (self._value(k), 0)}, self._values)[0][name]
             styles[name] = "--"
         highlight = labels[current] if current is not None and current in self.results else None
         if running is not None and self._live is not None:
@@ -211,11 +222,11 @@ class Explorer(StaticView):
             return {}
         same = {n: v for n, v in here if n in ("workers", "straggler")}
         return dict(sorted(((k, r) for k, r in self.predicted.items()
-                            if all(dict(k)[n] == v for n, v in same.items())), key=lambda kr: dict(kr[0])["staleness"]))
+                            if all(dict(k)[n] == v for n, v in same.items())), key=lambda kr: self._value(kr[0])))
 
     def predict(self) -> dict[Key, RunResult]:
-        """What the Predict button does: every staleness of the slider, predicted for the current workers and
-        straggler (cached), their clock from the real runs' calibrated overhead where there are any."""
+        """What the Predict button does: every value of the slider (S, or H for local), predicted for the current
+        workers and straggler (cached), their clock from the real runs' calibrated overhead where there are any."""
         return self._predict_all(reraise=True)
 
     def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
@@ -223,10 +234,10 @@ class Explorer(StaticView):
 
         def progress(done: int, total: int) -> None:
             self.progress.max, self.progress.value = total, done
-            self._status.value = f"predicting every staleness: {done}/{total} runs"
+            self._status.value = f"predicting every {self.knob.noun}: {done}/{total} runs"
 
         self._busy(True)
-        self._status.value = f"predicting every staleness ({len(self._values)} runs, one process)"
+        self._status.value = f"predicting every {self.knob.noun} ({len(self._values)} runs, one process)"
         try:
             made = predict_staleness(self.options(), self._values, calibrated_overhead(self.results.values()),
                                      self._extra.get("out"), progress)
@@ -243,7 +254,7 @@ class Explorer(StaticView):
         return made
 
     def predicted_png(self) -> bytes:
-        """What staleness costs and buys, predicted for every staleness of the slider (empty before Predict)."""
+        """What staleness costs and buys, predicted for every value of the slider (empty before Predict)."""
         runs = self._predicted_here()
         key = ("predicted-tradeoff", tuple(runs))
         if key not in self._png:
@@ -253,11 +264,13 @@ class Explorer(StaticView):
 
             self._png[key] = b""
             if len(runs) > 1:
-                table = an.compare_table({f"S={dict(k)['staleness']}": (r.df, r.events, r.config, r.summary)
+                table = an.compare_table({f"{self.knob.letter}={self._value(k)}": (r.df, r.events, r.config,
+                                                                                   r.summary)
                                           for k, r in runs.items()})
                 fig = tradeoff_figure(table, table.attrs.get("target"))
-                note = steady_straggler_note(table, dict(next(iter(runs)))["workers"], self.options().get("straggler"))
-                fig.suptitle("predicted for every staleness (the simulator's replay, no cluster)"
+                note = None if self.knob.mode != "ssp" else steady_straggler_note(
+                    table, dict(next(iter(runs)))["workers"], self.options().get("straggler"))
+                fig.suptitle(f"predicted for every {self.knob.noun} (the simulator's replay, no cluster)"
                              + (f"\n{note}" if note else ""), fontsize=9 if note else None)
                 self._png[key] = figure_png(fig, dpi=80)
         return self._png[key]
@@ -324,7 +337,7 @@ class Explorer(StaticView):
                 self._running = f"{self._status.value}: drawn as it goes"
                 self.image.value = self.png()
 
-        self._attempts += 1  # an ``out`` given to the explorer is a parent folder: out/<n>-S<s>
+        self._attempts += 1  # an ``out`` given to the explorer is a parent folder: out/<n>-S<s> (local: <n>-H<h>)
         out = self._extra.get("out")
         out = None if out is None else os.path.join(str(out), f"{self._attempts}-{label.replace('=', '')}")
         kwargs = {**self._extra, **options, "out": out}
@@ -361,13 +374,16 @@ class Explorer(StaticView):
         return result
 
     def __repr__(self) -> str:
-        return f"Explorer(staleness={self._values}, runs={len(self.results)}, status={self.status!r})"
+        return f"Explorer({self.knob.option}={self._values}, runs={len(self.results)}, status={self.status!r})"
 
 
 def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float | str | list[Any] | None = None,
-                       staleness: Iterable[int] = range(0, 9), runner: Runner | None = None, *,
+                       staleness: Iterable[int] | None = None, runner: Runner | None = None, *,
+                       mode: str | None = None, local_steps: Iterable[int] | None = None,
                        observer_factory: ObserverFactory | None = None, **run_options: Any) -> Explorer:
-    """A staleness slider, a Run button, a status line and an overlay of every run so far (mode ssp).
+    """A staleness slider, a Run button, a status line and an overlay of every run so far (mode ssp, staleness
+    0..8); with ``mode="local"`` (or ``local_steps=...``) a slider over local SGD's local steps H between averages
+    instead (default 1, 2, 4, 8), its other options (``outer_lr``, ``outer_momentum``) fixed.
 
     ``straggler`` as a number of seconds adds a slider for worker N-1's extra delay per step (0 = none);
     an ``"I:S"`` string or a list of them is a fixed option. ``workers`` has a slider too. Each run is
@@ -377,14 +393,26 @@ def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float
     other ``ssptk.run`` options (``steps``, ``jitter``, ...); ``out`` is a parent folder for the runs.
     Bad options raise :class:`UsageError` here.
     """
-    values = staleness_values(staleness)
-    extra = split_runner_options(run_options, "the staleness explorer", (*RUNNER_OPTIONS, "out"))
+    if mode not in (None, *KNOBS):
+        raise UsageError(f"the staleness explorer runs mode ssp only (or local SGD: mode='local'), not {mode!r}")
+    knob = KNOBS[mode if mode is not None else "local" if local_steps is not None else "ssp"]
+    what = "the staleness explorer" if knob.mode == "ssp" else "the local SGD explorer"
+    if knob.mode == "ssp":
+        if local_steps is not None:
+            raise UsageError("local_steps is the local SGD explorer's slider: add mode='local' (and drop staleness)")
+        values = staleness_values(range(0, 9) if staleness is None else staleness)
+    else:
+        if staleness is not None:
+            raise UsageError("local SGD has no staleness bound: give local_steps=[1, 2, 4, 8] for its slider")
+        values = local_steps_values((1, 2, 4, 8) if local_steps is None else local_steps)
+    sweep_mode(run_options, knob, what)
+    extra = split_runner_options(run_options, what, (*RUNNER_OPTIONS, "out"))
     base: dict[str, Any] = {"model": model, **run_options}
     if isinstance(straggler, (int, float)) and not isinstance(straggler, bool):
         if straggler < 0:
             raise UsageError(f"straggler seconds must be >= 0, got {straggler!r}")
     elif straggler is not None:
         base["straggler"], straggler = straggler, None
-    cache_key({**base, "mode": "ssp", "staleness": values[0], "workers": workers})  # bad options fail here
+    cache_key({**base, "mode": knob.mode, knob.option: values[0], "workers": workers})  # bad options fail here
     return Explorer(values, base, int(workers), None if straggler is None else float(straggler), runner,
-                    observer_factory, extra)
+                    observer_factory, extra, knob)
