@@ -47,11 +47,15 @@ def held_out_curve(events: pd.DataFrame | None, steps: pd.DataFrame | None = Non
 def held_out_to_target(curve: pd.DataFrame, prepared_steps: pd.DataFrame, target: float,
                        t0: float | None) -> tuple[float | None, int | None]:
     """``(seconds from t0, minibatches by then)`` at the first held-out loss ``<= target``, or ``(None, None)``.
-    ``prepared_steps``: the run's step records (any order); minibatches are those that landed by then."""
+    ``prepared_steps``: the run's step records (any order); minibatches are those that landed by then (local SGD:
+    the applied steps of the rounds the evaluated model holds, ``local_round`` <= the evaluation's global step)."""
     hits = np.flatnonzero(curve["eval_loss"].to_numpy(dtype="float64") <= target)
     if not len(hits):
         return None, None
     t = float(curve["t"].iloc[int(hits[0])])
     start = t0 if t0 is not None else (float(prepared_steps["t"].min()) if len(prepared_steps) else t)
     landed = int((prepared_steps["t"].to_numpy(dtype="float64") <= t).sum()) if len(prepared_steps) else 0
+    if "local_round" in prepared_steps and "global_step" in curve:  # local SGD: a step lands when its round does
+        applied = prepared_steps["applied"].astype(bool) if "applied" in prepared_steps else True
+        landed = int(((prepared_steps["local_round"] <= curve["global_step"].iloc[int(hits[0])]) & applied).sum())
     return max(0.0, t - start), landed
