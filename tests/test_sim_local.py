@@ -32,13 +32,12 @@ def grad(w: np.ndarray, minibatch: int) -> np.ndarray:
 def test_local_1_schedule_is_syncs(backup: int) -> None:
     sync = simulate("sync", 4, 25, backup=backup, **DELAYS)
     local = simulate("local:1", 4, 25, backup=backup, **DELAYS)
-    if backup:  # a dropped gradient: sync logs the step it was pushed at and the updates it missed, local the
-        # round it was computed for and its local steps since the average (0); all else is the same
+    rounds, applied = local.steps.pop("local_round"), local.steps["applied"]
+    assert (rounds[applied] == local.steps.loc[applied, "global_step"]).all()
+    if backup:  # a dropped gradient: sync logs the updates it missed as its staleness, local its local steps (0)
         late = ~sync.steps["applied"]
-        assert late.any() and (local.steps.loc[late, "global_step"] <= sync.steps.loc[late, "global_step"]).all()
-        assert (local.steps.loc[late, "staleness"] == 0).all()
-        for df in (local.steps, sync.steps):
-            df.loc[late, ["global_step", "staleness"]] = 0
+        assert late.any() and (local.steps.loc[late, "staleness"] == 0).all()
+        local.steps.loc[late, "staleness"] = sync.steps.loc[late, "staleness"]
     pd.testing.assert_frame_equal(local.steps, sync.steps)
     assert (local.updates, local.pushes, local.wall_s) == (sync.updates, sync.pushes, sync.wall_s)
     assert local.local_steps == 1 and sync.local_steps is None
@@ -66,10 +65,13 @@ def test_local_backup_drops_late_deltas() -> None:
     r = simulate("local:3", 4, 12, backup=1, jitter="exp:0.02", overhead=0.005, seed=2)
     df = r.steps
     assert r.updates == 4
-    per_round = df[df["applied"]].groupby("global_step")["worker"].nunique()
-    assert per_round.tolist() == [3] * 4  # the first N-B deltas of every round
+    counted = df.groupby(["local_round", "worker"])["applied"].all()
+    assert counted.groupby("local_round").sum().tolist() == [3] * 4  # the first N-B deltas of every round
+    # as the runtime logs a late delta: its last step not applied, at the version when it arrived
     late = df[~df["applied"]]
-    assert len(late) and (late.groupby(["worker", "global_step"]).size() <= 3).all()
+    assert len(late) and (late["staleness"] == 2).all() and (late["global_step"] > late["local_round"] - 1).all()
+    ends = df[df["applied"] & (df["staleness"] == 2)]
+    assert (ends["global_step"] == ends["local_round"]).all()
 
 
 def test_local_under_a_network_pushes_h_times_less() -> None:
@@ -123,7 +125,7 @@ def test_local_rounds_average_private_copies(momentum: float) -> None:
     w, buf = np.zeros(3, np.float32), np.zeros(3, np.float32)
     for r in range(1, 5):
         deltas = []
-        for _, rows in sched[sched["global_step"] == r].groupby("worker"):
+        for _, rows in sched[sched["local_round"] == r].groupby("worker"):
             c = w
             for mb in rows.sort_values("staleness")["minibatch"]:
                 c = c - np.float32(0.05) * grad(c, mb)
@@ -182,14 +184,18 @@ def test_compensated_gradient_on_a_quadratic() -> None:
 
 @pytest.mark.slow
 def test_predicted_local_1_is_sync_and_dc_0_is_async(tmp_path: Path) -> None:
-    common = dict(model="linear", workers=3, steps=30, jitter="exp:0.005", seed=1, lr=0.02)
-    sync = ssptk.simulate("sync", out=str(tmp_path / "sync"), **common)
-    local = ssptk.simulate("local:1", out=str(tmp_path / "local1"), **common)
-    np.testing.assert_allclose(local.df.sort_values(["t", "worker"])["loss"],
-                               sync.df.sort_values(["t", "worker"])["loss"], rtol=1e-4)
-    local4 = ssptk.simulate("local:4", out=str(tmp_path / "local4"), **common)
+    from ssptk.experiment.predicted_runs import plan, predict
+
+    common = dict(model="linear", workers=3, steps=30, jitter="exp:0.005", seed=1, lr=0.02, stall_timeout=0)
+    runs = {"sync": {}, "local:1": {}, "local:4": {}, "async": {}, "dc0": dict(mode="async", lr_staleness="dc:0"),
+            "dc": dict(mode="async", lr_staleness="dc")}
+    plans = [plan(None, run_dir=str(tmp_path / name.replace(":", "-")), **{"mode": name, **common, **kw})
+             for name, kw in runs.items()]
+    sync, local1, local4, plain, dc0, dc = predict(plans)  # one predicting process
+    key = ["t", "worker"]
+    np.testing.assert_allclose(local1.df.sort_values(key)["loss"], sync.df.sort_values(key)["loss"], rtol=1e-4)
     assert local4.summary["total_steps"] == 90 and local4.df["staleness"].max() == 3
+    assert sorted(local4.df["local_round"].unique()) == list(range(1, 9))
     assert local4.summary["final_loss"] < local4.df["loss"].iloc[:3].mean()
-    plain = ssptk.simulate("async", out=str(tmp_path / "async"), **common)
-    dc0 = ssptk.simulate("async", lr_staleness="dc:0", out=str(tmp_path / "dc0"), **common)
     np.testing.assert_array_equal(dc0.df["loss"], plain.df["loss"])
+    assert np.isfinite(dc.df["loss"]).all() and not np.array_equal(dc.df["loss"], plain.df["loss"])

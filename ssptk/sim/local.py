@@ -9,14 +9,16 @@ worker: ``ceil(K / H)`` rounds, the last one ``K - (rounds - 1) * H`` steps long
 :class:`ssptk.sim.links.Links` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
 than sync.
 
-Records, one per local step (the runtime's meanings): ``global_step`` the round the step's delta was computed
-for (1-based: it started from version ``global_step - 1``), ``staleness`` the local steps since the last
-average (``0 .. H-1``), ``wait_s`` the wait for the average (the round's last step; 0 elsewhere), ``minibatch``
-``(round * H + j) * N + i`` for the ``j``-th step of round ``round`` (0-based; ``local:1`` numbers them as sync
-does), ``applied`` whether the delta joined its round's average. The round's last step is logged when the
-average is applied (its own landing, if dropped); the others when their compute ends. Through a network only the
-round's landing is known: the round's transfer time is split evenly between its pull and its push to place
-the other steps (exact without a network).
+Records, one per local step, as :mod:`ssptk.runtime.local_loop` logs them: ``local_round`` the round the step's
+delta was computed for (1-based: it started from version ``local_round - 1``), ``global_step`` the same, except on
+a dropped delta's last step, where it is the version when the delta arrived (as a late sync gradient's);
+``staleness`` the local steps since the last average (``0 .. H-1``), ``wait_s`` the wait for the average (the
+round's last step; 0 elsewhere), ``minibatch`` ``(round * H + j) * N + i`` for the ``j``-th step of round
+``round`` (0-based; ``local:1`` numbers them as sync does), ``applied`` False on the last step of a delta that
+came too late for its round (its earlier steps, logged before anyone knew, say True, as the runtime's do). The
+round's last step is logged when the average is applied (its own landing, if dropped); the others when their
+compute ends. Through a network only the round's landing is known: the round's transfer time is split evenly
+between its pull and its push to place the other steps (exact without a network).
 """
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ def rounds_of(steps: int, local_steps: int) -> int:
 
 
 def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequence[DelayModel], base: float,
-              flight: InFlight | None = None) -> tuple[Log, int, int]:
-    """Local SGD (see the module docstring): the log, the rounds applied, and the rounds started (pushes)."""
+              flight: InFlight | None = None) -> tuple[Log, int, int, list[int]]:
+    """Local SGD (see the module docstring): the log, the rounds applied, the rounds started (pushes), and each
+    record's ``local_round`` (in the log's order)."""
     h, need, rounds = int(local_steps), n - backup, rounds_of(steps, local_steps)
     heap = Free() if flight is None else flight
     g = 0  # rounds applied: the parameters' version
@@ -62,7 +65,8 @@ def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequenc
             c += base + d
             last = j == len(ds) - 1
             rows.append((end if last else min(c, landed), len(rows), i,
-                         (r + 1, wait if last else 0.0, j, (r * h + j) * n + i, d, applied)))
+                         (r + 1 if applied or not last else g, wait if last else 0.0, j, (r * h + j) * n + i, d,
+                          applied or not last), r + 1))
 
     for i in range(n):
         start(i, 0.0)
@@ -79,20 +83,22 @@ def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequenc
             for j, landed in arrived:
                 emit(j, landed, t, t - landed, True)
                 if done:
-                    rows.append((t, len(rows), j, None))
+                    rows.append((t, len(rows), j, None, 0))
                 else:
                     start(j, t)
             arrived = []
         else:  # a late delta: dropped
             emit(i, t, t, 0.0, False)
             if done:
-                rows.append((t, len(rows), i, None))
+                rows.append((t, len(rows), i, None, 0))
             else:
                 start(i, t)
     log = Log(n)
-    for t, _, i, rec in sorted(rows, key=lambda r: (r[0], r[1])):
+    local_round: list[int] = []
+    for t, _, i, rec, lr in sorted(rows, key=lambda r: (r[0], r[1])):
         if rec is None:
             log.finish(t, i)
         else:
             log.record(t, i, *rec)
-    return log, g, pushes
+            local_round.append(lr)
+    return log, g, pushes, local_round

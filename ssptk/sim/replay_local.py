@@ -1,13 +1,14 @@
 """Replaying local SGD's rounds with real gradients (the schedule of :mod:`ssptk.sim.local`).
 
-Round ``r`` (1-based) starts from version ``r - 1``: every worker with records in it (``global_step == r``)
+Round ``r`` (1-based) starts from version ``r - 1``: every worker with records in it (``local_round == r``)
 takes its local steps in order (``staleness`` 0, 1, ...) on a private copy, each ``copy -= lr * gradient`` at
-the copy's present values on the step's minibatch. The round's delta of a worker is ``copy - version r-1``;
-version ``r`` is ``version r-1 + outer_scale * mean(deltas of the round's applied records)`` (late deltas are
-computed, their losses logged, and dropped), or, with ``outer_momentum`` ``mu > 0``, Nesterov momentum on the
-pseudo-gradient ``G = -mean``: ``buf = mu * buf + G``, ``version r = version r-1 - outer_scale * (G + mu *
-buf)`` (TensorFlow's ``MomentumOptimizer(use_nesterov=True)``). ``outer_scale`` is ``RunOptions.outer_scale``:
-``--outer-lr`` times the deltas averaged under ``--lr-convention minibatch``, so ``local:1`` replays sync.
+the copy's present values on the step's minibatch. The round's pseudo-gradient is ``G = mean(version r-1 -
+copy)`` over its counted workers (a late delta, one whose round has a record not ``applied``, is computed, its
+losses logged, and dropped); version ``r`` is ``version r-1 - outer_scale * G``, or, with ``outer_momentum``
+``mu > 0``, Nesterov momentum: ``buf = mu * buf + G``, ``version r = version r-1 - outer_scale * (G + mu *
+buf)``, as the runtime's aggregator applies it (:mod:`ssptk.runtime.local_graph`: TensorFlow's
+``MomentumOptimizer(use_nesterov=True)``). ``outer_scale`` is ``RunOptions.outer_scale``: ``--outer-lr`` times
+the deltas averaged under ``--lr-convention minibatch``, so ``local:1`` replays sync.
 
 The oracle is asked once per local step of a round, for every worker in it together (a wave as wide as the
 cluster, as for sync), all in the parameters' own precision.
@@ -32,7 +33,7 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
     :func:`ssptk.sim.replay.replay`'s."""
     records = steps.reset_index(drop=True)
     n = len(records)
-    g = records["global_step"].to_numpy(np.int64)
+    g = records["local_round" if "local_round" in records else "global_step"].to_numpy(np.int64)
     position = records["staleness"].to_numpy(np.int64)
     workers = records["worker"].to_numpy(np.int64)
     minibatches = records["minibatch"].to_numpy(np.int64)
@@ -74,7 +75,7 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
             counted = [w for w, idx in mine.items() if applied[idx].all()]
             if counted:
                 version, buf = _outer(version, [copies[w] for w in counted], outer_scale, outer_momentum, buf)
-                landed = float(t[rows[applied[rows]]].max())
+                landed = float(t[np.concatenate([mine[w] for w in counted])].max())
                 updates = r
             if eval_every and r % eval_every == 0:
                 loss_r, acc = oracle.evaluate(version)
@@ -84,17 +85,18 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
 
 def _outer(version: Params, copies: list[Params], scale: float, mu: float, buf: Params | None
            ) -> tuple[Params, Params | None]:
-    """The round's outer step from ``version`` by the mean of ``copies``' deltas (see the module docstring)."""
+    """The round's outer step from ``version`` by its pseudo-gradient ``G``, the mean of ``version - copy`` over
+    ``copies``, as the runtime's aggregator applies it (see the module docstring)."""
     out: Params = []
     new_buf: Params | None = None if buf is None else []
     for k, v in enumerate(version):
         one = v.dtype.type
-        deltas = [c[k] - v for c in copies]
-        mean = deltas[0] if len(deltas) == 1 else sum(deltas[1:], deltas[0]) / one(len(deltas))
+        pseudo = [v - c[k] for c in copies]
+        mean = pseudo[0] if len(pseudo) == 1 else sum(pseudo[1:], pseudo[0]) / one(len(pseudo))
         if buf is None or new_buf is None:
-            out.append(v + one(scale) * mean)
+            out.append(v - one(scale) * mean)
             continue
-        b = one(mu) * buf[k] - mean
+        b = buf[k] * one(mu) + mean
         new_buf.append(b)
-        out.append(v - one(scale) * (-mean + one(mu) * b))
+        out.append(v - (mean * one(scale) + b * one(mu) * one(scale)))
     return out, new_buf

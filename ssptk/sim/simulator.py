@@ -247,11 +247,11 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     links = _links(network, n, ps, model_bytes, name, seed, cores, base * (h or 1))
     kw = {} if links is None else {"flight": links}
 
-    pushes = None
+    pushes, local_round = None, None
     if name in ("async", "ssp"):
         log, updates = run_free(n, n * k, s, models, base, **kw)
     elif name == "local":
-        log, updates, pushes = run_local(n, k, h or 1, b, models, base, **kw)
+        log, updates, pushes, local_round = run_local(n, k, h or 1, b, models, base, **kw)
     elif b and late == "abandon":
         if links is not None:
             raise UsageError("late='abandon' is not simulated with a network: use late='drop'")
@@ -260,6 +260,8 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         log, updates = run_sync_drop(n, k, b, models, base, **kw)
 
     df = log.frame()
+    if local_round is not None:  # the runtime's local SGD records carry it
+        df["local_round"] = np.asarray(local_round, dtype=np.int64)
     skew = log.timeline()
     wall = float(df["t"].max()) if len(df) else 0.0
     records = len(df)
