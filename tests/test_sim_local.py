@@ -199,3 +199,12 @@ def test_predicted_local_1_is_sync_and_dc_0_is_async(tmp_path: Path) -> None:
     assert local4.summary["final_loss"] < local4.df["loss"].iloc[:3].mean()
     np.testing.assert_array_equal(dc0.df["loss"], plain.df["loss"])
     assert np.isfinite(dc.df["loss"]).all() and not np.array_equal(dc.df["loss"], plain.df["loss"])
+
+
+def test_ideal_for_a_local_run_calibrates_its_local_steps() -> None:
+    from ssptk.sim import ideal_for
+
+    run = simulate("local:4", 3, 40, jitter="exp:0.01", overhead=0.004, seed=2)
+    ideal = ideal_for(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
+    assert ideal["overhead_ms"] == pytest.approx(4.0, rel=0.05)
+    assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)

@@ -73,7 +73,8 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
     # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
     budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
     size = builtin_parameters(opts.model)  # under --network the calibrated overhead leaves the transfers out
-    return ideal_for(steps, opts.mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
+    mode = opts.label if opts.mode == "local" else opts.mode  # local:H, its H with it
+    return ideal_for(steps, mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
                      straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed, network=opts.network,
                      ps=opts.ps, model_bytes=None if size is None else 4.0 * size)
 

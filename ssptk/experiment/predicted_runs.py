@@ -114,15 +114,16 @@ def stopped(run_dir: str) -> TaskFailure | None:
 def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str | None = None,
              overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
              raise_on_failure: bool = True, target: float | None = None, **options: Any) -> Any:
-    """``ssptk.simulate``. Without ``model``: the timing-only discrete-event simulator
-    (:func:`ssptk.sim.simulate`, a :class:`~ssptk.sim.SimResult`). With ``model``
-    (any model ``ssptk run`` takes, and its options: ``lr``, ``batch``, ``eval_every``, ``data_split``,
-    ``lr_staleness``, ``out``, ...): a predicted run, a :class:`~ssptk.experiment.result.RunResult` whose
-    ``df`` has every minibatch's predicted loss, ``summary`` its final held-out loss and accuracy and whether
-    it diverged. ``overhead`` (seconds per step, default :data:`DEFAULT_OVERHEAD_S` with or without a model)
-    sets its clock; ``target`` (a loss: held-out with ``eval_every``, else smoothed training loss) adds the
-    predicted time and minibatches to it to the summary (``time_to_target_s``, ``steps_to_target``; ``None``: not
-    reached)."""
+    """``ssptk.simulate``. ``mode``: ``sync``, ``ssp:S``, ``async``, ``allreduce`` or ``local:H`` (local SGD; with a
+    model its outer step from ``outer_lr`` and ``outer_momentum``; ``lr_staleness="dc"`` for delay-compensated async
+    and ssp). Without ``model``: the timing-only discrete-event simulator (:func:`ssptk.sim.simulate`, a
+    :class:`~ssptk.sim.SimResult`). With ``model`` (any model ``ssptk run`` takes, and its options: ``lr``,
+    ``batch``, ``eval_every``, ``data_split``, ``lr_staleness``, ``out``, ...): a predicted run, a
+    :class:`~ssptk.experiment.result.RunResult` whose ``df`` has every minibatch's predicted loss, ``summary`` its
+    final held-out loss and accuracy and whether it diverged. ``overhead`` (seconds per step, default
+    :data:`DEFAULT_OVERHEAD_S` with or without a model) sets its clock; ``target`` (a loss: held-out with
+    ``eval_every``, else smoothed training loss) adds the predicted time and minibatches to it to the summary
+    (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
     if model is None:
         if target is not None:
             raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
