@@ -41,9 +41,10 @@ def publish(target: str, run_id: str, ps: int) -> None:
         sess.run(init)
 
 
-def check(target: str, cluster: dict[str, list[str]], task: str, run_id: str, wait_s: float = 60.0) -> None:
+def check(target: str, cluster: dict[str, list[str]], task: str, run_id: str, wait_s: float = 300.0) -> None:
     """On a worker, before it joins the run: every PS task serves ``run_id``, else :class:`ForeignCluster` naming
-    both ids. A PS that has not published yet (it started a moment ago) is waited for up to ``wait_s``."""
+    both ids. A PS that has not published yet (it started a moment ago) is waited for up to ``wait_s``: on a
+    crowded node (2 cores, load 27) a PS took over 60 s from listening to publishing."""
     import tensorflow as tf
 
     graph = tf.Graph()
