@@ -91,7 +91,8 @@ class Explorer(StaticView):
         initial = DEFAULT_STALENESS if DEFAULT_STALENESS in values and knob.mode == "ssp" else values[0]
         #: The main slider: staleness S (ssp) or local steps H (local), whatever ``knob`` says.
         self.staleness_slider = w.SelectionSlider(options=values, value=initial, description=knob.slider, style=style)
-        fixed = [i for i, _ in resolve(**{**base, "workers": workers}).straggler]  # indices given in run_options
+        fixed = [i for i, _ in resolve(**{**base, "mode": knob.mode, knob.option: values[0],
+                                          "workers": workers}).straggler]  # indices given in run_options
         self.workers_slider = w.IntSlider(value=workers, min=max(fixed, default=0) + 1, max=max(8, workers),
                                           description="workers N", style=style)
         self.straggler_slider = None if straggler is None else w.FloatSlider(

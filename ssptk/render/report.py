@@ -21,12 +21,15 @@ from ssptk.render.tables import (
     KEY_FIGURES,
     SHOWN_COLUMNS,
     format_table,
+    has_local,
+    local_staleness_note,
     lr_lines,
     shown_cells,
     table_html,
     takeaway_line,
     target_lines,
 )
+from ssptk.render.text import LOCAL_STALENESS
 from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
 from ssptk.render.traffic import network_section
 from ssptk.rundir import load_run
@@ -166,6 +169,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     figures: list[tuple[str, Figure]] = []
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
+        local = local_staleness_note(has_local(table))
+        caption += f" ({local})" if local else ""
         figures.append((caption, comparison_figure(runs)))
     compared = None
     if predicted:
@@ -190,6 +195,8 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                 continue
             steps, events, config, _summary = reps[0]
             caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
+            if an.run_options(config).get("mode") == "local":
+                caption += f" (its staleness: {LOCAL_STALENESS})"
             figures.append((caption, run_figure(steps, events, config)))
     report = Report(title, table, figures, notes, runs_table, compared)
     report.sections = [s for s in [network_section({k: Repeats.of(v)[0][3] for k, v in runs.items() if Repeats.of(v)})]

@@ -102,6 +102,8 @@ def run_title(opts: Mapping[str, Any]) -> str:
     ``staleness=None`` for the modes that have none; a model from a file, ``DIR/user_model.py:mlp2``, as ``mlp2``)."""
     mode, s = opts.get("mode"), opts.get("staleness")
     parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
+    if mode == "local" and opts.get("local_steps"):  # local:H, as its label says
+        parts = [f"local:{opts['local_steps']} (local SGD, averaging every {opts['local_steps']} local steps)"]
     if opts.get("workers"):
         parts.append(f"{opts['workers']} workers")
     if opts.get("model"):

@@ -13,12 +13,25 @@ import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
 from ssptk.core.divergence import DIVERGENCE_RULE
-from ssptk.render.text import evaluated_every
+from ssptk.render.text import LOCAL_STALENESS, evaluated_every
 from ssptk.render.tradeoff import tradeoff_lines
 
-__all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "format_table", "lr_lines", "percent",
-           "shown_cells", "table_html", "table_text", "takeaway_line", "target_lines", "terminal_table",
-           "terminal_text"]
+__all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "format_table",
+           "has_local", "local_staleness_note", "lr_lines", "percent", "shown_cells", "table_html", "table_text",
+           "takeaway_line", "target_lines", "terminal_table", "terminal_text"]
+
+
+def has_local(table: pd.DataFrame) -> bool:
+    """Whether any row of a comparison table is a local SGD run (mode ``local``, or a ``local:H`` label)."""
+    if "mode" in table.columns and (table["mode"] == "local").any():
+        return True
+    return "label" in table.columns and table["label"].astype(str).str.startswith("local").any()
+
+
+def local_staleness_note(local: bool) -> str | None:
+    """The line under a table that shows local SGD runs: what their staleness counts (``None`` without any)."""
+    return (f"staleness of local:H runs: {LOCAL_STALENESS} (0 to H-1), not updates applied since the read"
+            if local else None)
 
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 #: Shares shown as percentages.
@@ -91,6 +104,9 @@ def table_html(table: pd.DataFrame) -> str:
         body.append(f"<tr>{tds}</tr>")
     more = (f'<p style="color:#555;font-size:85%;margin:2px 0">Also in the DataFrame and metrics.csv: '
             f"{html.escape(', '.join(hidden))}.</p>") if hidden else ""
+    note = local_staleness_note("mean_staleness" in columns and has_local(table))
+    if note:
+        more += f'<p style="color:#555;font-size:85%;margin:2px 0">{html.escape(note)}.</p>'
     return (f'<table class="ssptk-table" style="border-collapse:collapse;font-size:13px">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}")
 
@@ -101,7 +117,9 @@ def table_text(table: pd.DataFrame) -> str:
     lines = pd.DataFrame([{c: v[k] for c, v in row.items()} for row in rows for k in (0, 1)
                           if k == 0 or any(v[1] for v in row.values())], columns=columns)
     text = _aligned(lines, numeric, columns, SHOWN_COLUMNS)
-    return text + (f"\n(also in the DataFrame: {', '.join(hidden)})" if hidden else "")
+    note = local_staleness_note("mean_staleness" in columns and has_local(table))
+    text += f"\n(also in the DataFrame: {', '.join(hidden)})" if hidden else ""
+    return text + (f"\n({note})" if note else "")
 
 
 def _fmt(value: Any) -> str:
@@ -211,7 +229,8 @@ _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
     "max_skew": "max skew: most minus least completed steps (SSP: at most S+1)",
-    "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound)",
+    "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound; local: "
+                     "the average)",
     "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
     "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
     "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
@@ -238,6 +257,8 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
             columns.remove(c)
             text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)
     legend = [line for c, line in _LEGEND.items() if c in columns]
+    note = local_staleness_note("mean_staleness" in columns and has_local(table))
+    legend += [note] if note else []
     if len(cells) > len(table):
         counts = " or ".join(str(int(n)) for n in sorted(set(table["repeats"].dropna()))) \
             if "repeats" in table.columns else ""
@@ -315,7 +336,8 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
 
     return ("What differs: steps/s " + ", ".join(speed(r) for r in rows)
             + "; time spent waiting " + ", ".join(f"{r['label']} {percent(r.get('wait_fraction'))}" for r in rows)
-            + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows) + ".")
+            + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows)
+            + (f" (local:H: {LOCAL_STALENESS})" if any(r.get("mode") == "local" for r in rows) else "") + ".")
 
 
 def target_lines(table: pd.DataFrame) -> list[str]:

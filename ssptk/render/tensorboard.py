@@ -7,7 +7,8 @@ Layout (see ``docs/run-directory.md``); each point carries the wall time ``t`` o
   in time order) against the PS's ``global_step``; ``skew/steps`` (most minus least advanced unfinished
   worker) against minibatches completed by all workers so far; texts ``config`` and ``summary``.
 * ``tensorboard/worker_<i>/``: ``loss/worker``, ``wait/worker`` (cumulative ``wait_s``) and
-  ``staleness/worker`` against the worker's own step; ``progress/worker`` (its completed steps) against
+  ``staleness/worker`` against the worker's own step (a local SGD run's chart says its staleness counts local steps
+  since the last average); ``progress/worker`` (its completed steps) against
   minibatches completed by all workers so far. One tag in N folders: TensorBoard overlays the workers
   (and the runs) in one chart, one line per folder.
 
@@ -37,6 +38,7 @@ from ssptk.analysis import (
     smoothing_window,
     start_time,
 )
+from ssptk.render.text import LOCAL_STALENESS
 from ssptk.rundir import RunDir, load_run
 from ssptk.rundir.space import writing
 
@@ -84,11 +86,18 @@ def _frame(payloads: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def _scalars(pb: Any, steps: Any, walls: Any, series: dict[str, Any]) -> list[tuple[int, bytes]]:
-    """One Event per step holding a scalar (``simple_value``) per tag of ``series``."""
+def _scalars(pb: Any, steps: Any, walls: Any, series: dict[str, Any],
+             descriptions: dict[str, str] | None = None) -> list[tuple[int, bytes]]:
+    """One Event per step holding a scalar (``simple_value``) per tag of ``series``; ``descriptions`` (tag ->
+    text) go into the first event's metadata, which TensorBoard shows on the tag's chart."""
     event = pb.Event()
     values = [(event.summary.value.add(tag=tag), np.asarray(col, "float64").tolist())
               for tag, col in series.items()]
+    for value, _ in values:
+        described = (descriptions or {}).get(value.tag)
+        if described:
+            value.metadata.summary_description = described
+            value.metadata.plugin_data.plugin_name = "scalars"
     out: list[tuple[int, bytes]] = []
     for i, (step, wall) in enumerate(zip(np.asarray(steps).tolist(), np.asarray(walls).tolist())):
         event.step = int(step)
@@ -96,6 +105,9 @@ def _scalars(pb: Any, steps: Any, walls: Any, series: dict[str, Any]) -> list[tu
         for value, col in values:
             value.simple_value = col[i]
         out.append((int(step), event.SerializeToString()))
+        if i == 0:
+            for value, _ in values:
+                value.ClearField("metadata")
     return out
 
 
@@ -176,6 +188,9 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
     if summary:
         top.append(_text("summary", summary, float(df["t"].max()) if len(df) else t0))
     workers: dict[int, list[tuple[int, bytes]]] = {}
+    # local SGD's staleness counts something else: the chart says what
+    described = ({"staleness/worker": f"local SGD: {LOCAL_STALENESS} (0 to H-1)"}
+                 if run_options(config).get("mode") == "local" else None)
     if len(df):
         window = smoothing_window(n_workers(config, df))
         smooth = df["loss"].astype("float64").rolling(window, min_periods=1).mean()
@@ -188,7 +203,7 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
         for _worker, w in df.groupby("worker", sort=True):
             wait = w["wait_s"].astype("float64").fillna(0.0).cumsum()
             items = _scalars(pb, w["step"], w["t"], {"loss/worker": w["loss"], "wait/worker": wait,
-                                                     "staleness/worker": w["staleness"]})
+                                                     "staleness/worker": w["staleness"]}, described)
             items += _scalars(pb, w["samples"], w["t"], {"progress/worker": w["completed"]})
             workers[int(w["worker"].iloc[0])] = items
     rd = RunDir(root)

@@ -8,8 +8,12 @@ from typing import IO, Any
 import numpy as np
 
 from ssptk.core.divergence import DIVERGENCE_RULE
+from ssptk.core.labels import label_of
 from ssptk.core.options import skew_bound
 from ssptk.render.traffic import split_text
+
+#: What a local SGD run's staleness is (its step records' ``staleness``): every display of it says so.
+LOCAL_STALENESS = "local steps since the last average"
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -58,7 +62,10 @@ def status_word(s: dict[str, Any]) -> str:
 
 def format_summary(s: dict[str, Any]) -> str:
     """A run's summary.json as a short block of text."""
+    local = s.get("mode") == "local"
     mode = f"ssp (staleness {s.get('staleness')})" if s.get("mode") == "ssp" else str(s.get("mode"))
+    if local:  # local:H where the summary says H
+        mode = f"{label_of('local', s.get('local_steps'))} (local SGD)"
     if s.get("backup"):
         mode += f", {s['backup']} backup worker(s)"
     lines = [
@@ -70,7 +77,8 @@ def format_summary(s: dict[str, Any]) -> str:
         + (f"   accuracy (held out) {_fmt(s.get('final_accuracy'))}" if s.get("final_accuracy") is not None else ""),
         f"skew      max {_fmt(s.get('max_skew'))} steps{_bound_note(s)}   "
         f"waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% of worker time",
-        f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}",
+        f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}"
+        + (f"   ({LOCAL_STALENESS})" if local else ""),
     ]
     if s.get("ideal_steps_per_s"):
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
@@ -89,7 +97,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s["params"].items()))
     if s.get("diverged"):
         lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: {DIVERGENCE_RULE} "
-                     "(lower --lr or the staleness)")
+                     f"(lower --lr or {'H' if local else 'the staleness'})")
     if s.get("status") != "ok":
         lines.append(f"failed    {s.get('reason')}")
     return "\n".join(lines)
