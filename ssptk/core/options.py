@@ -101,7 +101,8 @@ OPTIONS: tuple[Option, ...] = (
            "async and ssp: inverse applies each gradient with LR / (staleness + 1), its staleness as known on the PS "
            "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); dc[:LAMBDA] applies the "
            "delay-compensated gradient g + LAMBDA * g * g * (w_now - w_read) (DC-ASGD, Zheng et al. 2017; default "
-           f"LAMBDA {DEFAULT_DC_LAMBDA}); none: plain LR", "none|inverse|dc[:LAMBDA]"),
+           f"LAMBDA {DEFAULT_DC_LAMBDA}; w_read: a copy of the model per worker on the PS, no byte more on the wire); "
+           "none: plain LR", "none|inverse|dc[:LAMBDA]"),
     Option("backup", int, 0, "sync and local: aggregate the first N-B gradients (local: deltas) of each step "
            "(round), drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
