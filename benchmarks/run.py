@@ -41,7 +41,7 @@ from bench_layouts import bench_scale_layouts
 from bench_network import bench_network, bench_network_predicted
 from bench_network_sweep import bench_network_sweep
 from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
-from bench_predict import bench_predict_speed, bench_predicted_vs_real
+from bench_predict import bench_predict_speed, bench_predicted_vs_real, bench_predicted_vs_real_semi_sync
 from bench_ps_pause import bench_ps_pause
 from bench_semi_sync import bench_semi_sync
 from bench_sim import bench_sim_vs_real
@@ -76,6 +76,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ps_pause,
     bench_predict_speed,
     bench_predicted_vs_real,
+    bench_predicted_vs_real_semi_sync,
     bench_network,
     bench_network_predicted,
     bench_network_sweep,
