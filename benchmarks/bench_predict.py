@@ -98,9 +98,9 @@ def bench_predicted_vs_real_semi_sync(ctx: Context) -> list[Row]:
     return rows
 
 
-SEMI_SYNC_NOTE = ("- Seconds: a prediction's clock is its run's calibrated per-step overhead, the median gap between a "
-                  "worker's records; for local:H that is a local step (no PS traffic), so the round's push, wait and "
-                  "pull beyond it are not in the predicted seconds (minibatches to target do not depend on them).")
+SEMI_SYNC_NOTE = ("- Seconds: a prediction's clock is its run's calibrated per-step overhead; for local:H the gaps "
+                  "between a worker's records are averaged within each round first, so the round's push, wait and "
+                  "pull count, spread over its H steps (a local step alone has no PS traffic).")
 
 
 def _predicted_vs_real(ctx: Context, scenarios: dict[str, tuple[list[str], dict[str, Any]]], bench: str

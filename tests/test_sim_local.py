@@ -208,3 +208,13 @@ def test_ideal_for_a_local_run_calibrates_its_local_steps() -> None:
     ideal = ideal_for(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
     assert ideal["overhead_ms"] == pytest.approx(4.0, rel=0.05)
     assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)
+
+
+def test_calibration_spreads_a_rounds_traffic_over_its_steps() -> None:
+    from ssptk.sim import calibrate_overhead
+
+    shaped = simulate("local:4", 3, 40, network="20mbit", model_bytes=2e5, overhead=0.004, jitter="exp:0.01", seed=2)
+    per_step = calibrate_overhead(shaped.steps, 3)
+    assert per_step > 0.05  # not the 4 ms of a local step: the round's pull and push count, spread over its 4 steps
+    free = simulate("local:4", 3, 40, overhead=per_step, jitter="exp:0.01", seed=2)
+    assert free.steps_per_s == pytest.approx(shaped.steps_per_s, rel=0.1)

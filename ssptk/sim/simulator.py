@@ -344,6 +344,10 @@ def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
     ``t[j] - t[j-1] - delay_s[j] - wait_s[j]``; return the median over workers, clipped at 0. Median,
     not mean, so a few hiccups (GC, scheduling) do not move it. Pass the result as ``overhead=`` with
     ``compute=0``. Needs columns ``t``, ``worker``, ``delay_s``; rows with an ``event`` are ignored.
+
+    Local SGD's records (a ``local_round`` column): a local step has no PS traffic, the round's last one pushes,
+    waits and pulls; so the gaps are averaged within each round first (the round's traffic spread over its
+    steps, which is how :func:`simulate` then charges it) and the median taken over rounds.
     """
     missing = [c for c in ("t", "worker", "delay_s") if c not in steps_df.columns]
     if missing:
@@ -362,7 +366,10 @@ def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
         d = rows["delay_s"].to_numpy(dtype=float)
         if "wait_s" in rows.columns:
             d = d + rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
-        per_worker.append(float(np.median(np.diff(t) - d[1:])))
+        gaps = np.diff(t) - d[1:]
+        if "local_round" in rows.columns and rows["local_round"].notna().all():
+            gaps = pd.Series(gaps).groupby(rows["local_round"].to_numpy()[1:]).mean().to_numpy()
+        per_worker.append(float(np.median(gaps)))
     if not per_worker:
         raise UsageError("calibrate_overhead needs at least one worker with two or more step records")
     return max(0.0, float(np.median(per_worker)))
