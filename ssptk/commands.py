@@ -71,8 +71,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def staleness_list(text: str) -> list[int]:
-    """``"0,1,2,4,8"`` -> ``[0, 1, 2, 4, 8]``: a sweep's staleness values
-    (:func:`ssptk.experiment.sweep.staleness_values`)."""
+    """``"0,1,2,4,8"`` -> ``[0, 1, 2, 4, 8]``: a sweep's staleness (:func:`ssptk.experiment.sweep.staleness_values`)."""
     from ssptk.experiment.sweep import staleness_values
 
     try:
@@ -82,8 +81,7 @@ def staleness_list(text: str) -> list[int]:
 
 
 def local_steps_list(text: str) -> list[int]:
-    """``"1,2,4,8"`` -> ``[1, 2, 4, 8]``: a sweep's local steps H
-    (:func:`ssptk.experiment.sweep.local_steps_values`)."""
+    """``"1,2,4,8"`` -> ``[1, 2, 4, 8]``: a sweep's local steps (:func:`ssptk.experiment.sweep.local_steps_values`)."""
     from ssptk.experiment.sweep import local_steps_values
 
     try:
@@ -214,7 +212,10 @@ class ComparePlan:
 def compare_plan(args: argparse.Namespace) -> ComparePlan:
     """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S`` or ``local:H``); bad
     options raise :class:`UsageError`."""
-    labels = args.labels if args.command == "compare" else _sweep_labels(args)
+    from ssptk.experiment.sweep import sweep_labels
+
+    labels = (args.labels if args.command == "compare"
+              else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep"))
     swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
     ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
     # parsed with the first label's mode, so a message names a mode the user gave; compare() checks
@@ -222,15 +223,6 @@ def compare_plan(args: argparse.Namespace) -> ComparePlan:
     opts = from_namespace(ns, mode=labels[0])
     common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "out", *swept)}
     return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
-
-
-def _sweep_labels(args: argparse.Namespace) -> list[str]:
-    """A sweep's labels from exactly one of ``--staleness`` and ``--local-steps``."""
-    from ssptk.experiment.sweep import sweep_labels
-
-    if (args.staleness is None) == (args.local_steps is None):
-        raise UsageError("sweep takes exactly one of --staleness S,S,... (ssp) and --local-steps H,H,... (local SGD)")
-    return sweep_labels(args.staleness, args.local_steps)
 
 
 def compare(plan: ComparePlan, **front: Any) -> CompareResult:

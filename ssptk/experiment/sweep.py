@@ -103,9 +103,13 @@ def _which(staleness: Any, local_steps: Any) -> tuple[Knob, list[int]]:
 
 
 def sweep_labels(staleness: int | str | Iterable[Any] | None = None,
-                 local_steps: int | str | Iterable[Any] | None = None) -> list[str]:
+                 local_steps: int | str | Iterable[Any] | None = None, exactly_one: str | None = None) -> list[str]:
     """The comparison labels of a sweep, in increasing order: ``ssp:S`` for each staleness value, or ``local:H``
-    for each number of local steps (exactly one of the two; neither: ssp at 0,1,2,4,8)."""
+    for each number of local steps (one of the two; neither: ssp at 0,1,2,4,8, unless ``exactly_one`` names the
+    command that needs one: ``sweep``)."""
+    if exactly_one and (staleness is None) == (local_steps is None):
+        raise UsageError(f"{exactly_one} takes exactly one of --staleness S,S,... (ssp) and --local-steps H,H,... "
+                         "(local SGD)")
     knob, values = _which(staleness, local_steps)
     return [label_of(knob.mode, v) for v in values]
 

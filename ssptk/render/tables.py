@@ -25,7 +25,7 @@ def has_local(table: pd.DataFrame) -> bool:
     """Whether any row of a comparison table is a local SGD run (mode ``local``, or a ``local:H`` label)."""
     if "mode" in table.columns and (table["mode"] == "local").any():
         return True
-    return "label" in table.columns and table["label"].astype(str).str.startswith("local").any()
+    return "label" in table.columns and bool(table["label"].astype(str).str.startswith("local").any())
 
 
 def local_staleness_note(local: bool) -> str | None:
