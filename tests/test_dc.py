@@ -64,9 +64,10 @@ def test_the_corrected_gradient_of_a_quadratic_matches_numpy(lam: float) -> None
 @pytest.mark.slow
 def test_dc_with_lambda_0_is_plain_async(run_dir: Path) -> None:
     """One worker, same seed: async+dc:0 takes async's graph path with a zero correction, step for step."""
-    plain = ssptk.run(model="linear", mode="async", workers=1, steps=15, seed=2, out=str(run_dir / "a"), warm=True)
+    plain = ssptk.run(model="linear", mode="async", workers=1, steps=15, seed=2, out=str(run_dir / "a"),
+                      layout="shared", warm=True)
     dc = ssptk.run(model="linear", mode="async", lr_staleness="dc:0", workers=1, steps=15, seed=2,
-                   out=str(run_dir / "dc"), warm=True)
+                   out=str(run_dir / "dc"), layout="shared", warm=True)
     np.testing.assert_array_equal(dc.df.sort_values("step")["loss"].to_numpy(),
                                   plain.df.sort_values("step")["loss"].to_numpy())
     assert dc.summary["params"] == plain.summary["params"]

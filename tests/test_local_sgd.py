@@ -58,14 +58,14 @@ def _local_sgd(workers: int, steps: int, h: int, lr: float, seed: int) -> tuple[
 @pytest.mark.slow
 def test_local_1_is_sync_step_for_step(run_dir: Path) -> None:
     """Same seed, same warm cluster: every worker's per-step loss and the final parameters agree."""
-    sync = ssptk.run(model="linear", mode="sync", workers=2, steps=12, seed=3, out=str(run_dir / "sync"), warm=True)
-    local = ssptk.run(model="linear", mode="local:1", workers=2, steps=12, seed=3, out=str(run_dir / "local"),
+    sync = ssptk.run(model="linear", mode="sync", workers=3, steps=8, seed=3, out=str(run_dir / "sync"), warm=True)
+    local = ssptk.run(model="linear", mode="local:1", workers=3, steps=8, seed=3, out=str(run_dir / "local"),
                       warm=True)
     a, b = _by_worker(sync.df), _by_worker(local.df)
-    assert a.keys() == b.keys() == {0, 1}
+    assert a.keys() == b.keys() == {0, 1, 2}
     for w in a:
         np.testing.assert_allclose(b[w], a[w], rtol=1e-5)
-    assert (local.df["global_step"].sort_values().to_numpy() == np.repeat(np.arange(1, 13), 2)).all()
+    assert (local.df["global_step"].sort_values().to_numpy() == np.repeat(np.arange(1, 9), 3)).all()
     assert (local.df["staleness"] == 0).all() and local.df["applied"].all()
     for name, value in sync.summary["params"].items():
         assert local.summary["params"][name] == pytest.approx(value, rel=1e-5)
@@ -74,11 +74,12 @@ def test_local_1_is_sync_step_for_step(run_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_local_h_with_one_worker_is_plain_sgd(run_dir: Path) -> None:
-    """One worker, H=3, 10 steps (the last round is one step): async with one worker is plain SGD, step for step."""
+    """One worker, H=3, 10 steps (the last round is one step): async with one worker is plain SGD, step for step
+    (in the shared layout: one process for both runs)."""
     plain = ssptk.run(model="linear", mode="async", workers=1, steps=10, seed=5, out=str(run_dir / "async"),
-                      warm=True)
+                      layout="shared", warm=True)
     local = ssptk.run(model="linear", mode="local:3", workers=1, steps=10, seed=5, out=str(run_dir / "local"),
-                      warm=True)
+                      layout="shared", warm=True)
     np.testing.assert_allclose(_by_worker(local.df)[0], _by_worker(plain.df)[0], rtol=1e-5)
     w, b = _local_sgd(1, 10, 3, 0.05, 5)  # one worker: the NumPy reference is plain SGD too
     assert local.summary["params"]["w"] == pytest.approx(w, rel=1e-4)
@@ -119,7 +120,7 @@ def test_three_workers_local_4_rounds_records_and_the_averaged_model(run_dir: Pa
 @pytest.mark.slow
 def test_local_shared_layout_two_shards_backup_and_outer_momentum(run_dir: Path) -> None:
     """The shared layout, --ps 2, a backup worker and DiLoCo's outer optimizer run local SGD to the end."""
-    r = ssptk.run(model="mlp", mode="local:2", workers=3, steps=8, backup=1, ps=2, layout="shared",
+    r = ssptk.run(model="linear", mode="local:2", workers=3, steps=8, backup=1, ps=2, layout="shared",
                   outer_lr=0.7, outer_momentum=0.9, jitter="exp:0.002", out=str(run_dir))
     df, _ = records(run_dir)
     assert r.summary["status"] == "ok" and np.isfinite(r.summary["final_loss"])
