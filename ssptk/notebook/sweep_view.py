@@ -95,7 +95,7 @@ class SweepResult(StaticView):
 def _sweep_title(knob: Knob, labels: list[str]) -> str:
     if knob.mode == "ssp":
         return f"ssptk staleness sweep: {', '.join(labels)}"
-    return f"ssptk local SGD sweep ({knob.noun}): {', '.join(labels)}"
+    return f"ssptk local SGD sweep over H, the local steps per average: {', '.join(labels)}"
 
 
 def from_runs(results: Mapping[str, RunResult], title: str | None = None,
