@@ -98,7 +98,7 @@ def bench_predicted_vs_real_semi_sync(ctx: Context) -> list[Row]:
     return rows
 
 
-SEMI_SYNC_NOTE = ("- Seconds: a prediction's clock is its run's calibrated per-step overhead; for local:H the gaps "
+SEMI_SYNC_NOTE = ("Seconds: a prediction's clock is its run's calibrated per-step overhead; for local:H the gaps "
                   "between a worker's records are averaged within each round first, so the round's push, wait and "
                   "pull count, spread over its H steps (a local step alone has no PS traffic).")
 
