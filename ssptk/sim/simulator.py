@@ -82,15 +82,15 @@ LATE = ("drop", "abandon")
 class SimResult:
     """A simulated run: its step records (the columns of real runs) and summary figures.
 
-    ``steps_per_s`` is records (minibatches computed, dropped ones included) per second, the figure
-    real runs report; ``updates_per_s`` counts applied updates (one per record in async/ssp, one per
-    global step in sync). ``wait_fraction`` = sum of ``wait_s`` / (workers * ``wall_s``); ``max_skew``
-    the largest (max - min) completed steps among unfinished workers after any step record, as a real run's
-    summary measures it (:meth:`skew_timeline` shows the state at each distinct time: where steps take no
-    time, several records share one and a peak between them is not in it). ``overhead``: the fixed per-step
-    seconds it was simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other
-    modes). ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the
-    parameters: one per step, one per round in ``local`` (what a shaped ``network`` carries).
+    ``steps_per_s`` is records (minibatches computed, dropped ones included) per second, the figure real runs
+    report; ``updates_per_s`` counts applied updates (one per record in async/ssp, one per global step in sync, one
+    per averaging round in local). ``wait_fraction`` = sum of ``wait_s`` / (workers * ``wall_s``); ``max_skew`` the
+    largest (max - min) completed steps among unfinished workers after any step record, as a real run's summary
+    measures it (:meth:`skew_timeline` shows the state at each distinct time: where steps take no time, several
+    records share one and a peak between them is not in it). ``overhead``: the fixed per-step seconds it was
+    simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other modes).
+    ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the parameters: one
+    per step, one per round in ``local`` (what a shaped ``network`` carries).
     """
 
     mode: str
