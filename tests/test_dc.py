@@ -45,16 +45,18 @@ def test_the_corrected_gradient_of_a_quadratic_matches_numpy(lam: float) -> None
             moved = w.assign(w_now)
         with tf.control_dependencies([moved]):
             g = tf.linalg.matvec(tf.constant(a), read) - b
-        (corrected,) = snaps.corrected(tf, [g])
+        (corrected,), share = snaps.corrected(tf, [g])
         with tf.control_dependencies(snaps.taken):
             copied = snaps.copies[0].read_value()
         with v1.Session(graph=graph) as sess:
             sess.run(v1.global_variables_initializer())
-            g_val, got, copy = sess.run([g, corrected, copied])
+            g_val, got, copy, share_val = sess.run([g, corrected, copied, share])
     expected = (a @ w_read - b) + lam * (a @ w_read - b) ** 2 * (w_now - w_read)
     np.testing.assert_allclose(g_val, a @ w_read - b, rtol=1e-6)
     np.testing.assert_array_equal(copy, w_read)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+    # what a step record logs as dc_correction: the correction's size relative to the gradient's
+    assert share_val == pytest.approx(np.linalg.norm(expected - g_val) / np.linalg.norm(g_val), rel=1e-6, abs=1e-12)
     if lam == 0.0:
         assert (got == g_val).all()
     else:  # w_now != w_read: the correction is really there
@@ -82,4 +84,5 @@ def test_three_workers_with_delay_compensation_finish(mode: str, run_dir: Path) 
     assert r.summary["status"] == "ok" and len(df) == 120
     assert np.isfinite(df["loss"].to_numpy(dtype=float)).all() and np.isfinite(r.summary["final_loss"])
     assert df["staleness"].max() >= 1  # stale gradients were there to compensate
+    assert (df["dc_correction"] >= 0).all() and df["dc_correction"].max() > 0  # ...and were corrected
     assert r.summary["params"]["w"] == pytest.approx(2.0, abs=0.5)

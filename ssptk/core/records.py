@@ -50,6 +50,8 @@ class StepRecord:
     lr_scale: float | None = None
     #: only in local SGD runs: the averaging round the step's delta joins (1-based)
     local_round: int | None = None
+    #: only with ``--lr-staleness dc``: the delay compensation's size relative to the gradient's
+    dc_correction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as its JSON object: keys in :data:`STEP_COLUMNS` order (then ``lr_scale`` if set), plain
@@ -63,6 +65,8 @@ class StepRecord:
             record["lr_scale"] = float(self.lr_scale)
         if self.local_round is not None:
             record["local_round"] = int(self.local_round)
+        if self.dc_correction is not None:
+            record["dc_correction"] = float(self.dc_correction)
         return record
 
     def json_line(self) -> str:
@@ -71,7 +75,7 @@ class StepRecord:
 
 
 #: Step-record keys that only some runs have.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round")
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round", "dc_correction")
 #: The step-record keys every record has, in order: the columns of step DataFrames, real, predicted or simulated.
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in OPTIONAL_STEP_COLUMNS)
 #: The integer ones among them.

@@ -38,9 +38,13 @@ class Snapshots:
                 self.copies.append(copy)
                 self.taken.append(copy.assign(var.read_value()))
 
-    def corrected(self, tf: Any, grads: list[Any]) -> list[Any]:
-        """``grads`` compensated on each variable's shard (``None`` stays ``None``)."""
+    def corrected(self, tf: Any, grads: list[Any], device: str | None = None) -> tuple[list[Any], Any]:
+        """``grads`` compensated on each variable's shard (``None`` stays ``None``), and the correction's size
+        relative to the gradient's, ``|lambda g*g*(w_now - w_read)| / |g|`` over the whole model (float64, 0 for a
+        zero gradient; computed on ``device``, the PS task that sends the step's meta back): how much DC changed
+        this step."""
         out: list[Any] = []
+        squares: list[Any] = []  # per variable: |correction|^2, |g|^2 (scalars; on ps:0 with one shard)
         for g, var, copy, taken in zip(grads, self.model_vars, self.copies, self.taken):
             if g is None:
                 out.append(None)
@@ -50,4 +54,8 @@ class Snapshots:
                 with tf.control_dependencies([arrived, taken]):
                     w_now, w_read = var.read_value(), copy.read_value()
                 out.append(dc_gradient(tf, arrived, w_now, w_read, self.lam))
-        return out
+                squares.append(tf.cast(tf.stack([tf.reduce_sum(tf.square(out[-1] - arrived)),
+                                                 tf.reduce_sum(tf.square(arrived))]), tf.float64))
+        with tf.device(device):
+            total = tf.add_n(squares) if squares else tf.zeros([2], tf.float64)
+            return out, tf.math.divide_no_nan(tf.sqrt(total[0]), tf.sqrt(total[1]))

@@ -230,7 +230,8 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
         grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
         tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
     if s.dc is not None:  # g + lambda g*g*(w_now - w_read), on each variable's shard
-        grads = s.dc.corrected(tf, grads)
+        grads, share = s.dc.corrected(tf, grads, PS)
+        tail = [tf.bitcast(share, tf.int64)]  # logged as dc_correction
     g_after, claim = _update_and_claim(s, grads)
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the

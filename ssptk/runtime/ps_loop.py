@@ -228,9 +228,12 @@ class Trainer:
             step += 1
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
             t = float(meta[3:4].view(np.float64)[0])
-            lr_scale = float(meta[-1:].view(np.float64)[0]) if self.opts.lr_staleness == "inverse" else None
+            tail = float(meta[-1:].view(np.float64)[0])  # --lr-staleness inverse: lr_scale; dc: dc_correction
+            lr_scale = tail if self.opts.lr_staleness == "inverse" else None
+            dc = tail if self.opts.dc_lambda is not None else None
             self.rec.step(StepRecord(t=t, worker=self.index, step=step, global_step=g_after, loss=loss, wait_s=wait_s,
-                                     staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale))
+                                     staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale,
+                                     dc_correction=dc))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
