@@ -227,3 +227,12 @@ def test_bad_local_and_dc_options_are_refused_in_one_line(kwargs: dict, message:
 def test_bad_semi_sync_labels(label: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_labels([label])
+
+
+def test_local_sgd_evaluates_every_k_steps_per_worker_as_sync_does() -> None:
+    """--eval-every K counts updates: sync's is one step per worker, local:H's round is H, so a local run evaluates
+    every K/H rounds (at least 1) and its held-out curve is as fine-grained as sync's."""
+    assert resolve(mode="sync", eval_every=50).eval_period == 50
+    assert resolve(mode="local:8", eval_every=50).eval_period == 6
+    assert resolve(mode="local:8", eval_every=4).eval_period == 1
+    assert resolve(mode="local:8", eval_every=0).eval_period == 0

@@ -95,8 +95,8 @@ OPTIONS: tuple[Option, ...] = (
            "of it sorted by label (non-IID data, as when each site keeps its own; needs a model with train_set, "
            "e.g. digits, and --eval-every)", "iid|label"),
     Option("eval_every", int, 0,
-           "worker 0 logs the held-out loss (and accuracy) every K updates, so runs can be compared on held-out "
-           "loss (0: only at the end)", "K"),
+           "worker 0 logs the held-out loss (and accuracy) every K updates (local: every K steps per worker, K/H "
+           "rounds), so runs can be compared on held-out loss (0: only at the end)", "K"),
     Option("lr_staleness", str, "none",
            "async and ssp: inverse applies each gradient with LR / (staleness + 1), its staleness as known on the PS "
            "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); dc[:LAMBDA] applies the "
@@ -209,6 +209,15 @@ class RunOptions:
         if self.mode in ("sync", "local"):
             return self.workers - self.backup
         return self.workers if self.mode == "allreduce" else 1
+
+    @property
+    def eval_period(self) -> int:
+        """The global steps between worker 0's held-out evaluations: ``eval_every`` (0: only at the end); local
+        SGD's global step is a round of H steps per worker, so there ``eval_every / H`` rounds (at least 1): every
+        K steps per worker, as in sync, not K rounds."""
+        if self.mode == "local" and self.eval_every:
+            return max(1, round(self.eval_every / (self.local_steps or 1)))
+        return self.eval_every
 
     @property
     def dc_lambda(self) -> float | None:

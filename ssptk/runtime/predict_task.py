@@ -76,7 +76,7 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
     lr = opts.lr or spec.lr
     if opts.mode == "local":
         replayed = replay_local(sim.steps, oracle, data, lr, opts.outer_scale, opts.outer_momentum,
-                                eval_every=opts.eval_every, allow_nan=opts.allow_nan, progress=progress)
+                                eval_every=opts.eval_period, allow_nan=opts.allow_nan, progress=progress)
     else:
         replayed = replay(sim.steps, oracle, data, opts.update_lr(lr),
                           inverse_staleness=opts.lr_staleness == "inverse", eval_every=opts.eval_every,

@@ -178,8 +178,9 @@ class Trainer:
 
     def _maybe_evaluate(self, global_step: int) -> None:
         """Worker 0, with ``--eval-every K``: an ``eval`` event each time the global step passes a multiple of K
-        (its own extra run, between two of its steps; the time it takes is logged as ``eval_s``)."""
-        every = self.opts.eval_every
+        (:attr:`~ssptk.core.options.RunOptions.eval_period`; its own extra run, between two of its steps; the time it
+        takes is logged as ``eval_s``)."""
+        every = self.opts.eval_period
         if not every or self.index != 0 or global_step // every <= self.evaluated // every:
             return
         t0 = time.perf_counter()
