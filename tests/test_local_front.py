@@ -210,6 +210,7 @@ def test_cli_sweep_over_h_with_real_runs(tmp_path: Path) -> None:
     for h in (1, 2):
         config = json.loads((out / f"local-{h}" / "config.json").read_text())
         assert config["options"]["mode"] == "local" and config["options"]["local_steps"] == h
+        assert json.loads((out / f"local-{h}" / "summary.json").read_text())["local_steps"] == h
         records = [json.loads(line) for line in (out / f"local-{h}" / "workers" / "worker-0.jsonl").open()
                    if '"step"' in line]
         assert {r["staleness"] for r in records} == set(range(h))  # local steps since the last average: 0..H-1
