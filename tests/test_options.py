@@ -193,7 +193,10 @@ def test_local_sgd_and_dc_grammar() -> None:
         ("ssp:3+dc:0.5", {"mode": "ssp", "lr_staleness": "dc:0.5", "staleness": 3}),
         ("local:8+outer", {"mode": "local", "outer_lr": 0.7, "outer_momentum": 0.9, "local_steps": 8})]
     assert to_argv(resolve(mode="local:3", outer_momentum=0.5))[:8] == [
-        "--model", "linear", "--mode", "local", "--local-steps", "3", "--outer-lr", "1.0"]
+        "--model", "linear", "--mode", "local", "--local-steps", "3", "--outer-momentum", "0.5"]
+    # --outer-lr applies to the deltas' mean (1: plain averaging, DiLoCo 0.7); its default follows the convention
+    assert resolve(mode="local:4", workers=3, outer_lr=1.0).outer_scale == 1.0
+    assert resolve(mode="local:4", workers=3, backup=1).outer_scale == 2.0
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -22,7 +22,7 @@ LR_STALENESS = ("none", "inverse", "dc")
 DATA_SPLITS = ("iid", "label")
 MAX_PS = 16
 #: what each local-SGD option is when not given (the mode's own options are refused elsewhere)
-_LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": 1.0, "outer_momentum": 0.0}
+_LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": None, "outer_momentum": 0.0}
 
 
 def validate(o: RunOptions) -> None:
@@ -114,7 +114,7 @@ def _check_local(o: RunOptions) -> None:
         return
     if o.local_steps is not None and (isinstance(o.local_steps, bool) or o.local_steps < 1):
         raise UsageError(f"--local-steps must be an integer H >= 1 (local steps per average), got {o.local_steps!r}")
-    if not 0 < o.outer_lr < math.inf:
+    if o.outer_lr is not None and not 0 < o.outer_lr < math.inf:
         raise UsageError(f"--outer-lr must be a finite number > 0, got {o.outer_lr}")
     if not 0 <= o.outer_momentum < 1:
         raise UsageError(f"--outer-momentum must be >= 0 and < 1, got {o.outer_momentum}")

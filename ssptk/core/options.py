@@ -68,10 +68,12 @@ OPTIONS: tuple[Option, ...] = (
            f"local SGD's H >= 1: each worker takes H steps on its own copy of the parameters, then the round's "
            f"deltas are averaged on the PS and every worker goes on from the average (local:1 is sync; local only; "
            f"default {DEFAULT_LOCAL_STEPS})", "H"),
-    Option("outer_lr", float, 1.0,
-           "local only: the outer learning rate: each round moves the parameters on the PS by OUTER_LR x the "
-           "round's deltas, summed (--lr-convention minibatch, as sync sums gradients) or averaged (mean); 1 is "
-           "plain periodic averaging, DiLoCo uses 0.7 with --outer-momentum 0.9 (label local:H+outer)", "LR"),
+    Option("outer_lr", float, None,
+           "local only: the outer learning rate, applied to the MEAN of a round's deltas, as torch's model averaging "
+           "and DiLoCo apply it: 1 is plain periodic averaging; DiLoCo uses 0.7 with --outer-momentum 0.9 (label "
+           "local:H+outer). Default: what --lr-convention means, so that local:1 equals sync: N-B under minibatch "
+           "(the deltas summed, as sync sums gradients: every minibatch moves the parameters by LR x its gradient), "
+           "1 under mean", "LR"),
     Option("outer_momentum", float, 0.0,
            "local only: Nesterov momentum of the outer step (0: none; DiLoCo: 0.9); kept on the PS, one copy of the "
            "parameters", "M"),
@@ -150,7 +152,7 @@ class RunOptions:
     mode: str = _DEFAULT["mode"]
     staleness: int | None = _DEFAULT["staleness"]
     local_steps: int | None = _DEFAULT["local_steps"]
-    outer_lr: float = _DEFAULT["outer_lr"]
+    outer_lr: float | None = _DEFAULT["outer_lr"]
     outer_momentum: float = _DEFAULT["outer_momentum"]
     workers: int = _DEFAULT["workers"]
     steps: int = _DEFAULT["steps"]
@@ -226,10 +228,10 @@ class RunOptions:
 
     @property
     def outer_scale(self) -> float:
-        """local: what a round applies to the *mean* of its deltas, so that ``--outer-lr 1`` sums them under
-        ``--lr-convention minibatch`` (every minibatch moves the parameters by LR x its gradient, as in sync, so
-        local:1 equals sync) and averages them under ``mean``: ``outer_lr`` times :attr:`aggregated`, or itself."""
-        return self.update_lr(self.outer_lr) if self.mode == "local" else self.outer_lr
+        """local: what a round applies to the *mean* of its deltas: ``--outer-lr``, or by default what
+        ``--lr-convention`` means, so that local:1 equals sync: :attr:`aggregated` (N - B: the deltas summed, as sync
+        sums its gradients) under ``minibatch``, 1 (plain averaging) under ``mean``."""
+        return self.outer_lr if self.outer_lr is not None else self.update_lr(1.0)
 
     def update_lr(self, lr: float) -> float:
         """The learning rate an update applies to the *mean* of the gradients it aggregates, so that ``lr``
@@ -266,7 +268,7 @@ def resolve(**kwargs: Any) -> RunOptions:
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
     kw = {k: v for k, v in kwargs.items()
-          if v is not None or k in ("staleness", "local_steps", "lr", "jitter", "out", "network")}
+          if v is not None or k in ("staleness", "local_steps", "outer_lr", "lr", "jitter", "out", "network")}
     table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
     kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
     kw["mode"], number = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4", "local:8" are shorthands
