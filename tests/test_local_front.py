@@ -15,10 +15,10 @@ import pytest
 
 try:
     from conftest import assert_gone
-    from test_widgets import FakeRunner, loss_lines, make_run
+    from test_widgets import FakeRunner, fake, fresh_kernel, loss_lines, make_run
 except ImportError:  # tests/ imported as a package
     from tests.conftest import assert_gone
-    from tests.test_widgets import FakeRunner, loss_lines, make_run
+    from tests.test_widgets import FakeRunner, fake, fresh_kernel, loss_lines, make_run  # noqa: F401 - fixtures
 
 from ssptk import analysis as an
 from ssptk import api
@@ -34,19 +34,6 @@ from ssptk.render.text import LOCAL_STALENESS, format_summary
 from ssptk.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(widgets, "_RUNS", {})
-    monkeypatch.setattr(predictions, "PREDICTED", {})
-    monkeypatch.setattr(widgets, "PREDICTED", predictions.PREDICTED)
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
-    monkeypatch.chdir(tmp_path)
-    return FakeRunner(tmp_path / "runs")
 
 
 # --- the sweep's grammar ----------------------------------------------------------------------------
