@@ -128,13 +128,3 @@ def test_local_shared_layout_two_shards_backup_and_outer_momentum(run_dir: Path)
     applied = df[df["applied"] & (df["staleness"] == 1)]
     assert applied.groupby("local_round").size().ge(2).all()  # the first N-B = 2 deltas of each round
     assert np.isfinite(df["loss"].to_numpy(dtype=float)).all()
-
-
-def test_local_refuses_restarts_in_one_line() -> None:
-    """A restarted local worker would need its private copy, which died with it: refused before anything starts."""
-    from ssptk.core.errors import UsageError
-    from ssptk.core.options import resolve
-
-    with pytest.raises(UsageError, match=r"^--restart-failed works with --mode sync, ssp or async, not local"):
-        resolve(mode="local:2", workers=2, restart_failed=1)
-    assert resolve(mode="local:2", workers=2).restart_failed == 0

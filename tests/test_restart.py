@@ -36,15 +36,16 @@ def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0), ("sync", 2)])
+@pytest.mark.parametrize("mode, worker", [("async", 1), ("ssp", 0), ("sync", 2), ("local:4", 2)])
 def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Path, mode: str, worker: int) -> None:
     killed: list[int] = []
-    # Slow steps (40 ms each) so that the run outlasts the restart (TensorFlow's start-up, seconds).
-    steps = 300
+    # Slow steps (40 ms each) so that the run outlasts the restart (TensorFlow's start-up, seconds); local SGD's
+    # rounds wait for the restarted worker as sync's steps do, so fewer steps outlast it.
+    steps = 120 if mode.startswith("local") else 300
     killer = _kill_when(run_dir, worker, 30, killed)
     extra = {"staleness": 2} if mode == "ssp" else {}
     r = ssptk.run(mode=mode, workers=3, steps=steps, restart_failed=1, out=str(run_dir),
-                  straggler=["0:0.04", "1:0.04", "2:0.04"], **extra)
+                  straggler=["0:0.04", "1:0.04", "2:0.04"], raise_on_failure=False, **extra)
     killer.join()
     assert killed, "the worker was not killed: the test proves nothing"
     assert r.ok, r.summary["reason"]
@@ -58,6 +59,8 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
         applied = df[df["applied"]].groupby("global_step")["worker"].agg(list)
         assert list(applied.index) == list(range(1, steps + 1))
         assert all(len(set(w)) == len(w) for w in applied) and sum(len(w) < 3 for w in applied) <= 2
+    elif mode == "local:4":
+        _assert_local_rejoined(df, restarts.iloc[0], worker, steps, h=4)
     else:
         # the budget is done: every minibatch claimed once. Missing from the logs: at most the minibatch the
         # dead worker was computing, and one step it may have applied without logging it before it died.
@@ -70,6 +73,27 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
     log = (run_dir / "logs" / f"worker-{worker}.log").read_text()
     assert log.count("SSPTK_READY") == 2
     assert_gone(str(run_dir))
+
+
+def _assert_local_rejoined(df: pd.DataFrame, restart: pd.Series, worker: int, steps: int, h: int) -> None:
+    """local:H: every round applied once, each from distinct workers; the restarted worker redid the round it joined
+    from its first local step, and its log holds every one of its minibatches (the lost local steps twice)."""
+    ends = df[df["applied"] & (df["staleness"] == h - 1)]  # a round's last local step: its delta pushed, applied
+    applied = ends.groupby("local_round")["worker"].agg(list)
+    assert list(applied.index) == list(range(1, steps // h + 1))
+    # the dead worker's delta for at most one round is missing from the logs (pushed, applied, not logged)
+    assert all(len(set(w)) == len(w) for w in applied) and sum(len(w) < 3 for w in applied) <= 1
+    mine = df[df["worker"] == worker]
+    before, after = mine[mine["t"] < restart["t"]], mine[mine["t"] > restart["t"]]
+    joined = int(restart["local_round"])
+    assert int(restart["global_step"]) == joined - 1 and before["local_round"].max() <= joined
+    assert restart["lost_local_steps"] == (before["local_round"] == joined).sum()
+    assert list(after[["local_round", "staleness"]].iloc[0]) == [joined, 0]
+    assert after["step"].iloc[0] == restart["after_step"] + 1
+    unlogged = restart["unlogged"]
+    assert not isinstance(unlogged, dict) or unlogged["minibatch"] not in set(before["minibatch"])
+    trained = set(mine["minibatch"]) | ({unlogged["minibatch"]} if isinstance(unlogged, dict) else set())
+    assert trained == {s * 3 + worker for s in range(steps)}
 
 
 @pytest.mark.slow
@@ -87,26 +111,38 @@ def test_restarts_are_limited(run_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sync_does_not_restart_its_chief(run_dir: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "local:2"])
+def test_sync_and_local_do_not_restart_their_chief(run_dir: Path, mode: str) -> None:
     killed: list[int] = []
     killer = _kill_when(run_dir, 0, 20, killed)
-    with pytest.raises(ssptk.RunFailed, match=r"worker:0 \(exit code -9\): was killed by SIGKILL \(not restarted: "
-                                              r"in sync mode worker:0 runs the aggregator"):
-        ssptk.run(mode="sync", workers=3, steps=300, restart_failed=1, straggler=["0:0.01", "1:0.01", "2:0.01"],
+    name = mode.partition(":")[0]
+    with pytest.raises(ssptk.RunFailed, match=rf"worker:0 \(exit code -9\): was killed by SIGKILL \(not restarted: "
+                                              rf"in {name} mode worker:0 runs the aggregator, and the run cannot go on "
+                                              r"without it\)") as failed:
+        ssptk.run(mode=mode, workers=3, steps=300, restart_failed=1, straggler=["0:0.01", "1:0.01", "2:0.01"],
                   out=str(run_dir))
     killer.join()
-    assert killed
+    assert killed and "\n" not in str(failed.value)
     assert_gone(str(run_dir))
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"mode": "allreduce", "restart_failed": 1}, r"--restart-failed works with --mode sync, ssp or async, not allreduce"),
+    ({"mode": "allreduce", "restart_failed": 1}, r"--restart-failed works with --mode sync, ssp, async or local, not allreduce"),
     ({"mode": "async", "restart_failed": -1}, r"--restart-failed must be >= 0"),
 ])
 def test_bad_restart_options(tmp_path: Path, kw: dict, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         ssptk.run(out=str(tmp_path / "r"), **kw)
     assert not (tmp_path / "r").exists()
+
+
+def test_local_takes_restart_failed_in_the_processes_layout_only() -> None:
+    """local:H restarts a worker that dies (as sync); the shared layout, whose workers are threads, cannot."""
+    from ssptk.core.options import resolve
+
+    assert resolve(mode="local:2", workers=2, restart_failed=1).restart_failed == 1
+    with pytest.raises(UsageError, match=r"^--restart-failed needs --layout processes"):
+        resolve(mode="local:2", workers=2, restart_failed=1, layout="shared")
 
 
 @pytest.mark.slow

@@ -74,11 +74,8 @@ def validate(o: RunOptions) -> None:
     if o.restart_failed < 0:
         raise UsageError(f"--restart-failed must be >= 0, got {o.restart_failed}")
     if o.restart_failed and o.mode == "allreduce":
-        raise UsageError("--restart-failed works with --mode sync, ssp or async, not allreduce "
+        raise UsageError("--restart-failed works with --mode sync, ssp, async or local, not allreduce "
                          "(its collectives cannot take a new member mid-run)")
-    if o.restart_failed and o.mode == "local":  # a restarted worker would need its private copy, which died with it
-        raise UsageError("--restart-failed works with --mode sync, ssp or async, not local (a worker's private copy "
-                         "of the model dies with it)")
     _check_network(o)
     if o.layout not in LAYOUTS:
         raise UsageError(f"--layout must be {', '.join(LAYOUTS)}, got {o.layout!r}")

@@ -134,8 +134,8 @@ OPTIONS: tuple[Option, ...] = (
            f"end the run (failed) once it has diverged ({DIVERGENCE_RULE}; default: keep training, and mark "
            "the run diverged)", flag=True),
     Option("restart_failed", int, 0,
-           "sync, ssp and async: start a worker that dies again, up to N times in all, and finish the run "
-           "(sync: not worker 0, which runs the aggregator)", "N"),
+           "sync, ssp, async and local: start a worker that dies again, up to N times in all, and finish the run "
+           "(sync and local: not worker 0, which runs the aggregator)", "N"),
     Option("stall_timeout", float, 60,
            "end the run if no worker logs a step for this long, in seconds; 0 turns the watchdog off", "SECONDS"),
 )

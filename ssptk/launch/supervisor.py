@@ -113,9 +113,10 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
             if restarts_left > 0 and stall.started is None:
                 return Outcome(not_restarted_in_start_up(failure))
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
-                if opts is not None and opts.mode == "sync" and failure.task == "worker:0":
-                    return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in sync mode worker:0 "
-                                                           "runs the aggregator, and the run cannot go on without it)"))
+                if opts is not None and opts.mode in ("sync", "local") and failure.task == "worker:0":
+                    return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in {opts.mode} mode "
+                                                           "worker:0 runs the aggregator, and the run cannot go on "
+                                                           "without it)"))
                 restarts_left -= 1
                 cluster.restart(failure.task)
                 restarting[int(failure.task.rpartition(":")[2])] = time.monotonic()

@@ -14,6 +14,10 @@ pseudo-gradients of the round and applies it with the outer optimizer: ``w -= ou
 averaging at ``--outer-lr 1`` under ``--lr-convention mean``), or TensorFlow's Nesterov ``MomentumOptimizer`` with
 ``--outer-momentum``, its momentum kept on the PS beside each variable. So ``local:1`` is sync, operation for
 operation, up to float rounding (``w - (w - lr g)`` is ``lr g`` rounded).
+
+With ``--restart-failed`` the round's push is fenced exactly as sync's (:mod:`ssptk.runtime.fence`): the push and
+the ledger's row (the round it was pushed for) are one fact under the worker's lock on ``ps:0``, so a restarted
+worker knows from the PS whether its dead self's delta is in a round.
 """
 from __future__ import annotations
 
@@ -46,9 +50,11 @@ def rounds(opts: RunOptions) -> int:
 
 
 def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, container: str,
-          with_delay: bool, gpu: int | None = None) -> tuple[ps_graph.PSGraph, LocalOps]:
+          with_delay: bool, gpu: int | None = None,
+          incarnation: int | None = None) -> tuple[ps_graph.PSGraph, LocalOps]:
     """Worker ``index``'s graph for ``--mode local``: the PS modes' shared part with the global variables (held-out
-    evaluation and the final model read those), plus the private copy's step and sync's round machinery."""
+    evaluation and the final model read those), plus the private copy's step and sync's round machinery.
+    ``incarnation`` (``--restart-failed``): the round's push is fenced as sync's (:mod:`ssptk.runtime.fence`)."""
     ops: dict[str, Any] = {}
 
     def mode_ops(s: Any) -> dict[str, Any]:
@@ -90,5 +96,5 @@ def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], inde
         return {**extra, "delay": delay}
 
     g = ps_graph.build(spec, "local", cluster, index, 0.0, None, opts.backup, opts.seed, container, False,
-                       updates=rounds(opts), gpu=gpu, mode_ops=mode_ops)
+                       updates=rounds(opts), gpu=gpu, incarnation=incarnation, mode_ops=mode_ops)
     return g, LocalOps(**ops)

@@ -11,6 +11,15 @@ Step records: ``global_step`` is the round the step's delta joins (1-based: the 
 applied), ``staleness`` the local steps since the last average (0..H-1), ``wait_s`` the wait for the average (the
 round's last step; 0 otherwise), ``applied`` False for a dropped late delta, ``local_round`` the round as well
 (``global_step`` of a dropped delta is the PS's step when it arrived, as in sync).
+
+``--restart-failed``: a worker that died (not worker 0, which runs the aggregator) is started again and rejoins as a
+sync worker does (:func:`ssptk.runtime.rejoin.rejoin_sync`, the push fenced on the PS): it takes its slot over,
+drops the tokens its dead self left, and, when its dead self's delta is in the pending round, waits for that round.
+Then it pulls the global values into its private copy and anchor and trains the round the run is at from its first
+local step: the rounds before are in the global values, and that round cannot be applied without its delta (no
+backup workers), so none is skipped. Its dead self's local steps of a round it did not push died with its private
+copy: the ``restart`` event counts them (``lost_local_steps``), and names the round it joins (``local_round``; and
+``global_step``, the rounds applied then); its step records go on counting from ``after_step``.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ from ssptk.core.errors import UsageError, check_loss
 from ssptk.core.records import StepRecord
 from ssptk.runtime import local_graph, ps_graph
 from ssptk.runtime.ps_loop import Trainer
+from ssptk.runtime.rejoin import lost_local_steps, rejoin_sync
 
 __all__ = ["LocalTrainer", "trainer_for"]
 
@@ -33,30 +43,56 @@ class LocalTrainer(Trainer):
 
     def _build(self, cluster: dict[str, list[str]], container: str, with_delay: bool, gpu: int | None,
                incarnation: int | None) -> ps_graph.PSGraph:
-        g, self.local = local_graph.build(self.spec, self.opts, cluster, self.index, container, with_delay, gpu)
+        g, self.local = local_graph.build(self.spec, self.opts, cluster, self.index, container, with_delay, gpu,
+                                          incarnation)
         return g
 
     def _train(self, rejoin: int) -> int:
-        if rejoin:
-            raise UsageError("--mode local cannot rejoin a run: --restart-failed works with sync, ssp and async")
         g = self.g
         local_fn = self._make_step([self.local.local_loss])
         round_fn = self._make_step([self.local.round_meta, self.local.local_loss], (g.local_step,))
-        self._start(self.sess.make_callable(g.aggregate) if self.index == 0 else None)
-        self.sess.run(self.local.pull)  # every worker starts from the global values
-        steps = self._rounds(local_fn, round_fn)
+        first = 0
+        if rejoin:
+            first = self._rejoin_round(rejoin)
+        else:
+            self._start(self.sess.make_callable(g.aggregate) if self.index == 0 else None)
+        self._reaching(self.sess.run, [self.local.pull])  # from the global values (a restarted worker: round's start)
+        steps = self._rounds(local_fn, round_fn, first)
         if self._aggregator is not None:
             self._aggregator.join()
         return steps
 
-    def _rounds(self, local_fn: Any, round_fn: Any) -> int:
-        """Local steps to the end of the budget; returns the steps this worker logged."""
-        k, h, n, tf = self.opts.steps, self.opts.local_steps or 1, self.n, self.tf
-        total, r, step = local_graph.rounds(self.opts), 0, 0
+    def _minibatch(self, r: int, j: int) -> int:
+        """The minibatch of local step ``j`` of round ``r`` (0-based): sync's ``s * N + i`` for local step ``s``."""
+        return (r * (self.opts.local_steps or 1) + j) * self.n + self.index
+
+    def _round_length(self, r: int) -> int:
+        """Local steps in round ``r``: H, the last round fewer when H does not divide ``--steps``."""
+        h = self.opts.local_steps or 1
+        return min(h, self.opts.steps - r * h)
+
+    def _rejoin_round(self, attempt: int) -> int:
+        """A restarted worker takes its slot over (sync's rejoin, in rounds); returns the round it joins."""
+        if not self.opts.restart_failed:
+            raise UsageError("--rejoin needs --restart-failed (give every task the same run options)")
+        log = self.run_dir.worker_log(self.index)
+        back = self._reaching(lambda: rejoin_sync(self.sess, self.g, log, self.n, self.index, self.opts.backup,
+                                                  lambda r: self._minibatch(r, self._round_length(r) - 1)), [])
+        self.step_offset = back.after_step
+        self.rec.event("restart", attempt=attempt, after_step=back.after_step, unlogged=back.unlogged,
+                       global_step=back.first, local_round=back.first + 1,
+                       lost_local_steps=lost_local_steps(log, back.pushed))
+        return back.first
+
+    def _rounds(self, local_fn: Any, round_fn: Any, first: int = 0) -> int:
+        """Local steps from round ``first`` to the end of the budget; returns the steps this worker logged (counted
+        on from :attr:`step_offset`)."""
+        tf = self.tf
+        total, r, step = local_graph.rounds(self.opts), first, self.step_offset
         while r < total:
-            length = min(h, k - r * h)
+            length = self._round_length(r)
             for j in range(length):
-                mb = self._in_flight = (r * h + j) * n + self.index
+                mb = self._in_flight = self._minibatch(r, j)
                 inputs, delay = self._inputs(mb)
                 if j < length - 1:
                     (loss,) = self._watched(local_fn, inputs, delay)
