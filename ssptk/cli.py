@@ -21,7 +21,7 @@ from typing import Any
 
 from ssptk import commands
 from ssptk.commands import build_parser
-from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError
+from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError, signal_arrived
 from ssptk.core.options import from_namespace
 from ssptk.core.printable import printable
 
@@ -106,6 +106,7 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        signal_arrived(None)
         if self.first is not None:
             # Ending because of a signal, with the summary written: later ones are ignored, at the C level,
             # because Python's finalisation resets Python-level handlers and a late SIGINT would kill us.
@@ -119,6 +120,7 @@ class StopSignals:
         name = signal.Signals(signum).name
         if self.first is None:
             self.first = name
+            signal_arrived(name)  # in case this raise is lost (see signal_arrived)
             _say(f"\nssptk: {name}: " + ("stopping every task and writing the summary\n" if self.claimed is None
                                          or self.claimed else "stopping; no run has started\n"))
             raise RunInterrupted(f"stopped by {name}", signal=name)

@@ -18,7 +18,8 @@ import pytest
 from conftest import FIXTURES, assert_gone, ssptk_cmd
 
 import ssptk
-from ssptk.core.errors import UsageError
+from ssptk.cli import StopSignals
+from ssptk.core.errors import RunInterrupted, UsageError, raise_if_stopped
 from ssptk.rundir import RunDir
 from ssptk.rundir.claim import CLAIM_FILE
 
@@ -193,3 +194,28 @@ def test_a_stale_claim_says_so_and_how_to_reuse_the_directory(tmp_path: Path) ->
     assert sorted(os.listdir(out)) == [CLAIM_FILE]
     (out / CLAIM_FILE).unlink()  # as the message says
     assert RunDir.create(str(out), "sync").path == str(out)
+
+
+def test_a_signal_whose_raise_python_dropped_still_stops_the_run() -> None:
+    """CI lost a Ctrl-C: it came while ``subprocess`` ran logging's at-fork hook, where Python prints the
+    handler's RunInterrupted and goes on, and the run went on. The handler also records the signal, and the loops
+    that follow tasks (``raise_if_stopped``) raise it; once the command has ended it is forgotten."""
+    class DropsItsErrors:
+        def __del__(self) -> None:  # like an at-fork hook: what is raised here is printed, not propagated
+            signal.raise_signal(signal.SIGINT)
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    went_on = False
+    try:
+        with StopSignals():
+            DropsItsErrors()
+            went_on = True  # the handler's raise was dropped, as in CI
+            raise_if_stopped(None, "not this")
+    except RunInterrupted as e:
+        assert went_on and e.signal == "SIGINT" and str(e) == "stopped by SIGINT"
+    else:
+        pytest.fail("the dropped signal was never raised again")
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    raise_if_stopped(None, "not this")  # forgotten when the command ended

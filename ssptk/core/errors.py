@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 from dataclasses import dataclass, field
 
 
@@ -128,3 +129,24 @@ class RunInterrupted(KeyboardInterrupt):
 
     def _render_traceback_(self) -> list[str]:
         return [f"RunInterrupted: {self}"]
+
+
+_signalled: list[str] = []
+
+
+def signal_arrived(name: str | None) -> None:
+    """Record the signal a front end's handler turned into :class:`RunInterrupted` (``None`` forgets it).
+
+    A handler's raise is lost where Python cannot propagate it (an at-fork hook run while ``subprocess``
+    starts a task, a ``__del__``): the loops that follow tasks raise it again when they see it recorded."""
+    _signalled.clear()
+    if name is not None:
+        _signalled.append(name)
+
+
+def raise_if_stopped(cancel: threading.Event | None, message: str) -> None:
+    """Raise :class:`RunInterrupted` once ``cancel`` is set (``message``) or a signal was recorded."""
+    if cancel is not None and cancel.is_set():
+        raise RunInterrupted(message)
+    if _signalled:
+        raise RunInterrupted(f"stopped by {_signalled[0]}", signal=_signalled[0])

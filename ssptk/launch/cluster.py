@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ssptk.core.errors import RunInterrupted, TaskFailure, UsageError
+from ssptk.core.errors import TaskFailure, UsageError, raise_if_stopped
 from ssptk.core.network import LINKS_ENV, Network, task_order
 from ssptk.launch import netns, tracking
 from ssptk.launch.links import Links
@@ -185,8 +185,7 @@ class LocalCluster:
         if progress is not None:
             progress([], sorted(pending))
         while pending:
-            if cancel is not None and cancel.is_set():
-                raise RunInterrupted("stopped by the user while the cluster was starting")
+            raise_if_stopped(cancel, "stopped by the user while the cluster was starting")
             came = {name for name in pending if self._ready(name)}
             pending -= came
             if came and progress is not None:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ssptk.core.errors import RunInterrupted, TaskFailure
+from ssptk.core.errors import TaskFailure, raise_if_stopped
 from ssptk.launch.cluster import LocalCluster
 from ssptk.rundir import RunDir
 from ssptk.runtime.protocol import PREDICT
@@ -70,8 +70,7 @@ def run_predictor(log_dir: str, jobs: list[dict[str, object]], progress: Predict
     try:
         p.start_jobs(jobs)
         while True:
-            if cancel is not None and cancel.is_set():
-                raise RunInterrupted("stopped by the user while predicting")
+            raise_if_stopped(cancel, "stopped by the user while predicting")
             code = p.tasks[0].exit_code
             if progress is not None:
                 for job, state in sorted(p.progress().items()):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
-from ssptk.core.errors import RunInterrupted, TaskFailure
+from ssptk.core.errors import TaskFailure, raise_if_stopped
 from ssptk.core.options import RunOptions
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import RunLogReader
@@ -94,8 +94,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
     restarts_left = opts.restart_failed if opts is not None and not cluster.serving else 0
     restarting: dict[int, float] = {}  # restarted worker -> when; until its `restart` event, as at the start
     while True:
-        if cancel is not None and cancel.is_set():
-            raise RunInterrupted("stopped by the user; every task was stopped and the logs kept")
+        raise_if_stopped(cancel, "stopped by the user; every task was stopped and the logs kept")
         exited = cluster.exited_workers()  # before reading: a done event written before the exit is read now
         failure = cluster.poll()
         events = read()
