@@ -137,7 +137,7 @@ def _watch_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     become_subreaper()  # what user code starts ends with the task (ssptk.runtime.reaper)
     reap_on_sigterm()
-    skip_eager_keras()  # ~1 s less start-up per task (ssptk.runtime.tf_import)
+    skip_eager_keras()  # ~1.4 s less start-up per task (ssptk.runtime.tf_import)
     args = parser().parse_args(argv)
     if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict_task)
         return _predict(args.jobs)

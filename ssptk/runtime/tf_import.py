@@ -1,10 +1,13 @@
 """Importing TensorFlow in a task without the Keras 3 it loads for nothing.
 
 ``import tensorflow`` (2.16 and later) ends by importing ``keras.src.optimizers`` eagerly, only so that Keras 3
-registers its optimizers for SavedModel loading. That pulls in all of Keras 3, matplotlib and IPython: about
-1 s of the 3 s a task spends importing TensorFlow on this project's 2-core machines (docs/tf-notes.md). A task
-never uses Keras 3 (models build into a graph, which Keras 3 cannot; the ``keras`` seed model is ``tf_keras``),
-and a model that does import ``keras`` still gets all of it, registrations included, when it does.
+registers its optimizers for SavedModel loading. That pulls in all of Keras 3 (its ``keras/__init__`` loads
+``keras._tf_keras``, its layers, and scikit-learn through a wrapper), matplotlib and IPython: refusing only
+``keras.src.optimizers`` came too late, after ``keras`` itself had loaded all that. Refusing ``keras`` to that one
+import (not to TensorFlow's ``find_spec`` lookups of where Keras lies) takes ``import tensorflow`` in a task from
+5.3 s to 3.9 s on this project's 2-core machines (docs/tf-notes.md; every task of every run pays it). A task never
+uses Keras 3 (models build into a graph, which Keras 3 cannot; the ``keras`` seed model is ``tf_keras``), and a
+model that does import ``keras`` still gets all of it, registrations included, when it does.
 """
 from __future__ import annotations
 
@@ -18,15 +21,16 @@ from types import ModuleType
 __all__ = ["skip_eager_keras"]
 
 EAGER_KERAS = "keras.src.optimizers"
+SKIPPED = (EAGER_KERAS, "keras")  # "keras" first: importing the former starts with the package itself
 
 
 class _SkipEagerKeras(importlib.abc.MetaPathFinder):
-    """Refuses ``keras.src.optimizers`` to TensorFlow's ``__init__`` only (TensorFlow ignores the ImportError);
-    anyone else importing it gets it."""
+    """Refuses ``keras`` and ``keras.src.optimizers`` to TensorFlow's ``__init__`` only (TensorFlow ignores the
+    ImportError); anyone else importing them gets them."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname == EAGER_KERAS and _imported_by_tensorflow_init():
+        if fullname in SKIPPED and _imported_by_tensorflow_init():
             raise ImportError(f"ssptk: {EAGER_KERAS} is not loaded with tensorflow in a task")
         return None
 
@@ -34,6 +38,8 @@ class _SkipEagerKeras(importlib.abc.MetaPathFinder):
 def _imported_by_tensorflow_init() -> bool:
     frame = sys._getframe(1)
     while frame is not None:
+        if frame.f_code.co_name == "get_parent_dir_for_name":  # TensorFlow only asks where Keras lies
+            return False
         if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "tensorflow":
             return True
         frame = frame.f_back  # type: ignore[assignment]
