@@ -134,6 +134,7 @@ def test_three_jobs_at_once_end_in_reports_with_the_right_blame(slurm: SlurmClus
         assert sorted(re.findall(r"SSPTK_READY (\S+)", out)) == ["ps:0", "worker:0", "worker:1"], out
         assert "another run" not in out and "serves run" not in out, out  # nobody reached another job's PS
     assert "Connection reset by peer" not in outs[0] and "Traceback" not in outs[0], outs[0][-3000:]
+    assert not re.search(r"^[IW]\d{4} |[IW] tensorflow", outs[0], re.M), outs[0][-3000:]  # TF's logging off
 
     reports = _reports(tmp_path, jobs)
     for p, _, hosts in reports.values():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -16,9 +17,23 @@ class UsageError(ValueError):
 
 
 LOG_TAIL_LINES = 20
-# TF's own chatter that says nothing about the run: left out of the log tails shown to users.
-_NOISE = ("cuInit", "cuda_", "cudart_stub", "absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS",
-          "rebuild TensorFlow", "cpu_feature_guard", "This TensorFlow binary", "port.cc", "Could not find cuda")
+#: TensorFlow's start-up chatter that says nothing about the run: left out of the log tails shown to users and of
+#: the stderr of a task no launcher started (ssptk.runtime.quiet_stderr). Most of it comes through absl before
+#: absl::InitializeLog, which TF_CPP_MIN_LOG_LEVEL does not reach.
+TF_NOISE = ("absl::InitializeLog", "oneDNN", "TF_ENABLE_ONEDNN_OPTS", "rebuild TensorFlow", "cpu_feature_guard",
+            "This TensorFlow binary", "Unable to register cuDNN factory", "Unable to register cuFFT factory",
+            "Unable to register cuBLAS factory")
+#: ... and what says "no GPU here": noise on a host without one, news where GPUs are expected
+NO_GPU_NOISE = ("failed call to cuInit", "cudart_stub", "Could not find cuda drivers")
+_FATAL = re.compile(r"^F\d{4} |Check failed")
+
+
+def is_tf_noise(line: str, gpu_lines: bool = True) -> bool:
+    """Whether ``line`` is TensorFlow's start-up chatter (``gpu_lines``: counting :data:`NO_GPU_NOISE`); a fatal
+    C++ log line never is."""
+    if not any(n in line for n in TF_NOISE) and not (gpu_lines and any(n in line for n in NO_GPU_NOISE)):
+        return False
+    return not _FATAL.search(line)
 
 
 def log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -30,7 +45,7 @@ def log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> list[str]:
             text = f.read()[-64_000:]
     except OSError:
         return []
-    kept = [ln for ln in text.splitlines() if ln.strip() and not any(n in ln for n in _NOISE)]
+    kept = [ln for ln in text.splitlines() if ln.strip() and not is_tf_noise(ln)]
     return kept[-lines:]
 
 

@@ -20,8 +20,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-__all__ = ["become_subreaper", "descendants", "exit_with_descendants", "kill_descendants", "kill_seen", "on_sigterm",
-           "proc_stat", "reap_on_sigterm"]
+__all__ = ["before_exit", "become_subreaper", "descendants", "exit_with_descendants", "kill_descendants", "kill_seen",
+           "on_sigterm", "proc_stat", "reap_on_sigterm"]
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -89,10 +89,22 @@ def kill_descendants(pid: int | None = None) -> int:
     return n
 
 
+_BEFORE_EXIT: list[Callable[[], None]] = []
+
+
+def before_exit(fn: Callable[[], None]) -> None:
+    """Call ``fn`` when :func:`exit_with_descendants` ends this process, after the descendants are killed (a task's
+    stderr filter forwards what it still holds, :mod:`ssptk.runtime.quiet_stderr`). Errors in ``fn`` are ignored."""
+    _BEFORE_EXIT.append(fn)
+
+
 def exit_with_descendants(code: int) -> None:
     """End this process at once (no interpreter teardown) after killing its descendants."""
     with contextlib.suppress(Exception):
         kill_descendants()
+    for fn in list(_BEFORE_EXIT):
+        with contextlib.suppress(Exception):
+            fn()
     os._exit(code)
 
 

@@ -25,6 +25,7 @@ from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
 from ssptk.rundir.task_status import TRACEBACK_LINES, TaskError
 from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE, report_failure, report_ready, report_run_done
+from ssptk.runtime.quiet_stderr import quiet_stderr
 from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
 from ssptk.runtime.retry import ATTEMPTS, DUPLICATE_TEXT
 from ssptk.runtime.tf_import import skip_eager_keras
@@ -139,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     reap_on_sigterm()
     skip_eager_keras()  # ~1.4 s less start-up per task (ssptk.runtime.tf_import)
     args = parser().parse_args(argv)
+    if os.environ.get("SSPTK_WATCH_PARENT") != "1" and not args.serve and args.task != "predict":
+        # no launcher keeps this task's log (Slurm, TF_CONFIG, by hand): its stderr without TensorFlow's start-up
+        # chatter, which TF_CPP_MIN_LOG_LEVEL does not reach; SSPTK_TF_LOGS=1 shows it (ssptk.runtime.quiet_stderr)
+        quiet_stderr()
     if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict_task)
         return _predict(args.jobs)
     try:
