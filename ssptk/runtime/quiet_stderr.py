@@ -43,6 +43,7 @@ class StderrFilter:
         self.read_fd, self.out_fd, self.gpu_lines = read_fd, out_fd, gpu_lines
         self.pending = b""
         self.lock = threading.Lock()
+        self.pid = os.getpid()  # a forked child inherits this object (and maybe a held lock), not the thread
         os.set_blocking(read_fd, False)
 
     def run(self) -> None:
@@ -64,6 +65,8 @@ class StderrFilter:
 
     def drain(self) -> None:
         """Forward what the pipe holds now, the last unfinished line included (the process is about to end)."""
+        if os.getpid() != self.pid:
+            return  # a forked child's end: the task's thread forwards its lines
         with contextlib.suppress(Exception):
             sys.stderr.flush()
         if not self.lock.acquire(timeout=2.0):  # the thread is stuck writing, or a signal came in the middle of this
