@@ -173,7 +173,10 @@ def _compare(args: argparse.Namespace) -> int:
     plan = commands.compare_plan(args)
     bars = _Bars(max(len(label) for label in plan.labels) + (4 if plan.repeat > 1 else 0))
     try:
-        result = commands.compare(plan, progress=bars)
+        # one warm cluster serves every run (as %dtrain's do): its tasks start once, not once per label, and
+        # each run's state is cleared from them before the next; it stops when this process exits
+        # (ssptk.launch.warm stops warm clusters at exit)
+        result = commands.compare(plan, progress=bars, warm=True)
     finally:
         bars.close()
     print(result)

@@ -50,9 +50,11 @@ def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: 
                                          "--steps", "30", "--straggler", "1:0.01", "--out", str(out), "--predict"],
                                         timeout=400)
     assert code == 0, screen
-    # on a terminal: each run's progress line, from its cluster's start to its last minibatch
+    # on a terminal: the cluster's start, once (the runs after the first reuse its tasks, as %dtrain's do), then
+    # each run's progress line to its last minibatch
+    assert re.search(r"sync starting: \d/3 tasks ready", screen), screen
+    assert "ssp:1 starting" not in screen and "async starting" not in screen, screen
     for label in ("sync", "ssp:1", "async"):
-        assert re.search(rf"{re.escape(label)} starting: \d/3 tasks ready", screen), screen
         assert re.search(rf"{re.escape(label)} \[#{{30}}\] 60/60", screen), screen
     # the table fits 100 columns, under short headers, with a legend; the rest is in metrics.csv
     lines = stdout.splitlines()
@@ -67,6 +69,8 @@ def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: 
     assert re.search(r"async \(predicted\) \[#{30}\] \d+/\d+", screen), screen
     assert "predicted (the simulator's replay) and measured:" in stdout
     assert "Minibatches to the target, predicted / measured:" in stdout
+    assert [json.loads((out / label / "config.json").read_text())["tasks"]["reused"] for label in ("sync", "async")] \
+        == [False, True]
     for label in ("sync", "ssp-1", "async"):
         predicted = json.loads((out / "predicted" / label / "summary.json").read_text())
         real = json.loads((out / label / "summary.json").read_text())
