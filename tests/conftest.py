@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -75,6 +76,17 @@ def warm_processes() -> list[psutil.Process]:
                 and p.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(p)
     return found
+
+
+@pytest.fixture(scope="module")
+def module_warm_clusters() -> Iterator[None]:
+    """The module's warm clusters end with it, leaving no serving task (a module takes it with
+    ``pytestmark = pytest.mark.usefixtures("module_warm_clusters")``)."""
+    yield
+    import ssptk
+
+    ssptk.shutdown()
+    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
 
 
 @pytest.fixture

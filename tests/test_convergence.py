@@ -32,6 +32,9 @@ def test_a_converging_noisy_loss_never_diverges() -> None:
     assert find_divergence(losses.tolist(), list(range(1, 2001)), window=15) == (False, None)
 
 
+pytestmark = pytest.mark.usefixtures("module_warm_clusters")
+
+
 def test_an_exploding_loss_diverges_where_it_passes_both_tests() -> None:
     losses = [100.0 * 0.9 ** k for k in range(60)] + [0.18 * 2.0 ** k for k in range(30)]
     diverged, at = find_divergence(losses, list(range(1, 91)), window=5)
@@ -176,8 +179,9 @@ def test_one_update_moves_the_parameters_by_the_documented_step(mode: str, conve
     from ssptk.core.models import linear, minibatch
 
     lr, batch, seed = 0.1, 8, 3
+    # warm (sync): the parametrisations and the inverse-staleness test share one cluster's tasks
     r = ssptk.run(mode=mode, workers=2, steps=1, lr=lr, batch=batch, seed=seed, lr_convention=convention,
-                  out=str(tmp_path / "r"), gpus="none")
+                  out=str(tmp_path / "r"), gpus="none", warm=True)
     grad_w = grad_b = 0.0
     for mb in (0, 1):  # step 1's minibatches: worker i computes minibatch i
         x, y = (a.astype("float64") for a in minibatch(linear(), seed, mb, batch))
@@ -237,7 +241,7 @@ def test_inverse_staleness_scales_each_update(tmp_path: Path) -> None:
 
     lr, batch, seed = 0.1, 8, 5
     r = ssptk.run(mode="async", workers=2, steps=1, lr=lr, batch=batch, seed=seed, lr_staleness="inverse",
-                  straggler=["1:0.3"], out=str(tmp_path / "r"), gpus="none")
+                  straggler=["1:0.3"], out=str(tmp_path / "r"), gpus="none", warm=True)
     records = r.df.sort_values("global_step")
     assert len(records) == 2 and list(records["global_step"]) == [1, 2]
     assert list(records["lr_scale"]) == pytest.approx([1.0 / (s + 1) for s in records["staleness"]])

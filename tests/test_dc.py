@@ -10,15 +10,7 @@ from helpers import records
 
 import ssptk
 
-
-@pytest.fixture(scope="module", autouse=True)
-def warm_clusters():
-    """The module's warm clusters end with it, leaving no serving task."""
-    from conftest import warm_processes
-
-    yield
-    ssptk.shutdown()
-    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
+pytestmark = pytest.mark.usefixtures("module_warm_clusters")
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.04, 2.0])

@@ -104,23 +104,25 @@ def test_the_final_evaluation_ends_the_held_out_curve(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_a_label_split_run_logs_held_out_evaluations(tmp_path: Path, mode: str) -> None:
-    out = tmp_path / "run"
-    proc = subprocess.run([*ssptk_cmd(), "run", "--model", "digits", "--mode", mode, "--workers", "2",
+def test_a_label_split_run_logs_held_out_evaluations(tmp_path: Path) -> None:
+    """async and sync, one CLI comparison (one cluster serves both runs): each logs worker 0's held-out
+    evaluations each time the global step passes a multiple of --eval-every."""
+    out = tmp_path / "cmp"
+    proc = subprocess.run([*ssptk_cmd(), "compare", "async", "sync", "--model", "digits", "--workers", "2",
                            "--steps", "60", "--data-split", "label", "--eval-every", "20", "--gpus", "none",
                            "--out", str(out)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    steps, events, config, summary = load_run(out)
-    assert config["options"]["data_split"] == "label" and config["options"]["eval_every"] == 20
-    evals = events[events["event"] == "eval"]
-    assert set(evals["worker"]) == {0}
-    updates = 120 if mode == "async" else 60
-    # one evaluation each time the global step passes a multiple of 20 (async: as worker 0 sees it pass)
-    passed = [int(g) // 20 for g in evals["global_step"]]
-    assert passed == list(range(1, len(passed) + 1)) and len(passed) >= updates // 20 - 1, evals
-    assert evals["eval_loss"].notna().all() and evals["eval_accuracy"].between(0, 1).all()
-    assert evals["eval_loss"].iloc[-1] < evals["eval_loss"].iloc[0]
+    for mode in ("async", "sync"):
+        steps, events, config, summary = load_run(out / mode)
+        assert config["options"]["data_split"] == "label" and config["options"]["eval_every"] == 20
+        evals = events[events["event"] == "eval"]
+        assert set(evals["worker"]) == {0}
+        updates = 120 if mode == "async" else 60
+        # one evaluation each time the global step passes a multiple of 20 (async: as worker 0 sees it pass)
+        passed = [int(g) // 20 for g in evals["global_step"]]
+        assert passed == list(range(1, len(passed) + 1)) and len(passed) >= updates // 20 - 1, evals
+        assert evals["eval_loss"].notna().all() and evals["eval_accuracy"].between(0, 1).all()
+        assert evals["eval_loss"].iloc[-1] < evals["eval_loss"].iloc[0], mode
     assert_gone(str(out))
 
 

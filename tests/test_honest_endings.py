@@ -196,6 +196,7 @@ def test_a_stale_claim_says_so_and_how_to_reuse_the_directory(tmp_path: Path) ->
     assert RunDir.create(str(out), "sync").path == str(out)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped raise, printed
 def test_a_signal_whose_raise_python_dropped_still_stops_the_run() -> None:
     """CI lost a Ctrl-C: it came while ``subprocess`` ran logging's at-fork hook, where Python prints the
     handler's RunInterrupted and goes on, and the run went on. The handler also records the signal, and the loops

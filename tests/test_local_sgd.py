@@ -19,14 +19,9 @@ from ssptk.core.options import RunOptions
 BATCH = RunOptions().batch
 
 
-@pytest.fixture(scope="module", autouse=True)
-def warm_clusters():
-    """The module's warm clusters end with it, leaving no serving task."""
-    from conftest import warm_processes
 
-    yield
-    ssptk.shutdown()
-    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
+
+pytestmark = pytest.mark.usefixtures("module_warm_clusters")
 
 
 def _by_worker(df: pd.DataFrame) -> dict[int, np.ndarray]:

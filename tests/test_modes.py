@@ -18,17 +18,9 @@ from ssptk.core.delays import DelayModel, parse_jitter
 from ssptk.core.models import linear, minibatch
 from ssptk.core.options import RunOptions
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("module_warm_clusters")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def warm_clusters():
-    """The module's warm clusters end with it, leaving no serving task."""
-    from conftest import warm_processes
-
-    yield
-    ssptk.shutdown()
-    assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
 
 
 def _falls(df, k: int = 20, to: float = 0.2) -> bool:
