@@ -24,7 +24,7 @@ from ssptk.core.errors import UsageError
 from ssptk.experiment.sweep import label_knob, local_steps_values, sweep_labels
 from ssptk.notebook import slider_predictions as predictions
 from ssptk.notebook import widgets
-from ssptk.render.figures import run_figure
+from ssptk.render.figures import comparison_figure, run_figure
 from ssptk.render.overlay import BOUND_GID
 from ssptk.render.tables import table_html, takeaway_line, terminal_table
 from ssptk.render.text import LOCAL_STALENESS, format_summary
@@ -147,6 +147,10 @@ def test_tables_and_summary_say_what_local_staleness_counts(tmp_path: Path) -> N
     text = format_summary(summary)
     assert "mode local:4 (local SGD)" in text and f"max 3   ({LOCAL_STALENESS})" in text
     assert LOCAL_STALENESS not in format_summary(runs["sync"].summary)
+    # the overview's cost panel: its staleness axis says what a local run's point counts
+    loaded = {label: load_run(r.run_dir) for label, r in runs.items()}
+    assert comparison_figure(loaded).axes[5].get_ylabel() == "mean staleness (updates;\nlocal:H: local steps)"
+    assert comparison_figure({"sync": loaded["sync"]}).axes[5].get_ylabel() == "mean staleness (updates)"
 
 
 def test_run_panels_and_tensorboard_say_what_local_staleness_counts(tmp_path: Path) -> None:

@@ -181,6 +181,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
     skew_max, skew_bound_max = 0, 0  # the largest skew, and the largest SSP bound S+1
+    local = False  # a local:H run's staleness counts local steps, not updates: the axis says so
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
@@ -193,6 +194,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         shown = f"{label} (DIVERGED)" if diverged == len(drawn) else (
             f"{label} ({diverged} of {len(drawn)} DIVERGED)" if diverged else str(label))
         config = _config_of(values[0])
+        local = local or an.run_options(config).get("mode") == "local"
         staleness = an.staleness_bound(config)
         if staleness is not None:
             skew_bound_max = max(skew_bound_max, skew_bound(staleness))
@@ -209,7 +211,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_cost.set(title="what each run paid:\nwaiting and staleness", xlabel="worker time spent waiting (%)",
-                ylabel="mean staleness (updates)")
+                ylabel="mean staleness (updates;\nlocal:H: local steps)" if local else "mean staleness (updates)")
     ax_cost.margins(0.15)  # no point on the frame
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches (smoothed)", xlabel="minibatches processed",
