@@ -42,6 +42,15 @@ RUN_TIMEOUT = 900.0  # s for all cells; the quickstart trains 4 small runs (~1-3
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
+def browser_available() -> bool:
+    """Whether this host can run the browser tests (Chromium and playwright are there)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return os.access(CHROMIUM, os.X_OK)
+
+
 def _require_browser():
     """Return playwright's ``sync_playwright``; skip (or fail under CI) when the browser stack is missing."""
     missing = []
