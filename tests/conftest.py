@@ -100,3 +100,18 @@ def warm_pool():
     while warm_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not warm_processes(), "warm cluster tasks left after ssptk.shutdown()"
+
+
+#: The files that take longest (measured), first. With ``--dist loadfile`` a file runs whole on one worker, in
+#: collection order as workers come free: a long file reached last keeps the other worker idle until it ends (CI:
+#: the notebooks came last and ran ~8 minutes alone; pyproject.toml turns off xdist's own order, by test count).
+#: The rest keep their order.
+LONG_FIRST = ("test_notebooks.py", "test_runs_cli.py", "test_restart.py", "test_cluster_env.py", "test_network_runs.py",
+              "test_reliability.py", "test_local_front.py", "test_long_runs.py", "test_modes.py", "test_browser.py",
+              "test_convergence.py", "test_isolation.py", "test_predict.py", "test_shared_layout.py", "test_widgets.py",
+              "test_repeat.py", "test_warm.py", "test_watchdog.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
