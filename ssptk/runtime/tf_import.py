@@ -21,7 +21,9 @@ from types import ModuleType
 __all__ = ["skip_eager_keras"]
 
 EAGER_KERAS = "keras.src.optimizers"
-SKIPPED = (EAGER_KERAS, "keras")  # "keras" first: importing the former starts with the package itself
+#: the package (importing the submodule starts with it, and loads everything), and the submodule itself for a process
+#: that had already imported ``keras``
+SKIPPED = ("keras", EAGER_KERAS)
 
 
 class _SkipEagerKeras(importlib.abc.MetaPathFinder):
@@ -31,7 +33,7 @@ class _SkipEagerKeras(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if fullname in SKIPPED and _imported_by_tensorflow_init():
-            raise ImportError(f"ssptk: {EAGER_KERAS} is not loaded with tensorflow in a task")
+            raise ImportError(f"ssptk: {fullname} is not loaded with tensorflow in a task")
         return None
 
 
