@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -319,13 +320,27 @@ def bench_cold_start(ctx: Context) -> list[Row]:
     probe = Probe()
     runs: list[dict[str, Any]] = []
     eager: list[dict[str, Any]] = []  # the same run with TensorFlow's own eager import of Keras 3
+    separate: list[dict[str, Any]] = []  # the same run without the fork server: every task imports TensorFlow
+    cpu: dict[str, list[float]] = {"ssptk": [], "separate": []}  # CPU seconds of the run's processes
     imports: dict[str, list[float | None]] = {"3 together": [], "3 in a row": [], "4 together": []}
     for r in range(ctx.repeat):
         print(f"  round {r + 1}/{ctx.repeat}", flush=True)
-        steps = ["ssptk", "eager", "imports"] if r % 2 == 0 else ["imports", "eager", "ssptk"]
-        for what in steps:
+        steps = ["ssptk", "separate", "eager", "imports"]
+        for what in steps if r % 2 == 0 else steps[::-1]:
             if what == "ssptk":
+                before = _children_cpu()
                 runs.append(ctx.run("cold", observer=probe, inspect=probe.inspect, **common))
+                cpu["ssptk"].append(_children_cpu() - before)
+                continue
+            if what == "separate":
+                os.environ["SSPTK_FORK_SERVER"] = "0"
+                try:
+                    before = _children_cpu()
+                    separate.append(ctx.run("cold, no fork server", observer=probe, inspect=probe.inspect,
+                                            **common))
+                    cpu["separate"].append(_children_cpu() - before)
+                finally:
+                    del os.environ["SSPTK_FORK_SERVER"]
                 continue
             if what == "eager":
                 os.environ["SSPTK_EAGER_KERAS"] = "1"
@@ -354,6 +369,12 @@ def bench_cold_start(ctx: Context) -> list[Row]:
     ctx.note("The same run with `SSPTK_EAGER_KERAS=1` (the tasks' `import tensorflow` loads Keras 3 as "
              "TensorFlow does by default; ssptk skips it, `ssptk/runtime/tf_import.py`), first_step_s: "
              + _vals(eager, "first_step_s", ".2f"))
+    ctx.note("The same run with `SSPTK_FORK_SERVER=0` (each task a process of its own that imports TensorFlow; "
+             "by default a CPU cluster's tasks are forked from one process that imported it once, "
+             "`ssptk/launch/forking.py`), first_step_s: " + _vals(separate, "first_step_s", ".2f"))
+    ctx.note("CPU seconds of the run's processes (all tasks, the fork server, the run to its end), with the fork "
+             "server: " + ", ".join(f"{v:.1f}" for v in cpu["ssptk"]) + "; without: "
+             + ", ".join(f"{v:.1f}" for v in cpu["separate"]))
     for k, vs in imports.items():
         ctx.note(f"bare imports, {k}, seconds: " + ", ".join(fmt_value(v, ".2f") for v in vs))
     parts = [("to_spawn_s", "run() call to spawning the tasks (options, run dir)"),
@@ -370,6 +391,12 @@ def bench_cold_start(ctx: Context) -> list[Row]:
         Row(f"{n}: ssptk to first step / 4 bare TF imports together (medians)", ratio(median(first), conc4)),
         Row(f"{n}: ssptk to first step / 3 bare TF imports in a row (medians)", ratio(median(first), seq3)),
         Row(f"{n}: ssptk run() to first step, median (s)", median(first), fmt=".2f"),
+        Row(f"{n}: ssptk to first step, fork server / each task its own import (medians)",
+            ratio(median(first), median(rates(separate, "first_step_s")))),
+        Row(f"{n}: CPU seconds of a run's processes, fork server / each task its own import (medians)",
+            ratio(median(cpu["ssptk"]), median(cpu["separate"])), at_most(0.6)),
+        Row(f"{n}: ssptk run() to first step without the fork server, median (s)",
+            median(rates(separate, "first_step_s")), fmt=".2f"),
         Row(f"{n}: ssptk to first step, Keras 3 skipped / loaded as TensorFlow does (medians)",
             ratio(median(first), median(rates(eager, "first_step_s")))),
         Row(f"{n}: ssptk run() to first step with SSPTK_EAGER_KERAS=1, median (s)",
@@ -379,6 +406,12 @@ def bench_cold_start(ctx: Context) -> list[Row]:
         Row(f"{n}: 3 bare TF imports in a row, median (s)", seq3, fmt=".2f"),
     ] + [Row(f"{n}: {key.removesuffix('_s').replace('_', ' ')}, median (s)", median(rates(runs, key)), fmt=".2f")
          for key, _ in parts]
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's ended children (and theirs, once reaped)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def bench_scale_workers(ctx: Context) -> list[Row]:

@@ -67,12 +67,14 @@ def ssptk_cmd() -> list[str]:
 
 
 def warm_processes() -> list[psutil.Process]:
-    """Serving (warm) ``ssptk.worker`` tasks started by this test process."""
+    """Serving (warm) ``ssptk.worker`` tasks started by this test process (itself, or its clusters' fork servers)."""
     me = os.getpid()
+    forks = {p.pid for p in psutil.process_iter(["cmdline", "ppid"])
+             if p.info["ppid"] == me and "--fork-server" in (p.info["cmdline"] or [])}
     found = []
     for p in psutil.process_iter(["cmdline", "status", "ppid"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "ssptk.worker" in cmd and "--serve" in cmd and p.info["ppid"] == me \
+        if "ssptk.worker" in cmd and "--serve" in cmd and p.info["ppid"] in {me, *forks} \
                 and p.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(p)
     return found

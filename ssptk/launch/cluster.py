@@ -23,9 +23,10 @@ from typing import Any
 
 from ssptk.core.errors import TaskFailure, UsageError, raise_if_stopped
 from ssptk.core.network import LINKS_ENV, Network, task_order
-from ssptk.launch import netns, tracking
+from ssptk.launch import forking, netns, tracking
+from ssptk.launch.forking import ForkServer
 from ssptk.launch.links import Links
-from ssptk.launch.process import TaskProcess, preexec
+from ssptk.launch.process import TaskProcess, preexec, start_helper
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import disk_full
@@ -91,6 +92,7 @@ class LocalCluster:
         self.namespace: netns.Namespace | None = None
         self.task_tmp: str | None = None  # while the tasks run: their TMPDIR (tmp/) and status files (status/)
         self.next_snapshot = 0.0  # when the /proc way of tracking next notes what the tasks started
+        self.forks: ForkServer | None = None  # while the tasks run: what forks them (ssptk.launch.forking)
         self.status_dir = ""
         if _is_loopback(host):
             self.namespace, self.isolation = netns.isolate(preexec())
@@ -115,6 +117,7 @@ class LocalCluster:
         ``serve``: start a warm cluster instead, whose workers wait for runs given by :meth:`submit`.
         """
         base_env = self._prepare(serve)
+        self.forks = self._fork_server(base_env)
         for name in self.task_names:
             env = dict(base_env, CUDA_VISIBLE_DEVICES=self.gpu_assignment.get(name, ""))
             self._launch(name, env, ["--task", name, "--run-id", run_id, *(["--serve"] if serve else worker_args)])
@@ -144,12 +147,24 @@ class LocalCluster:
         base_env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, base_env.get("PYTHONPATH", "")) if p)
         return base_env
 
+    def _fork_server(self, base_env: dict[str, str]) -> ForkServer | None:
+        """The server that forks this cluster's tasks after one TensorFlow import (:mod:`ssptk.launch.forking`):
+        for a CPU cluster of several processes, unless ``SSPTK_FORK_SERVER=0``."""
+        if not forking.enabled() or len(self.task_names) < 2 or \
+                any(self.gpu_assignment.get(n) for n in self.task_names) or self.task_tmp is None:
+            return None
+        server = ForkServer(sys.executable, dict(base_env, CUDA_VISIBLE_DEVICES=""))
+        log = os.path.join(self.task_tmp, "fork-server.log")
+        server.start(lambda argv, fds: start_helper(argv, server.env, log, self.namespace, fds))
+        return server
+
     def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:
         """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``;
         ``hosts``: the tasks it holds, if not just ``name``. A serving worker reads its runs from stdin."""
         argv = [sys.executable, "-m", "ssptk.worker", "--cluster", json.dumps(self.spec), *args]
         task = TaskProcess(name, argv, env, RunDir(self.run_dir).task_log(name), self.status_dir, hosts,
-                           stdin_pipe=self.serving and not name.startswith("ps:"), namespace=self.namespace)
+                           stdin_pipe=self.serving and not name.startswith("ps:"), namespace=self.namespace,
+                           forks=self.forks)
         task.start()
         self.tasks.append(task)
 
@@ -314,6 +329,9 @@ class LocalCluster:
             t.wait(deadline - time.monotonic())
         for t in self.tasks:
             t.kill()  # and what it started (its tracker)
+        if self.forks is not None:
+            self.forks.close()
+            self.forks = None
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()
             self.namespace = None

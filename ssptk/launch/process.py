@@ -17,15 +17,16 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch import netns, tracking
+from ssptk.launch.forking import ForkedProcess, ForkServer
 from ssptk.rundir.task_status import FAILED, TaskStatus, read_status, status_path
 
-__all__ = ["KILL_WAIT_S", "TaskProcess", "preexec"]
+__all__ = ["KILL_WAIT_S", "TaskProcess", "preexec", "start_helper"]
 
 KILL_WAIT_S = 10.0  # the most kill() waits for a task after SIGKILL
 
@@ -57,6 +58,16 @@ def _both(*fns: Callable[[], None] | None) -> Callable[[], None] | None:
     return run
 
 
+def start_helper(argv: list[str], env: dict[str, str], log_path: str, namespace: netns.Namespace | None,
+                 pass_fds: Sequence[int] = ()) -> subprocess.Popen[bytes]:
+    """A process of the cluster that is not a task (its fork server), started as a task is: in the cluster's
+    namespace and a session of its own, dying with its parent, its output appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(namespace.wrap(argv) if namespace else argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=preexec(),
+                                pass_fds=(*pass_fds, *(namespace.fds if namespace else ())))
+
+
 @dataclass
 class TaskProcess:
     """One process of a cluster, holding task ``name`` (or, in the shared layout, every task in ``hosts``).
@@ -74,13 +85,15 @@ class TaskProcess:
     hosts: tuple[str, ...] = ()
     stdin_pipe: bool = False
     namespace: netns.Namespace | None = field(default=None, repr=False)
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | ForkedProcess | None = None
     log: IO[bytes] | None = field(default=None, repr=False)
     #: times this task was started again (see :meth:`restart`)
     restarts: int = 0
     #: what the task's process started, followed while it lives and killed when it ends (:meth:`track`)
     tracker: tracking.Tracker | None = field(default=None, repr=False)
     collected: bool = field(default=False, repr=False)
+    #: the cluster's fork server, which starts this task without a TensorFlow import of its own where it can
+    forks: ForkServer | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.hosts = self.hosts or (self.name,)
@@ -98,11 +111,16 @@ class TaskProcess:
         ns = self.namespace
         if self.tracker is None:
             self.tracker = tracking.tracker(self.name)
-        self.proc = subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
-                                     env={**self.env, tracking.TAG_ENV: self.tracker.tag}, start_new_session=True,
-                                     preexec_fn=_both(self.tracker.join_in_child(), preexec()),
-                                     pass_fds=ns.fds if ns else ())
+        env = {**self.env, tracking.TAG_ENV: self.tracker.tag}
+        forked = None
+        if self.forks is not None and self.log is not None:  # no TensorFlow import of its own
+            forked = self.forks.fork(argv, env, self.log, self.stdin_pipe, self.tracker.procs_file())
+        self.proc = forked or subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=self.log,
+                                               stderr=subprocess.STDOUT,
+                                               stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
+                                               env=env, start_new_session=True,
+                                               preexec_fn=_both(self.tracker.join_in_child(), preexec()),
+                                               pass_fds=ns.fds if ns else ())
         # the child joined its cgroup before exec; from outside too, where that failed (then: the /proc way)
         self.tracker = self.tracker.add(self.proc.pid)
         self.collected = False

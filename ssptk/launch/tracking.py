@@ -106,6 +106,10 @@ class Tracker:
         what it forks at once escapes; :meth:`add` moves it again from outside, in case that failed."""
         return None
 
+    def procs_file(self) -> str | None:
+        """The file a process writes ``0`` to, to join the tracking by itself (a forked task; ``None``: none)."""
+        return None
+
     def watch(self, pid: int, table: ProcTable) -> None:
         """The task ``pid`` lives: note what it started."""
 
@@ -134,6 +138,9 @@ class CgroupTracker(Tracker):
             self.close()
             return _refused(self.tag, f"cannot move a task into a cgroup: {e.strerror or e}")
         return self
+
+    def procs_file(self) -> str | None:
+        return os.path.join(self.path, "cgroup.procs")
 
     def join_in_child(self) -> Callable[[], None] | None:
         procs = os.path.join(self.path, "cgroup.procs")

@@ -1,0 +1,188 @@
+"""Starting a cluster's tasks from one fork server, so that TensorFlow is imported once per cluster, not per task.
+
+:class:`ForkServer` starts ``python -m ssptk.worker --fork-server FD`` (:mod:`ssptk.runtime.fork_server`) the way
+a task is started (its own session, the cluster's namespace, the tasks' shared environment, a death signal) and
+asks it for each task; :class:`ForkedProcess` is what :class:`~ssptk.launch.process.TaskProcess` then holds in
+place of a :class:`subprocess.Popen`: the same ``pid``, ``stdin``, ``poll()``, ``wait()`` and ``returncode``.
+
+Where the server cannot be used, a task is started as before, by ``subprocess`` (the caller's fallback): the
+server did not start or died, ``SSPTK_FORK_SERVER=0`` asks for it, or the tasks do not share one environment
+(GPUs: each task's ``CUDA_VISIBLE_DEVICES`` must be read by a TensorFlow that has not started yet, and CUDA is not
+fork-safe; only CPU clusters fork).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
+
+__all__ = ["ENV", "ForkServer", "ForkedProcess", "enabled"]
+
+ENV = "SSPTK_FORK_SERVER"
+#: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
+START_TIMEOUT_S = 120.0
+
+
+def enabled() -> bool:
+    """Whether clusters start their tasks from a fork server (``SSPTK_FORK_SERVER=0``: one process each)."""
+    return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no")
+
+
+class ForkedProcess:
+    """A task forked by the fork server: the part of :class:`subprocess.Popen`'s interface tasks use."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str], stdin: IO[bytes] | None) -> None:
+        self.server = server
+        self.pid = pid
+        self.args = args
+        self.stdin = stdin
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            self.server.wait_exit(left)
+        return self.returncode  # type: ignore[return-value]
+
+
+class ForkServer:
+    """One cluster's fork server. ``start(spawn)`` runs it through ``spawn(argv, pass_fds)`` (which starts a process
+    as the cluster starts a task: namespace, session, death signal); :meth:`fork` starts a task from it or returns
+    ``None`` when it cannot (the caller then starts the task itself); :meth:`close` ends it."""
+
+    def __init__(self, python: str, env: dict[str, str]) -> None:
+        self.python = python
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self.broken = False
+        self._lock = threading.Lock()  # one request and its reply at a time
+        self._exits: dict[int, int] = {}
+        self._replies: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self._reader: threading.Thread | None = None
+
+    def start(self, spawn: Callable[[list[str], Sequence[int]], subprocess.Popen[bytes]]) -> None:
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except (OSError, AttributeError):  # not Linux: each task starts by itself
+            self.broken = True
+            return
+        try:
+            self.proc = spawn([self.python, "-m", "ssptk.worker", FORK_SERVER_FLAG, str(theirs.fileno())],
+                              (theirs.fileno(),))
+        except OSError:
+            ours.close()
+            self.broken = True
+            return
+        finally:
+            theirs.close()
+        self.sock = ours
+        self._reader = threading.Thread(target=self._read, name="ssptk-fork-server", daemon=True)
+        self._reader.start()
+
+    def fork(self, argv: list[str], env: dict[str, str], log: IO[bytes], stdin_pipe: bool,
+             cgroup: str | None) -> ForkedProcess | None:
+        """Task ``argv`` (``python -m ssptk.worker ...``) forked with ``env``, output to ``log``; ``None`` where the
+        server cannot (the caller starts it by itself)."""
+        if self.broken or self.sock is None:
+            return None
+        read_end = write_end = -1
+        if stdin_pipe:
+            read_end, write_end = os.pipe()
+        fds = [log.fileno()] + ([read_end] if stdin_pipe else [])
+        message = json.dumps({"argv": argv, "env": env, "cgroup": cgroup, "stdin": stdin_pipe}).encode()
+        try:
+            with self._lock:
+                if len(message) > MAX_MESSAGE:
+                    raise OSError("request too large")
+                socket.send_fds(self.sock, [message], fds)
+                reply = self._next_reply(START_TIMEOUT_S)
+        except OSError:
+            reply = None
+        finally:
+            if read_end >= 0:
+                os.close(read_end)
+        if reply is None or "pid" not in reply:
+            if write_end >= 0:
+                os.close(write_end)
+            self.broken = True  # the next tasks start by themselves too: one way per cluster
+            return None
+        stdin = os.fdopen(write_end, "wb") if stdin_pipe else None
+        return ForkedProcess(self, int(reply["pid"]), argv, stdin)
+
+    def _next_reply(self, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self._replies:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._reader is not None and not self._reader.is_alive()):
+                    return None
+                self._changed.wait(min(left, 0.5))
+            return self._replies.pop(0)
+
+    def _read(self) -> None:
+        assert self.sock is not None
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE)
+            except OSError:
+                data = b""
+            with self._changed:
+                if not data:  # the server ended: its children got SIGTERM from their death signal
+                    self.broken = True
+                    self._changed.notify_all()
+                    return
+                message = json.loads(data)
+                if "exit" in message:
+                    self._exits[int(message["exit"])] = int(message["code"])
+                else:
+                    self._replies.append(message)
+                self._changed.notify_all()
+
+    def exit_code(self, pid: int) -> int | None:
+        """Task ``pid``'s exit code, once it has ended (``None`` while it runs)."""
+        with self._changed:
+            if pid in self._exits:
+                return self._exits[pid]
+            if self.broken and not os.path.exists(f"/proc/{pid}"):
+                return -9  # the server went first: nobody can tell how its child ended any more
+            return None
+
+    def wait_exit(self, timeout: float | None) -> None:
+        """Wait until some task ends (or ``timeout`` seconds, at most 0.5 s, have passed)."""
+        with self._changed:
+            self._changed.wait(0.5 if timeout is None else min(timeout, 0.5))
+
+    def close(self, grace: float = 5.0) -> None:
+        """End the server (it SIGKILLs any task still running) and wait for it. Idempotent."""
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.close()
+            self.sock = None
+        self.broken = True
+        if self.proc is not None:
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.proc.pid, 9)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(grace)

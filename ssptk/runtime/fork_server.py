@@ -1,0 +1,193 @@
+"""A cluster's fork server: imports TensorFlow once, then forks each task of the cluster from that process.
+
+``import tensorflow`` is most of a task's start-up (3.2-4.2 s of CPU on a 2-core machine, docs/tf-notes.md), and
+every task of a cluster paid it. The launcher (:mod:`ssptk.launch.forking`) starts one ``python -m ssptk.worker
+--fork-server FD`` per cluster, inside the cluster's network namespace, with the environment its tasks share.
+It imports TensorFlow (no session, no server, no device: nothing that would not survive a fork) and then serves
+requests on the socket ``FD``; each request forks a child that becomes one task, exactly as if it had been started
+as ``python -m ssptk.worker ARGS`` in its own session: its environment, its log as stdout and stderr, its stdin,
+its cgroup, a death signal when the server ends, and its command line in ``/proc`` (``ps`` shows the task).
+
+Protocol (``SOCK_SEQPACKET``, one JSON object per message):
+
+- launcher -> server: ``{"argv": [...], "env": {...}, "cgroup": PATH|null, "stdin": bool}`` with the log's file
+  descriptor (and the read end of the task's stdin pipe) attached (``SCM_RIGHTS``);
+- server -> launcher: ``{"pid": N}`` (or ``{"error": TEXT}``) for each request, in order, and ``{"exit": N,
+  "code": C}`` when child N ends (``C`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
+
+The server ends when the launcher closes the socket, SIGKILLing the process groups of the children still
+running (the launcher has stopped them already, normally).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+from typing import Any
+
+__all__ = ["FORK_SERVER_FLAG", "MAX_MESSAGE", "serve"]
+
+FORK_SERVER_FLAG = "--fork-server"
+MAX_MESSAGE = 1 << 20
+_PR_SET_PDEATHSIG = 1
+_MODULE_ARGV = ("-m", "ssptk.worker")
+
+
+def serve(fd: int) -> list[str] | None:
+    """Serve fork requests on socket ``fd``. Returns, in each forked child, the task's arguments (what follows
+    ``python -m ssptk.worker``); in the server itself, ``None`` once the launcher has closed the socket."""
+    import setproctitle
+
+    from ssptk.runtime.tf_import import skip_eager_keras
+
+    setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
+    skip_eager_keras()
+    import tensorflow  # noqa: F401  (the point of this process: every task forked from here has it)
+
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD writes to the wakeup fd
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    children: set[int] = set()
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, _ in sel.select():
+                if key.fileobj is sock:
+                    request = _receive(sock)
+                    if request is None:  # the launcher is done with this cluster
+                        return None
+                    message, fds = request
+                    reply = _fork(message, fds)
+                    if reply is None:  # in the child: become the task
+                        signal.set_wakeup_fd(-1)
+                        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                        sel.close()
+                        sock.close()
+                        for f in (wake_r, wake_w):
+                            os.close(f)
+                        _become_task(message, fds)
+                        return list(message["argv"][3:])
+                    _reply(sock, reply)
+                    if "pid" in reply:
+                        children.add(reply["pid"])
+                else:
+                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                        os.read(wake_r, 512)
+            _reap(sock, children)
+    finally:
+        if _in_server():
+            for pid in children:  # normally stopped by the launcher already
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+
+
+_server_pid = os.getpid()
+
+
+def _in_server() -> bool:
+    return os.getpid() == _server_pid
+
+
+def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 4)
+    except (ConnectionError, OSError):
+        return None
+    if not data:
+        return None
+    return json.loads(data), fds
+
+
+def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        sock.send(json.dumps(message).encode())
+
+
+def _reap(sock: socket.socket, children: set[int]) -> None:
+    """Collect every child that ended and tell the launcher how."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        _reply(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _fork(message: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
+    """Fork the task ``message`` asks for: in the server, the reply to send (``{"pid": N}`` or ``{"error": ...}``);
+    in the child, ``None``."""
+    argv = message.get("argv") or []
+    if tuple(argv[1:3]) != _MODULE_ARGV or not fds:
+        _close(fds)
+        return {"error": f"not a task command: {argv[:3]}"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        _close(fds)
+        return {"error": f"fork failed: {e}"}
+    if pid:
+        _close(fds)
+        return {"pid": pid}
+    return None
+
+
+def _close(fds: list[int]) -> None:
+    for f in fds:
+        with contextlib.suppress(OSError):
+            os.close(f)
+
+
+def _become_task(message: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: everything the task would have had if started by ``subprocess`` in a session of its
+    own, and its command line. Any failure ends the child (it must never return into the server's loop)."""
+    try:
+        _setup_task(message, fds)
+    except BaseException as e:  # noqa: BLE001
+        with contextlib.suppress(Exception):
+            os.write(2, f"ssptk fork server: the task could not start: {e}\n".encode())
+        os._exit(70)
+
+
+def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
+    os.setsid()
+    cgroup = message.get("cgroup")
+    if cgroup:  # as the launcher's join_in_child: the child joins before it starts anything
+        with contextlib.suppress(OSError):
+            f = os.open(cgroup, os.O_WRONLY)
+            try:
+                os.write(f, b"0")
+            finally:
+                os.close(f)
+    with contextlib.suppress(OSError):  # SIGTERM, not SIGKILL: the task then kills what it started
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != _server_pid:  # the server ended before the death signal was set
+        os._exit(3)
+    log = fds[0]
+    stdin = fds[1] if message.get("stdin") and len(fds) > 1 else os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    for f in {log, stdin, *fds[1:]}:
+        if f > 2:
+            with contextlib.suppress(OSError):
+                os.close(f)
+    os.environ.clear()
+    os.environ.update(message.get("env") or {})
+    sys.argv = [sys.argv[0], *message["argv"][3:]]  # as ``-m ssptk.worker`` had set them
+    import setproctitle
+
+    setproctitle.setproctitle(" ".join(message["argv"]))  # ps, /proc and psutil show the task, not the server
