@@ -80,16 +80,15 @@ def _variable_bytes() -> list[float]:
 
 
 def _sim_rate(mode: str, workers: int, rate: str, ps: int, overhead_ms: float | None, seed: int,
-              cores: int | None) -> float:
-    """Predicted steps/s: the free run's per-step ``overhead_ms`` as is (``cores`` None: the model before the
-    shared CPU) or as CPU work shared by ``cores`` cores (:func:`ssptk.sim.links.cpu_seconds`)."""
+              cores: int) -> float:
+    """Predicted steps/s from the free run's per-step ``overhead_ms``: ``cores`` 0, each worker its own CPU (the
+    model before the shared CPU); else the workers sharing ``cores`` cores (``--cores``: the overhead's CPU work,
+    :func:`ssptk.sim.links.cpu_seconds`, is taken by the simulator)."""
     from ssptk import simulate
-    from ssptk.sim.links import cpu_seconds
 
     if not overhead_ms:
         return float("nan")
-    overhead = overhead_ms / 1000.0 if cores is None else cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
-    return float(simulate(mode, workers, STEPS, overhead=overhead, network=f"ps={rate}", ps=ps,
+    return float(simulate(mode, workers, STEPS, overhead=overhead_ms / 1000.0, network=f"ps={rate}", ps=ps,
                           model_bytes=_variable_bytes(), seed=seed, cores=cores).steps_per_s)
 
 
@@ -128,14 +127,17 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
     kept = {f"{k} s{seed}": s["kept"] for (k, seed), s in runs.items() if s.get("status") == "ok" and s.get("kept")}
     table = compare_table({label: load_run(d) for label, d in kept.items()}).set_index("label")
     target = table.attrs["target"]
-    cores = os.cpu_count() or 2
+    from ssptk.sim.links import machine_cores
+
+    cores = machine_cores()
     ctx.note(f"Real: `--model {MODEL} --workers {WORKERS} --steps {steps} --eval-every {EVAL_EVERY} --layout {layout} "
              f"--network ps=RATE --ps K` (the PS tasks' links shaped; the workers' free), seeds {seeds}; held-out "
              f"target {target:.4f} ({table.attrs.get('target_on')}: 1.25 x the best final held-out loss of all "
              f"{len(kept)} runs). Each cell: median over seeds (min-max). Predicted at 4 workers: the simulator "
              f"with the per-step overhead calibrated on the {rates_[0]} run of the same mode, shards and seed, "
              f"*before* (the overhead a step's fixed time) and *after* (that time CPU work shared by {cores} cores, "
-             f"`simulate(cores={cores})`); *pred/meas*: predicted over measured steps/s; *link cost*: the "
+             f"`simulate(cores={cores})`, before: `cores=0`); *pred/meas*: predicted over measured steps/s; "
+             "*link cost*: the "
              f"predicted slowdown from {rates_[0]} over the measured one (what the link model alone gets right, "
              "free of the calibration's bias).")
     ctx.note("")
@@ -154,7 +156,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
             o = free.get("overhead_ms")
             if rate == rates_[0] and o:
                 cal.setdefault((mode, ps), []).append(float(o))
-            for tag, c in (("0", None), ("1", cores)):
+            for tag, c in (("0", 0), ("1", cores)):
                 p, p_free = (_sim_rate(mode, WORKERS, x, ps, o, seed, c) for x in (rate, rates_[0]))
                 acc["abs" + tag].append(p / _num(r["steps_per_s"]))
                 acc["rel" + tag].append((p_free / p) / (_num(free.get("steps_per_s")) / _num(r["steps_per_s"])))
@@ -190,7 +192,8 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
     work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
     ctx.note("")
     ctx.note(f"**Predicted at {BIG_WORKERS} workers** (`ssptk.simulate(mode, {BIG_WORKERS}, {BIG_STEPS}, "
-             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=...)`, median of seeds 0 and 1): each "
+             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=..., cores=0)`, median of seeds 0 and 1): "
+             "each "
              f"worker on a machine of its own, its step's overhead the CPU work of the 4-worker {rates_[0]} runs' "
              f"steps on {cores} cores ({overhead_ms:.1f} ms a step with 4 workers, median over all of them: "
              f"{1000 * work:.1f} ms of CPU). *vs --ps 1*: steps/s over the same rate and mode with one PS; *vs sync*: "
@@ -206,7 +209,7 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
         for ps in _shards():
             for mode in MODES:
                 sims = [simulate(mode, BIG_WORKERS, BIG_STEPS, overhead=work, network=f"ps={rate}", ps=ps,
-                                 model_bytes=_variable_bytes(), seed=seed) for seed in (0, 1)]
+                                 model_bytes=_variable_bytes(), seed=seed, cores=0) for seed in (0, 1)]
                 speed = float(median([x.steps_per_s for x in sims]))  # type: ignore[arg-type]
                 wait = float(median([x.wait_fraction for x in sims]))  # type: ignore[arg-type]
                 got[(rate, mode, ps)] = speed

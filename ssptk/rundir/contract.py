@@ -184,7 +184,8 @@ _CONFIG: dict[str, Callable[[Any], bool]] = {
     "gpu_assignment": _dict_of(_opt(_is_str)), "versions": _dict_of(_opt(_is_str)),
     "budget": _dict_of(_opt(_is_int)), "created": _opt(_finite), "launched": _opt(_finite),
     "tasks": lambda v: isinstance(v, dict) and _kept(v, {"warm": _is_bool, "reused": _is_bool, "runs_served": _is_int,
-                                                          "layout": _is_str, "isolation": _is_str})[1] == [],
+                                                          "layout": _is_str, "isolation": _is_str,
+                                                          "cores": lambda c: _finite(c) and c > 0})[1] == [],
     "started_by": _is_str,
     "predicted": lambda v: isinstance(v, dict) and _opt(lambda x: _finite(x) and x >= 0)(v.get("overhead_s")),
 }
