@@ -110,6 +110,28 @@ def test_a_predictions_summary_says_whose_cores() -> None:
     assert "overhead, the workers sharing 2 cores (--cores): measured / ideal 0.90" in ideal
 
 
+def test_a_comparison_of_predictions_says_whose_cores() -> None:
+    import pandas as pd
+
+    from ssptk.analysis import compare_table
+    from ssptk.render.tables import terminal_text
+
+    steps = sim_simulate("async", 2, 10, overhead=0.01).steps
+    events = pd.DataFrame(columns=["event", "t", "worker"])
+
+    def run(predicted: dict) -> tuple:
+        config = {"options": {"mode": "async", "workers": 2, "steps": 10}, "predicted": predicted}
+        return steps, events, config, {"status": "ok", "predicted": predicted}
+
+    shared = compare_table({"a": run({"overhead_s": 0.01, "cores": 2.0}), "b": run({"overhead_s": 0.01, "cores": 2.0})})
+    assert shared.attrs["predicted_cores"] == [2.0]
+    assert "overhead_ms); the workers sharing 2 cores (--cores)." in " ".join(terminal_text(shared).split())
+    plain = compare_table({"a": run({"overhead_s": 0.01})})  # no shaped network: the cores changed nothing
+    assert plain.attrs["predicted_cores"] == [] and "--cores" not in terminal_text(plain)
+    own = compare_table({"a": run({"overhead_s": 0.01, "cores": None})})
+    assert "each worker on a machine of its own (--cores)" in " ".join(terminal_text(own).split())
+
+
 # --- a real run and its prediction ------------------------------------------------------------------------------
 
 @pytest.mark.slow
