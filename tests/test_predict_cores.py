@@ -110,6 +110,22 @@ def test_a_predictions_summary_says_whose_cores() -> None:
     assert "overhead, the workers sharing 2 cores (--cores): measured / ideal 0.90" in ideal
 
 
+def test_a_planned_prediction_shares_this_machines_cores_unless_told(tmp_path: Path) -> None:
+    from ssptk.experiment.predicted_runs import plan
+
+    common = dict(model="digits", mode="async", workers=4, steps=5)
+    shaped = plan(0.01, run_dir=str(tmp_path / "a"), network=BOUND, **common)
+    assert shaped.cores == float(machine_cores()) and shaped.shown_cores == {"cores": float(machine_cores())}
+    own = plan(0.01, run_dir=str(tmp_path / "b"), network=BOUND, cores=0, **common)
+    assert own.cores is None and own.shown_cores == {"cores": None}
+    three = plan(0.01, run_dir=str(tmp_path / "c"), network=BOUND, cores=3, **common)
+    assert three.cores == 3.0
+    free = plan(0.01, run_dir=str(tmp_path / "d"), **common)  # no shaped network: config.json says nothing of them
+    assert free.shown_cores == {}
+    with pytest.raises(UsageError, match="^--cores must be a number of cores >= 0"):
+        plan(0.01, run_dir=str(tmp_path / "e"), network=BOUND, cores=-1, **common)
+
+
 def test_a_comparison_of_predictions_says_whose_cores() -> None:
     import pandas as pd
 
