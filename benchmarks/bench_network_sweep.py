@@ -14,7 +14,7 @@ default learning rate diverged there (sync sums 64 gradients, async reads ~64 up
 with the learning rate scaled by 4/64 (:data:`BIG_LR_SCALE`): sync's update (LR x the sum of N gradients) is then
 the 4-worker runs' update, and async's LR x staleness (~N-1 updates) what it was at 4 workers, the product async
 SGD's stability depends on; to the 4-worker runs' held-out target, for the rates of ``SSPTK_BENCH_SWEEP_BIG_RATES``
-(default ``100mbit``: where the link binds; each prediction ~1-2 min here).
+(default: the grid's; each prediction ~25 s here at load 3-7, all in one process).
 
 ``SSPTK_BENCH_KEEP=DIR`` keeps every run directory under ``DIR/sweep``; with ``SSPTK_BENCH_REUSE=1`` a kept run
 that ended ok is read back instead of run again (a grid interrupted half way goes on where it stopped).
@@ -35,9 +35,9 @@ RATES = ("10gbit", "1gbit", "100mbit")
 SHARDS = (1, 2, 4)
 MODES = ("sync", "ssp:2", "async")
 BIG_WORKERS, BIG_STEPS = 64, 30
-#: the 64-worker loss predictions: steps per worker (the target takes ~16x the 4-worker runs' minibatches at 4/64
-#: of the learning rate), the learning rate's scale, the rates (``SSPTK_BENCH_SWEEP_BIG_RATES``)
-BIG_LOSS_STEPS, BIG_LR_SCALE, BIG_LOSS_RATES = 60, WORKERS / BIG_WORKERS, ("100mbit",)
+#: the 64-worker loss predictions: steps per worker (the target takes ~14x the 4-worker runs' minibatches at 4/64
+#: of the learning rate) and the learning rate's scale
+BIG_LOSS_STEPS, BIG_LR_SCALE = 60, WORKERS / BIG_WORKERS
 
 
 def _rates() -> tuple[str, ...]:
@@ -184,7 +184,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
                 rows.append(Row(f"{name}: {what} (4 workers, shared CPU)", median(ok), aim,
                                 fmt=".2f", note=f"seeds {_spread(ok, '.2f')}; before {_spread(before, '.2f')}"))
     rows += _big(ctx, rates_, median([x for v in cal.values() for x in v]), cores)
-    rows += _big_loss(ctx, median([x for v in cal.values() for x in v]), cores, target)
+    rows += _big_loss(ctx, rates_, median([x for v in cal.values() for x in v]), cores, target)
     return rows
 
 
@@ -229,7 +229,8 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
     return rows
 
 
-def _big_loss(ctx: Context, overhead_ms: float | None, cores: int, target: float | None) -> list[Row]:
+def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores: int,
+              target: float | None) -> list[Row]:
     """Minibatches and seconds to the 4-worker runs' held-out ``target`` at :data:`BIG_WORKERS` workers, predicted
     (``predict``, one process) with the learning rate scaled by :data:`BIG_LR_SCALE`, each worker on a machine of
     its own (``cores=0``) with :func:`_big`'s CPU work a step."""
@@ -242,7 +243,7 @@ def _big_loss(ctx: Context, overhead_ms: float | None, cores: int, target: float
     from ssptk.sim.links import cpu_seconds
 
     text = os.environ.get("SSPTK_BENCH_SWEEP_BIG_RATES")
-    rates_ = tuple(text.split(",")) if text else BIG_LOSS_RATES
+    rates_ = tuple(text.split(",")) if text else rates_
     if not overhead_ms or target is None or not rates_:
         return []
     work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
