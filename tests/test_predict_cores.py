@@ -126,6 +126,20 @@ def test_a_planned_prediction_shares_this_machines_cores_unless_told(tmp_path: P
         plan(0.01, run_dir=str(tmp_path / "e"), network=BOUND, cores=-1, **common)
 
 
+def test_recorded_cores_are_held_to_the_contract() -> None:
+    from ssptk.rundir.contract import check_config, check_summary
+
+    base = {"options": {"mode": "async", "workers": 2, "steps": 5}}
+    good, why = check_config({**base, "tasks": {"warm": False, "cores": 2}, "predicted": {"overhead_s": 0.01,
+                                                                                          "cores": None}})
+    assert why == "" and good["tasks"]["cores"] == 2 and good["predicted"]["cores"] is None
+    for bad in ({"tasks": {"cores": -1}}, {"tasks": {"cores": "x"}}, {"predicted": {"overhead_s": 0.01, "cores": "x"}},
+                {"options": {**base["options"], "cores": -2}}):
+        kept, why = check_config({**base, **bad})
+        assert why and recorded_cores(kept) is None and kept.get("options", {}).get("cores") is None
+    assert check_summary({"ideal_cores": 0})[1] and check_summary({"ideal_cores": 2.0}) == ({"ideal_cores": 2.0}, "")
+
+
 def test_a_comparison_of_predictions_says_whose_cores() -> None:
     import pandas as pd
 
