@@ -46,6 +46,7 @@ def _ps_sent(run_dir: str, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _predicted(common: dict[str, Any], mode: str, ps: int, overhead_ms: float | None) -> float | None:
+    """The timing-only prediction, the workers sharing this machine's cores (``--cores``' default)."""
     from ssptk import simulate
 
     if overhead_ms is None:
@@ -92,7 +93,8 @@ def bench_network(ctx: Context) -> list[Row]:
 PREDICTED_MODEL, PREDICTED_NETWORK = "mlp:256", "ps=20mbit"  # 85 k parameters: 0.36 MB per pull, 7 pulls/s
 PREDICTED_MODES, PREDICTED_SHARDS = ("sync", "ssp:2", "async"), (1, 4)
 #: (workers, layout, steps per worker): each a group of real runs with one target; ``SSPTK_BENCH_NETWORK_GROUPS``
-#: (``4:processes:30,8:shared:15``) picks others
+#: (``4:processes:30,8:shared:15``) picks others, ``SSPTK_BENCH_NETWORK_MODES`` (``sync,async``) and
+#: ``SSPTK_BENCH_NETWORK_SHARDS`` (``1,4``) other modes and shard counts
 PREDICTED_GROUPS = ((4, "processes", 30), (4, "shared", 30), (8, "processes", 15))
 
 
@@ -103,6 +105,15 @@ def _groups() -> list[tuple[int, str, int]]:
     if not text:
         return list(PREDICTED_GROUPS)
     return [(int(w), layout, int(k)) for w, layout, k in (g.split(":") for g in text.split(","))]
+
+
+def _labels() -> list[str]:
+    import os
+
+    modes = os.environ.get("SSPTK_BENCH_NETWORK_MODES")
+    shards = os.environ.get("SSPTK_BENCH_NETWORK_SHARDS")
+    return [f"{m} ps={k}" for m in (modes.split(",") if modes else PREDICTED_MODES)
+            for k in ([int(x) for x in shards.split(",")] if shards else PREDICTED_SHARDS)]
 
 
 def _kept(keep: str) -> Any:
@@ -117,17 +128,20 @@ def _kept(keep: str) -> Any:
 
 def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
     """One group: each mode and shard count free (its per-step overhead), shaped (measured) and predicted
-    (the shaped options, the free run's overhead); minibatches to one target: the real shaped runs' own."""
+    (the shaped options, the free run's overhead), the workers sharing this machine's cores (``--cores``'s default,
+    as the real runs did) and, beside it, each on a CPU of its own (``--cores 0``: the model before the shared CPU);
+    minibatches to one target: the real shaped runs' own."""
     import json
     import os
 
     from ssptk.analysis import compare_table
     from ssptk.experiment.predicted_runs import plan, predict
     from ssptk.rundir import load_run
+    from ssptk.sim.links import machine_cores
 
     base = os.path.join(os.environ.get("SSPTK_BENCH_KEEP") or ctx.tmp, f"pred-{workers}-{layout}")
     common: dict[str, Any] = dict(model=PREDICTED_MODEL, workers=workers, steps=steps, layout=layout, seed=0)
-    labels = [f"{m} ps={k}" for m in PREDICTED_MODES for k in PREDICTED_SHARDS]
+    labels = _labels()
     shaped: dict[str, dict[str, Any]] = {}
     free: dict[str, dict[str, Any]] = {}
     for label in labels:
@@ -141,37 +155,45 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
         json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step")}
                    for label in labels}, f)
     plans, planned = [], []
-    for label in labels:
-        overhead = free[label].get("overhead_ms")
-        if overhead and shaped[label].get("kept"):
-            mode, k = label.split(" ps=")
-            plans.append(plan(overhead / 1000.0, run_dir=os.path.join(base, "predicted", label), mode=mode, ps=int(k),
-                              network=PREDICTED_NETWORK, gpus="none", stall_timeout=0,
-                              **{**common, "layout": "processes"}))
-            planned.append(label)
-    predicted = dict(zip(planned, predict(plans, raise_on_failure=False)))
+    for tag, cores in (("predicted", None), ("predicted-own", 0)):  # --cores default (this machine's), --cores 0
+        for label in labels:
+            overhead = free[label].get("overhead_ms")
+            if overhead and shaped[label].get("kept"):
+                mode, k = label.split(" ps=")
+                plans.append(plan(overhead / 1000.0, run_dir=os.path.join(base, tag, label), mode=mode, ps=int(k),
+                                  network=PREDICTED_NETWORK, gpus="none", stall_timeout=0, cores=cores,
+                                  **{**common, "layout": "processes"}))
+                planned += [label] if cores is None else []
+    made = predict(plans, raise_on_failure=False)  # one predicting process
+    predicted, own = dict(zip(planned, made)), dict(zip(planned, made[len(planned):]))
     real = compare_table({label: load_run(shaped[label]["kept"]) for label in planned})
     target = real.attrs["target"]
     pred = compare_table({label: load_run(r.run_dir) for label, r in predicted.items()}, target=target)
+    before = compare_table({label: load_run(r.run_dir) for label, r in own.items()}, target=target)
     ctx.note("")
     ctx.note(f"**{workers} workers, {layout}**: `--model {PREDICTED_MODEL} --network {PREDICTED_NETWORK} --steps "
-             f"{steps}`; target: training loss {target if target is None else f'{target:.4f}'} (the shaped runs').")
+             f"{steps}`; target: training loss {target if target is None else f'{target:.4f}'} (the shaped runs'); "
+             f"predicted with the workers sharing {machine_cores()} cores (`--cores`' default: this machine's); "
+             "*--cores 0*: predicted / measured steps/s with each worker on a CPU of its own (the model before).")
     ctx.note("")
     ctx.note("| run | free steps/s | overhead ms | shaped steps/s | PS link busy | predicted | predicted / measured | "
-             "minibatches to target, measured | predicted | predicted / measured |")
-    ctx.note("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+             "minibatches to target, measured | predicted | predicted / measured | --cores 0 |")
+    ctx.note("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows: list[Row] = []
     for label in planned:
         r, p = real.set_index("label").loc[label], pred.set_index("label").loc[label]
         speed = ratio(p["steps_per_s"], r["steps_per_s"])
+        own_speed = ratio(before.set_index("label").loc[label]["steps_per_s"], r["steps_per_s"])
         to_target = ratio(_num(p["steps_to_target"]), _num(r["steps_to_target"]))
         line = (f"| {label} | {_f(free[label].get('steps_per_s'))} | {_f(free[label].get('overhead_ms'))} | "
                 f"{_f(r['steps_per_s'])} | {_f(r['link_busy'], '.2f')} | {_f(p['steps_per_s'])} | {_f(speed, '.2f')} | "
-                f"{_f(r['steps_to_target'], '.0f')} | {_f(p['steps_to_target'], '.0f')} | {_f(to_target, '.2f')} |")
+                f"{_f(r['steps_to_target'], '.0f')} | {_f(p['steps_to_target'], '.0f')} | {_f(to_target, '.2f')} | "
+                f"{_f(own_speed, '.2f')} |")
         ctx.note(line)
         print(f"    {line}", flush=True)
         name = f"network_predicted: {workers} {layout} {label}"
-        rows += [Row(f"{name}: predicted / measured steps/s", speed, _within(0.15)),
+        rows += [Row(f"{name}: predicted / measured steps/s", speed, _within(0.15),
+                     note=f"--cores 0: {_f(own_speed, '.2f')}"),
                  Row(f"{name}: predicted / measured minibatches to target", to_target, _within(0.20))]
     return rows
 
@@ -195,7 +217,9 @@ def bench_network_predicted(ctx: Context) -> list[Row]:
     ctx.note(f"Each run is made free (`--network` left out: its calibrated per-step overhead, the prediction's "
              f"clock) and shaped (`--network {PREDICTED_NETWORK}`: measured); the prediction is `ssptk.predict` "
              "with the shaped options and the free run's overhead (the schedule simulated through the links, "
-             "replayed with the model's gradients). One round: a group takes 12 runs.")
+             "replayed with the model's gradients), the workers sharing this machine's cores as the real runs did "
+             "(`--cores`: the free run's step is CPU work they share; since 2026-11-27), and beside it with "
+             f"`--cores 0` (each worker its own CPU, as before). One round: a group takes {2 * len(_labels())} runs.")
     rows: list[Row] = []
     groups = _groups()
     for workers, layout, steps in groups[:1] if ctx.quick else groups:

@@ -9,8 +9,12 @@ one held-out loss for every run: 1.25 x the best final held-out loss of all of t
 Predicted: every configuration at 4 workers (the timing-only simulator with the overhead calibrated on the
 10 Gbit/s run of the same mode, shards and seed), before and after the shared CPU (``simulate(cores=...)``): the
 accuracy of the link model; and at 64 workers (the timing-only simulator, each worker on a machine of its own).
-Loss at 64 workers is not predicted here: ``predict`` at the models' default learning rate diverged there (sync
-sums 64 gradients, async reads ~64 updates stale) and took ~100 s a run on this machine under load.
+Loss at 64 workers: ``predict`` (the 64-worker schedule replayed with the model's gradients) at the model's
+default learning rate diverged there (sync sums 64 gradients, async reads ~64 updates stale), so it is predicted
+with the learning rate scaled by 4/64 (:data:`BIG_LR_SCALE`): sync's update (LR x the sum of N gradients) is then
+the 4-worker runs' update, and async's LR x staleness (~N-1 updates) what it was at 4 workers, the product async
+SGD's stability depends on; to the 4-worker runs' held-out target, for the rates of ``SSPTK_BENCH_SWEEP_BIG_RATES``
+(default: the grid's; each prediction ~25 s here at load 3-7, all in one process).
 
 ``SSPTK_BENCH_KEEP=DIR`` keeps every run directory under ``DIR/sweep``; with ``SSPTK_BENCH_REUSE=1`` a kept run
 that ended ok is read back instead of run again (a grid interrupted half way goes on where it stopped).
@@ -31,6 +35,9 @@ RATES = ("10gbit", "1gbit", "100mbit")
 SHARDS = (1, 2, 4)
 MODES = ("sync", "ssp:2", "async")
 BIG_WORKERS, BIG_STEPS = 64, 30
+#: the 64-worker loss predictions: steps per worker (the target takes ~14x the 4-worker runs' minibatches at 4/64
+#: of the learning rate) and the learning rate's scale
+BIG_LOSS_STEPS, BIG_LR_SCALE = 60, WORKERS / BIG_WORKERS
 
 
 def _rates() -> tuple[str, ...]:
@@ -80,16 +87,15 @@ def _variable_bytes() -> list[float]:
 
 
 def _sim_rate(mode: str, workers: int, rate: str, ps: int, overhead_ms: float | None, seed: int,
-              cores: int | None) -> float:
-    """Predicted steps/s: the free run's per-step ``overhead_ms`` as is (``cores`` None: the model before the
-    shared CPU) or as CPU work shared by ``cores`` cores (:func:`ssptk.sim.links.cpu_seconds`)."""
+              cores: int) -> float:
+    """Predicted steps/s from the free run's per-step ``overhead_ms``: ``cores`` 0, each worker its own CPU (the
+    model before the shared CPU); else the workers sharing ``cores`` cores (``--cores``: the overhead's CPU work,
+    :func:`ssptk.sim.links.cpu_seconds`, is taken by the simulator)."""
     from ssptk import simulate
-    from ssptk.sim.links import cpu_seconds
 
     if not overhead_ms:
         return float("nan")
-    overhead = overhead_ms / 1000.0 if cores is None else cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
-    return float(simulate(mode, workers, STEPS, overhead=overhead, network=f"ps={rate}", ps=ps,
+    return float(simulate(mode, workers, STEPS, overhead=overhead_ms / 1000.0, network=f"ps={rate}", ps=ps,
                           model_bytes=_variable_bytes(), seed=seed, cores=cores).steps_per_s)
 
 
@@ -128,14 +134,17 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
     kept = {f"{k} s{seed}": s["kept"] for (k, seed), s in runs.items() if s.get("status") == "ok" and s.get("kept")}
     table = compare_table({label: load_run(d) for label, d in kept.items()}).set_index("label")
     target = table.attrs["target"]
-    cores = os.cpu_count() or 2
+    from ssptk.sim.links import machine_cores
+
+    cores = machine_cores()
     ctx.note(f"Real: `--model {MODEL} --workers {WORKERS} --steps {steps} --eval-every {EVAL_EVERY} --layout {layout} "
              f"--network ps=RATE --ps K` (the PS tasks' links shaped; the workers' free), seeds {seeds}; held-out "
              f"target {target:.4f} ({table.attrs.get('target_on')}: 1.25 x the best final held-out loss of all "
              f"{len(kept)} runs). Each cell: median over seeds (min-max). Predicted at 4 workers: the simulator "
              f"with the per-step overhead calibrated on the {rates_[0]} run of the same mode, shards and seed, "
              f"*before* (the overhead a step's fixed time) and *after* (that time CPU work shared by {cores} cores, "
-             f"`simulate(cores={cores})`); *pred/meas*: predicted over measured steps/s; *link cost*: the "
+             f"`simulate(cores={cores})`, before: `cores=0`); *pred/meas*: predicted over measured steps/s; "
+             "*link cost*: the "
              f"predicted slowdown from {rates_[0]} over the measured one (what the link model alone gets right, "
              "free of the calibration's bias).")
     ctx.note("")
@@ -154,7 +163,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
             o = free.get("overhead_ms")
             if rate == rates_[0] and o:
                 cal.setdefault((mode, ps), []).append(float(o))
-            for tag, c in (("0", None), ("1", cores)):
+            for tag, c in (("0", 0), ("1", cores)):
                 p, p_free = (_sim_rate(mode, WORKERS, x, ps, o, seed, c) for x in (rate, rates_[0]))
                 acc["abs" + tag].append(p / _num(r["steps_per_s"]))
                 acc["rel" + tag].append((p_free / p) / (_num(free.get("steps_per_s")) / _num(r["steps_per_s"])))
@@ -175,6 +184,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
                 rows.append(Row(f"{name}: {what} (4 workers, shared CPU)", median(ok), aim,
                                 fmt=".2f", note=f"seeds {_spread(ok, '.2f')}; before {_spread(before, '.2f')}"))
     rows += _big(ctx, rates_, median([x for v in cal.values() for x in v]), cores)
+    rows += _big_loss(ctx, rates_, median([x for v in cal.values() for x in v]), cores, target)
     return rows
 
 
@@ -190,7 +200,8 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
     work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
     ctx.note("")
     ctx.note(f"**Predicted at {BIG_WORKERS} workers** (`ssptk.simulate(mode, {BIG_WORKERS}, {BIG_STEPS}, "
-             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=...)`, median of seeds 0 and 1): each "
+             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=..., cores=0)`, median of seeds 0 and 1): "
+             "each "
              f"worker on a machine of its own, its step's overhead the CPU work of the 4-worker {rates_[0]} runs' "
              f"steps on {cores} cores ({overhead_ms:.1f} ms a step with 4 workers, median over all of them: "
              f"{1000 * work:.1f} ms of CPU). *vs --ps 1*: steps/s over the same rate and mode with one PS; *vs sync*: "
@@ -206,7 +217,7 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
         for ps in _shards():
             for mode in MODES:
                 sims = [simulate(mode, BIG_WORKERS, BIG_STEPS, overhead=work, network=f"ps={rate}", ps=ps,
-                                 model_bytes=_variable_bytes(), seed=seed) for seed in (0, 1)]
+                                 model_bytes=_variable_bytes(), seed=seed, cores=0) for seed in (0, 1)]
                 speed = float(median([x.steps_per_s for x in sims]))  # type: ignore[arg-type]
                 wait = float(median([x.wait_fraction for x in sims]))  # type: ignore[arg-type]
                 got[(rate, mode, ps)] = speed
@@ -215,6 +226,62 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
                          f"{speed / got[(rate, 'sync', ps)]:.2f} | {wait:.2f} | {busy:.2f} |")
                 rows.append(Row(f"network_sweep: {BIG_WORKERS} workers predicted {_key(rate, mode, ps)}: steps/s",
                                 speed, fmt=".0f"))
+    return rows
+
+
+def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores: int,
+              target: float | None) -> list[Row]:
+    """Minibatches and seconds to the 4-worker runs' held-out ``target`` at :data:`BIG_WORKERS` workers, predicted
+    (``predict``, one process) with the learning rate scaled by :data:`BIG_LR_SCALE`, each worker on a machine of
+    its own (``cores=0``) with :func:`_big`'s CPU work a step."""
+    import time
+
+    from ssptk.analysis import compare_table
+    from ssptk.core.models import load_model
+    from ssptk.experiment.predicted_runs import plan, predict
+    from ssptk.rundir import load_run
+    from ssptk.sim.links import cpu_seconds
+
+    text = os.environ.get("SSPTK_BENCH_SWEEP_BIG_RATES")
+    rates_ = tuple(text.split(",")) if text else rates_
+    if not overhead_ms or target is None or not rates_:
+        return []
+    work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
+    lr = load_model(MODEL).lr * BIG_LR_SCALE
+    keys = [_key(rate, mode, ps) for rate in rates_ for ps in _shards() for mode in MODES]
+    plans = []
+    for key in keys:
+        rate, mode, ps = key.split(" ")
+        plans.append(plan(work, run_dir=os.path.join(ctx.tmp, "big-loss", _dir("", key, 0)), model=MODEL, mode=mode,
+                          workers=BIG_WORKERS, steps=BIG_LOSS_STEPS, lr=lr, network=f"ps={rate}", ps=int(ps[3:]),
+                          eval_every=1 if mode == "sync" else BIG_WORKERS, cores=0, seed=0, stall_timeout=0))
+    t0 = time.perf_counter()
+    made = predict(plans, raise_on_failure=False)
+    took = time.perf_counter() - t0
+    table = compare_table({key: load_run(r.run_dir) for key, r in zip(keys, made)}, target=target).set_index("label")
+    ctx.note("")
+    ctx.note(f"**Loss at {BIG_WORKERS} workers, predicted** (`ssptk.predict`: the schedule at {BIG_WORKERS} workers "
+             f"replayed with {MODEL}'s gradients; `--workers {BIG_WORKERS} --steps {BIG_LOSS_STEPS} --lr {lr:g} "
+             f"--cores 0 --overhead {work:.4f}`, seed 0, held-out loss every {BIG_WORKERS} minibatches): the learning "
+             f"rate is the model's {load_model(MODEL).lr:g} x {WORKERS}/{BIG_WORKERS}, so that sync's update (LR x "
+             f"the sum of {BIG_WORKERS} gradients) is the {WORKERS}-worker runs' and async's LR x staleness (~"
+             f"{BIG_WORKERS - 1} updates) what it was at {WORKERS} workers (at the default LR they diverged); "
+             f"target: the {WORKERS}-worker runs' held-out {target:.4f}. {len(plans)} predictions in one process, "
+             f"{took:.0f} s. *vs sync*: seconds to target over sync's at the same shards.")
+    ctx.note("")
+    ctx.note("| PS link | mode | --ps | steps/s | minibatches to target | s to target | vs sync | final loss |")
+    ctx.note("|---|---|---:|---:|---:|---:|---:|---:|")
+    rows: list[Row] = []
+    for key in keys:
+        rate, mode, ps = key.split(" ")
+        r = table.loc[key]
+        sync = table.loc[_key(rate, "sync", int(ps[3:]))]
+        vs = _num(r["time_to_target_s"]) / _num(sync["time_to_target_s"])
+        ctx.note(f"| {rate} | {mode} | {ps[3:]} | {_num(r['steps_per_s']):.0f} | {_num(r['steps_to_target']):.0f} | "
+                 f"{_num(r['time_to_target_s']):.1f} | {vs:.2f} | {_num(r['final_loss']):.4f} |")
+        name = f"network_sweep: {BIG_WORKERS} workers predicted {key}"
+        rows += [Row(f"{name}: minibatches to target", _num(r["steps_to_target"]), fmt=".0f"),
+                 Row(f"{name}: s to target", _num(r["time_to_target_s"]), fmt=".1f")]
     return rows
 
 

@@ -413,7 +413,8 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
         r = api.simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
                          staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
                          backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                         seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps)
+                         seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps,
+                         cores=opts.cores)
         return Timing(opts.label, r)
     return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
                         overhead=args.overhead, target=args.target, **_kwargs(sim_options(args)))

@@ -141,6 +141,10 @@ def compare_table(
     # predicted runs (ssptk.predict): say so wherever the table is shown; their clock is simulated
     table.attrs["predicted"] = bool(runs) and all(isinstance(r[2], Mapping) and r[2].get("predicted")
                                                   for r in runs.values())
+    # the cores their simulated workers shared, where a shaped network made them matter (``None``: each its own)
+    table.attrs["predicted_cores"] = sorted({p["cores"] for r in runs.values() if isinstance(r[2], Mapping)
+                                             and isinstance(p := r[2].get("predicted"), Mapping) and "cores" in p},
+                                            key=lambda c: -1.0 if c is None else float(c))
     return table
 
 

@@ -77,6 +77,7 @@ def predicted_table(measured: pd.DataFrame, predicted: Mapping[str, RunTuple],
     for col in ("steps_to_target", "steps_to_target_predicted"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     table.attrs.update(target=target, target_on=measured.attrs.get("target_on"),
+                       predicted_cores=[] if pred is None else pred.attrs.get("predicted_cores", []),
                        best=best_label(table, "time_to_target_s"),
                        best_predicted=best_label(table, "time_to_target_s_predicted"))
     return table

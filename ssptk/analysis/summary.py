@@ -13,6 +13,7 @@ from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir, load_run
 from ssptk.sim import ideal_for
+from ssptk.sim.links import recorded_cores, shared_cores
 
 __all__ = ["run_summary"]
 
@@ -44,7 +45,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     predicted = config.get("predicted") if isinstance(config, dict) else None
     if predicted is None:
-        s.update(_ideal(steps, opts))
+        s.update(_ideal(steps, opts, config))
         ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
         s["measured_over_ideal"] = measured / ideal if ideal and measured else None
     else:  # the simulator's own clock: nothing measured to hold against it
@@ -66,8 +67,9 @@ def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
             "warm_reused": bool(tasks.get("reused"))}
 
 
-def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
-    """The simulator's steps/s for these options with this run's calibrated per-step overhead."""
+def _ideal(steps: pd.DataFrame, opts: RunOptions, config: Any) -> dict[str, Any]:
+    """The simulator's steps/s for these options with this run's calibrated per-step overhead, its workers sharing
+    the cores the run had (``--cores``, else config.json's ``tasks.cores``)."""
     if steps.empty:
         return {"overhead_ms": None, "ideal_steps_per_s": None}
     # A failed run simulates only the budget it got through (a run that stopped at step 12 of --steps
@@ -77,7 +79,8 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions) -> dict[str, Any]:
     mode = opts.label if opts.mode == "local" else opts.mode  # local:H, its H with it
     return ideal_for(steps, mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
                      straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed, network=opts.network,
-                     ps=opts.ps, model_bytes=None if size is None else 4.0 * size)
+                     ps=opts.ps, model_bytes=None if size is None else 4.0 * size,
+                     cores=shared_cores(opts.cores, recorded_cores(config)))
 
 
 def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:

@@ -125,6 +125,15 @@ OPTIONS: tuple[Option, ...] = (
            "gbit; a transfer crosses both ends' links, so N workers share their PS's)", "SPEC"),
     Option("ps", int, 1, "parameter-server tasks: the model's variables are spread over K shards by bytes; the "
            "mode's coordination stays on ps:0 (sync, ssp, async)", "K"),
+    Option("cores", float, None,
+           "the CPU cores the workers share in a prediction (ssptk sim, compare --predict, a run's ideal steps/s): "
+           "a step's fixed cost, as a free run of these workers measured it, is CPU work they share, each at most "
+           "one core, while an injected delay sleeps; so under a shaped --network, which keeps workers apart, each "
+           "step computes faster than in a free run. Default: the cores a run here gets (os.sched_getaffinity; a run "
+           "records them in config.json and its predictions use them); 0: each worker has a machine of its own (a "
+           "cluster's), a step's overhead then its CPU work (a run here with N workers on C < N cores: its "
+           "overhead x C / N). Without a shaped --network a step takes its measured time and this changes nothing",
+           "C"),
     Option("gpus", str, "auto", "auto (GPUs that nvidia-smi lists, else CPU), none, or ids like 0,2", "SPEC"),
     Option("out", str, None, "run directory (default runs/<timestamp>-<mode>); must not exist or be empty", "DIR"),
     Option("no_log", bool, False, "do not write per-step records (benchmarks only: summary stays)", flag=True),
@@ -169,6 +178,7 @@ class RunOptions:
     layout: str = _DEFAULT["layout"]
     network: str | None = _DEFAULT["network"]
     ps: int = _DEFAULT["ps"]
+    cores: float | None = _DEFAULT["cores"]
     gpus: str = _DEFAULT["gpus"]
     out: str | None = _DEFAULT["out"]
     no_log: bool = _DEFAULT["no_log"]
@@ -268,7 +278,7 @@ def resolve(**kwargs: Any) -> RunOptions:
     if unknown:
         raise UsageError(f"unknown option {unknown[0]!r}: options are {', '.join(sorted(known))}")
     kw = {k: v for k, v in kwargs.items()
-          if v is not None or k in ("staleness", "local_steps", "outer_lr", "lr", "jitter", "out", "network")}
+          if v is not None or k in ("staleness", "local_steps", "outer_lr", "lr", "jitter", "out", "network", "cores")}
     table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
     kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
     kw["mode"], number = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4", "local:8" are shorthands
@@ -277,6 +287,7 @@ def resolve(**kwargs: Any) -> RunOptions:
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
     opts = RunOptions(**kw)
     validate(opts)
+    opts.cores = check_cores(opts.cores)
     if opts.mode == "ssp" and opts.staleness is None:
         opts.staleness = DEFAULT_STALENESS
     if opts.mode == "local" and opts.local_steps is None:
@@ -346,6 +357,21 @@ def to_argv(o: RunOptions) -> list[str]:
         elif value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+def check_cores(cores: Any) -> float | None:
+    """``--cores``'s value as a float (``None``: not given, 0: each worker its own machine), else
+    :class:`UsageError`."""
+    if cores is None:
+        return None
+    try:
+        value = float(cores)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(cores, bool) or not 0 <= value < math.inf:
+        raise UsageError(f"--cores must be a number of cores >= 0 (0: each worker has a machine of its own), "
+                         f"not {cores!r}")
+    return value
 
 
 def check_target(target: Any) -> float | None:

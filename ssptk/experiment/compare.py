@@ -23,6 +23,7 @@ from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import ComparisonDir, RunDir
+from ssptk.sim.links import recorded_cores
 
 __all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "predict_comparison",
            "run_order", "run_tuple"]
@@ -126,8 +127,9 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`). ``target``: the
     training loss time and minibatches to target are measured to (default: see
     :func:`ssptk.analysis.compare.compare_table`). ``predict``: after the runs, predict each label with the
-    same options (:mod:`ssptk.experiment.predicted_runs`, its clock from the label's calibrated per-step overhead)
-    into ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
+    same options (:mod:`ssptk.experiment.predicted_runs`, its clock from the label's calibrated per-step overhead,
+    its workers sharing the cores the runs had: ``cores``, else what their config.json recorded) into
+    ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
     same target (``CompareResult.predicted``, ``report.predicted``).
     """
     plan = parse_labels(labels)
@@ -181,15 +183,18 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
 
 def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
                     progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
-    """Each label predicted with its options, its clock from the median calibrated overhead of its runs."""
+    """Each label predicted with its options, its clock from the median calibrated overhead of its runs, its
+    workers sharing the cores the runs had (``cores`` given, else recorded; neither: each its own machine, as the
+    runs' summaries' ideal took them), so the overhead means what it meant there."""
     from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S, plan, predict
     cd = ComparisonDir(base)
     plans = []
     for label, kw in options.items():
         measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
         overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
-        plans.append(plan(overhead, run_dir=cd.predicted_path(label),
-                          **{**kw, "out": None}))
+        had = next((c for c in (recorded_cores(r.config) for r in runs[label]) if c is not None), None)
+        cores = kw.get("cores") if kw.get("cores") is not None else had or 0
+        plans.append(plan(overhead, run_dir=cd.predicted_path(label), **{**kw, "out": None, "cores": cores}))
     labels = list(options)
 
     def heard(job: int, done: int, total: int) -> None:

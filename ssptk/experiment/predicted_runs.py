@@ -5,8 +5,9 @@ replay it with the model's real gradients (:mod:`ssptk.sim.replay`), then leaves
 a real run leaves: the workers' logs, ``model/final.json``, ``summary.json`` (with ``"predicted"``). So a
 predicted run reads like a real one everywhere (``RunResult``, tables, figures, reports, ``ssptk report``);
 only ``config.json`` and ``summary.json`` say ``predicted``, with the per-step overhead its clock was
-simulated with. :func:`simulate` is ``ssptk.simulate``: the timing-only simulator without a model, a
-predicted run with one.
+simulated with and, under a shaped ``--network``, the cores its workers shared (``--cores``: by default this
+machine's, as a run here would have; 0: each worker its own machine). :func:`simulate` is ``ssptk.simulate``: the
+timing-only simulator without a model, a predicted run with one.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
 from ssptk.launch.predictor import PREDICT_TASK, PredictProgress, run_predictor
 from ssptk.rundir import RunDir, load_run
+from ssptk.sim.links import machine_cores, shared_cores
 
 __all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
 
@@ -35,16 +37,26 @@ DEFAULT_OVERHEAD_S = 0.005
 
 @dataclass(frozen=True)
 class Prediction:
-    """A predicted run, planned: its checked options, its claimed directory, and the per-step overhead."""
+    """A predicted run, planned: its checked options, its claimed directory, the per-step overhead (a free run's
+    step with these workers on these cores) and the cores its workers share (``None``: each its own machine)."""
 
     opts: RunOptions
     run_dir: str
     overhead: float
+    cores: float | None = None
+
+    @property
+    def shown_cores(self) -> dict[str, float | None]:
+        """What config.json's ``predicted`` says of the cores: ``{"cores": C}`` (``None``: each worker its own
+        machine) where they change the prediction (a shaped network), else nothing."""
+        net = self.opts.network_spec
+        return {"cores": self.cores} if net is not None and net.shaped else {}
 
 
 def plan(overhead: float | None = None, run_dir: str | None = None, **options: Any) -> Prediction:
     """Resolve and check ``options`` (those of ``ssptk run``; a model is required), claim the run directory
-    (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``). Raises :class:`UsageError`."""
+    (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``); ``cores`` (``--cores``) not given:
+    this machine's (:func:`ssptk.sim.links.machine_cores`). Raises :class:`UsageError`."""
     if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float))
                                  or not 0 <= overhead < float("inf")):
         raise UsageError(f"--overhead must be a number of seconds >= 0, got {overhead!r}")
@@ -53,7 +65,8 @@ def plan(overhead: float | None = None, run_dir: str | None = None, **options: A
     check_memory(opts, predicted=True)
     run_dir = new_run_dir(run_dir if run_dir is not None else opts.out, f"{opts.mode}-predicted")
     opts.out = run_dir
-    return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead))
+    return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead),
+                      shared_cores(opts.cores, machine_cores()))
 
 
 def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: PredictProgress | None = None,
@@ -67,8 +80,9 @@ def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: Pr
     t0 = time.time()
     for p in plans:
         RunDir(p.run_dir).write_config(p.opts, {}, {}, launched=t0, tasks={"warm": False, "layout": "predicted"},
-                                       predicted={"overhead_s": p.overhead})
-    jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0} for p in plans]
+                                       predicted={"overhead_s": p.overhead, **p.shown_cores})
+    jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0, "cores": p.cores}
+                                     for p in plans]
     try:
         failure = run_predictor(log_dir or plans[0].run_dir, jobs, progress, cancel)
     except KeyboardInterrupt as e:  # Ctrl-C, a signal or ``cancel``: the process is stopped; summaries say so
@@ -118,10 +132,12 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
     model its outer step from ``outer_lr`` and ``outer_momentum``; ``lr_staleness="dc"`` for delay-compensated async
     and ssp). Without ``model``: the timing-only discrete-event simulator (:func:`ssptk.sim.simulate`, a
     :class:`~ssptk.sim.SimResult`). With ``model`` (any model ``ssptk run`` takes, and its options: ``lr``,
-    ``batch``, ``eval_every``, ``data_split``, ``lr_staleness``, ``out``, ...): a predicted run, a
+    ``batch``, ``eval_every``, ``data_split``, ``lr_staleness``, ``cores``, ``out``, ...): a predicted run, a
     :class:`~ssptk.experiment.result.RunResult` whose ``df`` has every minibatch's predicted loss, ``summary`` its
     final held-out loss and accuracy and whether it diverged. ``overhead`` (seconds per step, default
-    :data:`DEFAULT_OVERHEAD_S` with or without a model) sets its clock; ``target`` (a loss: held-out with
+    :data:`DEFAULT_OVERHEAD_S` with or without a model) sets its clock: a free run's step with these workers on
+    ``cores`` cores (``--cores``; default this machine's, 0: each worker its own machine, whose step is its CPU work;
+    they matter only under a shaped ``network``); ``target`` (a loss: held-out with
     ``eval_every``, else smoothed training loss) adds the predicted time and minibatches to it to the summary
     (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
     if model is None:
@@ -130,6 +146,7 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
         from ssptk.sim import simulate as timing
 
         check_sim(workers, steps)
+        options["cores"] = shared_cores(options.get("cores"), machine_cores())
         return timing(mode, workers, steps, overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead, **options)
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
     target = check_target(target)

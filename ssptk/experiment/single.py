@@ -22,6 +22,7 @@ from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, no
 from ssptk.launch.supervisor import Outcome, not_restarted_in_start_up, supervise
 from ssptk.launch.warm import Stopped
 from ssptk.rundir import USER_MODEL_FILE, RunDir
+from ssptk.sim.links import machine_cores
 
 __all__ = ["PreparedRun", "RunResult", "check_before_start", "check_model", "execute", "new_run_dir", "prepare", "run",
            "shutdown"]
@@ -222,7 +223,8 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
                   network=opts.network_spec) as cluster:
             # inside the `with`: whatever fails from here on, the cluster's namespace and tasks are let go
             RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
-                                         tasks={"warm": False, "layout": _layout(opts), "isolation": cluster.isolation})
+                                         tasks={"warm": False, "layout": _layout(opts), "cores": machine_cores(),
+                                                "isolation": cluster.isolation})
             cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
             failure = cluster.wait_ready(cancel=cancel, progress=lambda r, p: notify_starting(observers, r, p))
             if failure is None:
@@ -252,14 +254,14 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
             break
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
             rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
-                            tasks={"warm": True, "reused": False, "layout": _layout(opts),
+                            tasks={"warm": True, "reused": False, "layout": _layout(opts), "cores": machine_cores(),
                                    "isolation": cluster.isolation})
             return Outcome(failure)
     ok = False
     try:
         rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
                         tasks={"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
-                               "layout": _layout(opts), "isolation": cluster.isolation})
+                               "layout": _layout(opts), "cores": machine_cores(), "isolation": cluster.isolation})
         before = cluster.traffic()
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
         outcome = supervise(cluster, run_dir, total, observers, opts, cancel)

@@ -297,7 +297,8 @@ def predicted_text(table: pd.DataFrame, width: int = 100) -> str:
         shown[col] = ["yes" if v is True else "" for v in shown[col]]
     cells, numeric = shown_cells(shown)
     body = _aligned(cells, numeric, columns, _PREDICTED_HEADERS)
-    return "\n".join(["predicted (the simulator's replay) and measured:", body, "",
+    return "\n".join([f"predicted (the simulator's replay{cores_phrase(table.attrs.get('predicted_cores'))}) and "
+                      "measured:", body, "",
                       *(textwrap.fill(line, width) for line in predicted_lines(table))])
 
 
@@ -340,13 +341,22 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
             + (f" (local:H: {LOCAL_STALENESS})" if any(r.get("mode") == "local" for r in rows) else "") + ".")
 
 
+def cores_phrase(cores: Any) -> str:
+    """``; the workers sharing 2 cores (--cores)``: the cores the predictions' workers shared under a shaped network
+    (``None``: each its own machine); nothing where no prediction's network made them matter."""
+    said = ["each worker on a machine of its own" if c is None else f"the workers sharing {float(c):g} cores"
+            for c in cores or ()]
+    return f"; {' or '.join(said)} (--cores)" if said else ""
+
+
 def target_lines(table: pd.DataFrame) -> list[str]:
     """One line on the loss target (which, how it was chosen, who reached it first) and, when some runs
     diverged, one naming them: what the report and the CLI print under the table."""
     lines = []
     if table.attrs.get("predicted"):
         lines.append("PREDICTED: no cluster ran; every run is the simulator's schedule replayed with the model's real "
-                     "gradients, its steps/s and seconds from a simulated clock (see each summary's overhead_ms).")
+                     "gradients, its steps/s and seconds from a simulated clock (see each summary's overhead_ms)"
+                     f"{cores_phrase(table.attrs.get('predicted_cores'))}.")
     target = table.attrs.get("target")
     held_out = table.attrs.get("target_on") == "held-out"
     what = "held-out loss" if held_out else "training loss"

@@ -52,6 +52,13 @@ def _network_lines(t: dict[str, Any]) -> list[str]:
     return [line] + ([f"          {split}"] if split else [])
 
 
+def _cores_note(cores: Any, shown: bool = False) -> str:
+    """Where a shaped network made the cores matter: whose CPU the simulated workers shared (``--cores``)."""
+    if cores is None:
+        return ", each worker on a machine of its own (--cores 0)" if shown else ""
+    return f", the workers sharing {_fmt(cores, '.3g')} cores (--cores)"
+
+
 def status_word(s: dict[str, Any]) -> str:
     """A run's status as its summary line shows it: ``summary.json``'s ``status`` (ok, failed, interrupted), but
     ``diverged`` for a run that finished with a diverged loss: it did what was asked, yet its model is not a
@@ -82,8 +89,8 @@ def format_summary(s: dict[str, Any]) -> str:
     ]
     if s.get("ideal_steps_per_s"):
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
-                     f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead: measured / ideal "
-                     f"{_fmt(s.get('measured_over_ideal'), '.2f')}")
+                     f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead{_cores_note(s.get('ideal_cores'))}: "
+                     f"measured / ideal {_fmt(s.get('measured_over_ideal'), '.2f')}")
     lines += _network_lines(s.get("traffic") or {})
     if s.get("target") is not None:
         reached = (f"reached in {_fmt(s.get('time_to_target_s'), '.2f')} s, "
@@ -92,7 +99,8 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"target    {s.get('target_on') or 'training'} loss {_fmt(s['target'])}: {reached}")
     if s.get("predicted"):
         lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
-                     f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead")
+                     f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead"
+                     + (_cores_note(s["predicted"]["cores"], True) if "cores" in s["predicted"] else ""))
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s["params"].items()))
     if s.get("diverged"):

@@ -160,6 +160,8 @@ def _option_ok(name: str, value: Any) -> bool:
             return _is_int(value) and value >= 1
         if name == "staleness":
             return value is None or (_is_int(value) and value >= 0)
+        if name == "cores":
+            return value is None or (_finite(value) and value >= 0)
         given = typed(_OPTION[name], value)
         return given is None or not isinstance(given, float) or math.isfinite(given)
     except (UsageError, TypeError, ValueError, OverflowError):
@@ -184,9 +186,11 @@ _CONFIG: dict[str, Callable[[Any], bool]] = {
     "gpu_assignment": _dict_of(_opt(_is_str)), "versions": _dict_of(_opt(_is_str)),
     "budget": _dict_of(_opt(_is_int)), "created": _opt(_finite), "launched": _opt(_finite),
     "tasks": lambda v: isinstance(v, dict) and _kept(v, {"warm": _is_bool, "reused": _is_bool, "runs_served": _is_int,
-                                                          "layout": _is_str, "isolation": _is_str})[1] == [],
+                                                          "layout": _is_str, "isolation": _is_str,
+                                                          "cores": lambda c: _finite(c) and c > 0})[1] == [],
     "started_by": _is_str,
-    "predicted": lambda v: isinstance(v, dict) and _opt(lambda x: _finite(x) and x >= 0)(v.get("overhead_s")),
+    "predicted": lambda v: isinstance(v, dict) and _opt(lambda x: _finite(x) and x >= 0)(v.get("overhead_s"))
+    and _opt(lambda c: _finite(c) and c > 0)(v.get("cores")),
 }
 
 
@@ -247,7 +251,9 @@ _SUMMARY: dict[str, Callable[[Any], bool]] = {
     "workers": _opt(lambda v: _is_int(v) and 1 <= v <= MAX_WORKERS),
     "diverged": _is_bool, "warm_reused": _is_bool,
     "params": _opt(_dict_of(_opt(_finite))), "per_worker_steps": _dict_of(_is_int),
-    "predicted": _opt(lambda v: isinstance(v, dict) and _opt(_finite)(v.get("overhead_s"))),
+    "predicted": _opt(lambda v: isinstance(v, dict) and _opt(_finite)(v.get("overhead_s"))
+                      and _opt(lambda c: _finite(c) and c > 0)(v.get("cores"))),
+    "ideal_cores": _opt(lambda c: _finite(c) and c > 0),
     "traffic": _opt(lambda v: isinstance(v, dict) and not _kept(v, _TRAFFIC_SUMMARY)[1]),
 }
 

@@ -25,21 +25,29 @@ through its own link (a ring all-reduce).
 fixed cost is CPU work, shared by the workers computing at that moment as the kernel shares cores (each at most
 one core, ``cores`` in all: processor sharing, a :class:`Fluid` link in units of core-seconds); the step's
 injected delay (a sleep) is not. So a free run's step is stretched by all N workers computing at once, while
-under a PS-bound link few compute together and each computes faster. A free run's per-step time ``t`` measured
-with ``N`` workers on ``cores`` cores is ``cpu_seconds(t, N, cores)`` of CPU work (:func:`cpu_seconds`). Without
-``cores`` each worker computes on a CPU of its own (a cluster's machines), as before.
+under a PS-bound link few compute together and each computes faster. The step's fixed seconds given (``cpu_s``)
+are what a free run of these N workers on these cores measures a step to take (a run's calibrated overhead): its
+CPU work is ``cpu_seconds(t, N, cores)`` (:func:`cpu_seconds`), so a free run is simulated at the pace it was
+measured at and only what keeps the workers apart changes it; the conversion is made here, once (a caller passes
+the measured time, never the CPU work). Without ``cores`` each worker computes on a CPU of its own (a cluster's
+machines), as before. :func:`machine_cores` is what a run on this machine gets; :func:`shared_cores` resolves a
+``--cores`` value against it.
 """
 from __future__ import annotations
 
 import heapq
 import math
+import os
 import random
 from collections.abc import Sequence
 from itertools import count
 
+from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
+from ssptk.core.options import check_cores
 
-__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds", "shard_bytes"]
+__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds", "machine_cores",
+           "recorded_cores", "shard_bytes", "shared_cores"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
@@ -56,6 +64,37 @@ def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
     """The CPU work of a step that took ``step_s`` seconds with ``workers`` workers all computing on ``cores``
     cores (a free run, where every worker computes nearly all the time): ``step_s * min(1, cores / workers)``."""
     return float(step_s) * min(1.0, float(cores) / max(1, int(workers)))
+
+
+def machine_cores() -> int:
+    """The cores a run started here gets: the CPUs this process may run on (``os.sched_getaffinity``, which a
+    cgroup's cpuset or ``taskset`` narrows; ``os.cpu_count()`` where there is no such call), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def shared_cores(given: object, default: float | None) -> float | None:
+    """The cores a prediction lets its workers share (``None``: each worker its own machine) from ``--cores``'s
+    value: ``None`` (not given) takes ``default`` (the cores the run had, or :func:`machine_cores`), 0 means each
+    its own, a number > 0 that many. Raises :class:`UsageError` on anything else."""
+    value = check_cores(given)
+    if value is None:
+        if default is not None and not (isinstance(default, (int, float)) and not isinstance(default, bool)
+                                        and 0 < default < math.inf):
+            raise UsageError(f"the recorded cores must be a number > 0, got {default!r}")
+        return None if default is None else float(default)
+    return value or None
+
+
+def recorded_cores(config: object) -> float | None:
+    """The cores a run had, as its ``config.json`` recorded them (``tasks.cores``; ``None`` where it did not: a run
+    made before they were recorded, or one whose tasks no ssptk launcher started, each perhaps on its own host)."""
+    tasks = config.get("tasks") if isinstance(config, dict) else None
+    cores = tasks.get("cores") if isinstance(tasks, dict) else None
+    ok = isinstance(cores, (int, float)) and not isinstance(cores, bool) and 0 < cores < math.inf
+    return float(cores) if ok else None  # type: ignore[arg-type]
 
 
 def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
@@ -186,7 +225,8 @@ class Links:
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
     ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
     exactly evenly). ``cores``: the CPU the workers share (``None``: each its own), and ``cpu_s`` how much of the
-    seconds a step computes (:meth:`start`'s ``compute``) is CPU work that shares it (``None``: all of it); the
+    seconds a step computes (:meth:`start`'s ``compute``) is its fixed cost (``None``: all of it), as a free run
+    of these workers on these cores measures it: :func:`cpu_seconds` of it is the CPU work that shares them; the
     rest of a step's seconds (its injected delay) is a sleep after its CPU work."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
@@ -206,9 +246,11 @@ class Links:
         self.ps_in = [link(ps) for _ in range(shards)]
         self.w_out = [link(worker) for _ in range(workers)]
         self.w_in = [link(worker) for _ in range(workers)]
+        self.cores = float(cores) if cores else None
         self.cpu = link(cores) if cores else None
         self.core = [link(1.0) if cores else None for _ in range(workers)]  # a worker's thread: one core at most
         self.cpu_s = cpu_s
+        self.cpu_share = cpu_seconds(1.0, workers, cores) if cores else 1.0  # CPU work per second of a free step
         self.fluid = Fluid(rates)
         self.sigma = share_sigma
         self.rng = random.Random(seed)
@@ -290,7 +332,7 @@ class Links:
         if self.cpu is None:
             self._at(t + self.compute[w] + self.delay, _PUSH, w)
             return
-        work = self.compute[w] if self.cpu_s is None else min(self.cpu_s, self.compute[w])
+        work = self.cpu_share * (self.compute[w] if self.cpu_s is None else min(self.cpu_s, self.compute[w]))
         if work <= 0:
             self._arrived(w, t)
             return

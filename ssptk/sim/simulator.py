@@ -90,7 +90,8 @@ class SimResult:
     records share one and a peak between them is not in it). ``overhead``: the fixed per-step seconds it was
     simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other modes).
     ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the parameters: one
-    per step, one per round in ``local`` (what a shaped ``network`` carries).
+    per step, one per round in ``local`` (what a shaped ``network`` carries). ``cores``: the cores the workers
+    shared (``None``: each its own CPU, or no shaped ``network``, where cores change nothing).
     """
 
     mode: str
@@ -109,6 +110,7 @@ class SimResult:
     overhead: float = 0.0
     local_steps: int | None = None
     pushes: int = 0
+    cores: float | None = None
     _skew: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t": [0.0], "skew": [0]}), repr=False)
 
     def skew_timeline(self) -> pd.DataFrame:
@@ -222,8 +224,10 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     variable's in the order the model makes them, which places them on the shards as ``--ps`` does): each
     pull and push is a transfer through the links it crosses, sharing each fairly with the transfers in flight
     (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``. ``cores`` (with a
-    shaped ``network``): the workers share that many cores, ``overhead + compute`` being each step's CPU work
-    (:func:`ssptk.sim.links.cpu_seconds` of a free run's step time on them); ``None``: each its own CPU.
+    shaped ``network``; without one they change nothing): the workers share that many cores, ``overhead +
+    compute`` being what a free run of these workers on these cores measures a step to take (a run's calibrated
+    overhead: its CPU work is :func:`ssptk.sim.links.cpu_seconds` of it, taken here); ``None``: each its own CPU,
+    whose step is its CPU work.
     Raises :class:`UsageError` on bad input.
     """
     name, s, h = _parse_mode(mode, staleness, local_steps)
@@ -272,7 +276,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
         wait_fraction=wait_fraction, max_skew=int(log.max_skew()),
         late=late if (name == "sync" and b) else None, overhead=base, local_steps=h,
-        pushes=records if pushes is None else pushes, _skew=skew,
+        pushes=records if pushes is None else pushes, cores=None if links is None else links.cores, _skew=skew,
     )
 
 
@@ -297,21 +301,24 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
               backup: int = 0, straggler: dict[int, float] | None = None, jitter: str | None = None,
               seed: int = 0, network: str | Network | None = None, ps: int = 1,
-              model_bytes: float | Sequence[float] | None = None) -> dict[str, float | None]:
+              model_bytes: float | Sequence[float] | None = None, cores: float | None = None
+              ) -> dict[str, float | None]:
     """What the simulator predicts for a real run's options, with the overhead calibrated from its records.
 
     ``measured_over_ideal`` near 1 means the run's throughput is what its consistency mode, delays and
     per-step cost explain; well below 1, the engine loses time the model does not (extra round trips).
     Under a shaped ``network`` (with ``model_bytes``) a step's time includes its transfers: the overhead is the
     one whose simulated run, calibrated alike, gives the run's own (the step's cost without them; where the link
-    is the bound, step times hardly depend on it, so the estimate is loose and matters little).
+    is the bound, step times hardly depend on it, so the estimate is loose and matters little). ``cores``: the
+    cores the run's workers shared (``None``: each its own), simulated under a shaped ``network`` (the overhead then
+    a free run's step on them, as :func:`simulate` takes it); ``ideal_cores`` says which applied (``None``: none).
     """
-    none: dict[str, float | None] = {"overhead_ms": None, "ideal_steps_per_s": None}
+    none: dict[str, float | None] = {"overhead_ms": None, "ideal_steps_per_s": None, "ideal_cores": None}
     name = "sync" if mode == "allreduce" else mode
     kw: dict[str, Any] = dict(staleness=staleness, backup=backup, straggler=straggler, jitter=jitter, seed=seed)
     net = parse_network(network) if model_bytes is not None else None
     if net is not None and net.shaped:
-        kw.update(network=net, ps=ps if mode != "allreduce" else 1, model_bytes=model_bytes)
+        kw.update(network=net, ps=ps if mode != "allreduce" else 1, model_bytes=model_bytes, cores=cores)
     try:
         overhead = calibrate_overhead(steps_df, workers)
         if "network" in kw:
@@ -319,7 +326,7 @@ def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, stale
         sim = simulate(name, workers, steps, overhead=overhead, **kw)
     except UsageError:
         return none
-    return {"overhead_ms": 1000.0 * overhead, "ideal_steps_per_s": sim.steps_per_s}
+    return {"overhead_ms": 1000.0 * overhead, "ideal_steps_per_s": sim.steps_per_s, "ideal_cores": sim.cores}
 
 
 def _without_transfers(measured: float, mode: str, workers: int, steps: int, kw: dict[str, Any]) -> float:
