@@ -62,15 +62,21 @@ def test_without_the_fork_server_each_task_is_started_by_itself(run_dir: Path,
         parents.update(p.ppid() for p in cluster_processes(str(run_dir)))
         assert not _servers()
 
-    r = ssptk.run(mode="async", workers=2, steps=20, out=str(run_dir), progress=progress)
+    r = ssptk.run(mode="async", workers=1, steps=10, out=str(run_dir), progress=progress)  # 2 tasks: it would fork
     assert r.ok and parents == {os.getpid()}
 
 
 def test_a_server_that_cannot_start_leaves_the_tasks_to_start_by_themselves(run_dir: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(forking, "FORK_SERVER_FLAG", "--no-such-option")  # the server exits 2 at once
-    r = ssptk.run(mode="sync", workers=2, steps=20, out=str(run_dir))
+    parents: set[int] = set()
+
+    def progress(done: int, total: int) -> None:
+        parents.update(p.ppid() for p in cluster_processes(str(run_dir)))
+
+    r = ssptk.run(mode="sync", workers=1, steps=10, out=str(run_dir), progress=progress)  # 2 tasks: it would fork
     assert r.ok and r.summary["params"]["w"] != 0
+    assert parents == {os.getpid()}, "the tasks were not started by the launcher itself"
 
 
 def test_a_killed_fork_server_takes_its_tasks_with_it_and_the_run_fails_in_words(run_dir: Path) -> None:
