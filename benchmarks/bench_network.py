@@ -94,7 +94,8 @@ PREDICTED_MODEL, PREDICTED_NETWORK = "mlp:256", "ps=20mbit"  # 85 k parameters: 
 PREDICTED_MODES, PREDICTED_SHARDS = ("sync", "ssp:2", "async"), (1, 4)
 #: (workers, layout, steps per worker): each a group of real runs with one target; ``SSPTK_BENCH_NETWORK_GROUPS``
 #: (``4:processes:30,8:shared:15``) picks others, ``SSPTK_BENCH_NETWORK_MODES`` (``sync,async``) and
-#: ``SSPTK_BENCH_NETWORK_SHARDS`` (``1,4``) other modes and shard counts
+#: ``SSPTK_BENCH_NETWORK_SHARDS`` (``1,4``) other modes and shard counts; ``SSPTK_BENCH_KEEP=DIR`` keeps the real runs
+#: (and the free runs' figures) under ``DIR``, and with ``SSPTK_BENCH_REUSE=1`` only predicts them again
 PREDICTED_GROUPS = ((4, "processes", 30), (4, "shared", 30), (8, "processes", 15))
 
 
@@ -144,16 +145,25 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
     labels = _labels()
     shaped: dict[str, dict[str, Any]] = {}
     free: dict[str, dict[str, Any]] = {}
-    for label in labels:
-        mode, k = label.split(" ps=")
-        opts = dict(common, mode=mode, ps=int(k))
-        free[label] = ctx.run(f"{label} free {workers}{layout[0]}", **opts)
-        shaped[label] = ctx.run(f"{label} {workers}{layout[0]}", inspect=_kept(os.path.join(base, "real", label)),
-                                network=PREDICTED_NETWORK, **opts)
-    os.makedirs(base, exist_ok=True)
-    with open(os.path.join(base, "free.json"), "w") as f:  # what the predictions were made from
-        json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step")}
-                   for label in labels}, f)
+    made_before = os.path.join(base, "free.json")
+    if os.environ.get("SSPTK_BENCH_REUSE") and os.path.exists(made_before):  # kept runs, predicted again
+        with open(made_before) as f:
+            free = {label: v for label, v in json.load(f).items() if label in labels}
+        shaped = {label: {"kept": os.path.join(base, "real", label)} for label in free}
+        labels = list(free)
+        ctx.note(f"{workers} workers, {layout}: the real runs read back from {base} (`SSPTK_BENCH_REUSE`, made by an "
+                 "earlier invocation with `SSPTK_BENCH_KEEP`); only the predictions are new.")
+    else:
+        for label in labels:
+            mode, k = label.split(" ps=")
+            opts = dict(common, mode=mode, ps=int(k))
+            free[label] = ctx.run(f"{label} free {workers}{layout[0]}", **opts)
+            shaped[label] = ctx.run(f"{label} {workers}{layout[0]}", inspect=_kept(os.path.join(base, "real", label)),
+                                    network=PREDICTED_NETWORK, **opts)
+        os.makedirs(base, exist_ok=True)
+        with open(made_before, "w") as f:  # what the predictions were made from
+            json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step")}
+                       for label in labels}, f)
     plans, planned = [], []
     for tag, cores in (("predicted", None), ("predicted-own", 0)):  # --cores default (this machine's), --cores 0
         for label in labels:

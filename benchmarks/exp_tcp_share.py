@@ -9,6 +9,15 @@ the i-th sent GAP * i seconds after the first. Prints when each ended, in units 
 alone: exact fair sharing of N started together gives N for all. Measured (2026-11-25, 3 repeats): 4 x 357 kB
 ended at 3.5-4.3, 4 x 1.2 MB at 3.3-4.2, 4 x 4.7 MB at 2.6-4.1 (one often well before the rest); a 4.7 MB transfer
 that started 0.5 s after another got an equal share at once (no first-come advantage).
+
+Measured again (2026-11-27) at the sizes and gaps of a PS-bound run's pulls (4 x 357 kB and 4 x 1.2 MB, 0.2 and
+0.5 of one transfer's time apart, 3 repeats each): the first transfer ends well before fair sharing says (357 kB,
+0.2 apart: at 2.16-2.17 of one transfer's time where fair sharing ends it at 3.09; 1.2 MB, 0.5 apart: 1.16-1.24
+against 1.88), the later ones near it. Weighting each transfer 1/F of the one that entered before it and fitting
+the ends: F = 1.5 misses by 0.24 of one transfer's time on average and the first end by 0.20; F = 1 (fair) by
+0.35 and 0.89. That is ``ssptk.sim.links.ARRIVAL_FACTOR``, which the simulator does not use by default
+(``exp_link_sharing.py`` says why). The 4.7 MB case above is a long transfer, whose newcomer has time to grow its
+window.
 """
 from __future__ import annotations
 

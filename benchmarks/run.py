@@ -5,7 +5,8 @@
     python benchmarks/run.py --quick         # smoke check: fewer steps, 1 repeat, RESULTS.md untouched
     python benchmarks/run.py --only ssp_nonbinding_vs_async --repeat 5
 
-This is a measurement, not a test: it exits 0 when a target is missed, but says MISSED. Results are
+This is a measurement, not a test: it exits 0 when a target is missed, but says MISSED; it exits 1 when a
+benchmark raised (that benchmark's section of RESULTS.md is then left as it was). Results are
 printed as a table and written to ``benchmarks/RESULTS.md`` (each benchmark's section is replaced;
 sections of benchmarks not run this time are kept).
 
@@ -173,10 +174,14 @@ def print_table(sections: list[Section]) -> None:
         if s.error:
             print(f"\n{s.name}: ERROR {s.error}")
     missed = [r.name for r in rows if r.verdict in ("MISSED", "FAILED")]
+    broken = [s.name for s in sections if s.error]
     print()
     if missed:
         print(f"MISSED / FAILED ({len(missed)}): " + "; ".join(missed))
-    else:
+    if broken:
+        print(f"RAISED ({len(broken)}, not measured; their RESULTS.md sections kept as they were): "
+              + "; ".join(broken))
+    if not missed and not broken:
         print("all targets met")
 
 
@@ -184,8 +189,6 @@ def section_markdown(s: Section, machine: str, argv: str, repeat: int) -> str:
     lines = [f"<!-- bench:{s.name} -->", f"## {s.name}", "",
              f"Measured {s.started} to {s.ended} on {machine}; `{argv}`, {repeat} alternating round(s), "
              f"{s.seconds:.0f} s in all; load average (1/5/15 min) at start / end: {s.load}.", ""]
-    if s.error:
-        lines += [f"**ERROR:** `{s.error}`", ""]
     lines += ["| name | value | target | result |", "|---|---:|---|---|"]
     for r in s.rows:
         verdict = f"**{r.verdict}**" if r.verdict in ("MISSED", "FAILED") else r.verdict
@@ -265,12 +268,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print_table(sections)
-    if write:
-        write_results(sections, info, cmdline, args.repeat)
+    measured = [s for s in sections if not s.error]  # a benchmark that raised measured nothing: keep what was there
+    if write and measured:
+        write_results(measured, info, cmdline, args.repeat)
         print(f"\nwrote {os.path.relpath(RESULTS)}")
-    else:
+    elif not write:
         print("\n(RESULTS.md not updated: --quick or --no-write)")
-    return 0
+    return 1 if len(measured) < len(sections) else 0
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ frequent instead of the run long: ``fixtures/seedmask.c``, preloaded into every 
 16 bits. Each mode must then finish with every minibatch trained exactly once, each update counted once,
 and the re-runs counted in the ``done`` events. The night-long version is ``benchmarks/bench_soak.py``.
 
-A refusal can also leave a step waiting forever (TensorFlow loses its cancellation, docs/tf-notes.md). That
-happens too rarely, even with the shim, to be caught on purpose; a user model whose step blocks inside its
-run stands in for it: the worker must be named at once, or restarted with ``--restart-failed`` and its
-minibatch trained after all.
+A refusal can also leave a step waiting forever (TensorFlow loses its cancellation, docs/tf-notes.md). With the
+shim that happens in about 1 sync run of 8 here, too seldom to be caught on purpose: a user model whose step
+blocks inside its run stands in for it: the worker must be named at once, or restarted with ``--restart-failed``
+and its minibatch trained after all. Worker 0 of a sync run cannot be restarted (it runs the aggregator), so a
+sync run whose worker 0 hung ends failed, naming it: the sync case runs once more then, and only then.
 """
 from __future__ import annotations
 
@@ -55,10 +56,18 @@ def test_runs_survive_refused_duplicate_requests(mode: str, seed_shim: str, run_
     workers, steps = 2, 600
     env = dict(os.environ, LD_PRELOAD=seed_shim, SSPTK_SEED_BITS="16")
     extra = ["--staleness", "2"] if mode == "ssp" else []
-    proc = subprocess.run(ssptk_cmd() + ["run", "--mode", mode, "--workers", str(workers), "--steps", str(steps),
-                                         "--gpus", "none", "--stall-timeout", "20", "--restart-failed", "2",
-                                         "--out", str(run_dir), *extra],
-                          env=env, capture_output=True, text=True, timeout=400)
+
+    def run(out: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(ssptk_cmd() + ["run", "--mode", mode, "--workers", str(workers), "--steps", str(steps),
+                                             "--gpus", "none", "--stall-timeout", "20", "--restart-failed", "2",
+                                             "--out", str(out), *extra],
+                              env=env, capture_output=True, text=True, timeout=400)
+    proc = run(run_dir)
+    if mode == "sync" and proc.returncode == 1 and re.search(  # the one failure sync is documented to have
+            r"^ssptk: run failed: worker:0 .*a step of worker 0 hung in TensorFlow .*not restarted: in sync mode "
+            r"worker:0 runs the aggregator", proc.stderr, re.M):
+        run_dir = run_dir.parent / "again"
+        proc = run(run_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     records, done = _records(run_dir)
     reruns = sum(d.get("duplicate_reruns", 0) for d in done)

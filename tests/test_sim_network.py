@@ -9,7 +9,7 @@ from ssptk.core.errors import UsageError
 from ssptk.core.models import builtin_parameters, mlp_parameters
 from ssptk.core.network import parse_network
 from ssptk.sim import ideal_for, simulate
-from ssptk.sim.links import PROTOCOL_OVERHEAD, Fluid, Links, shard_bytes
+from ssptk.sim.links import ARRIVAL_FACTOR, PROTOCOL_OVERHEAD, Fluid, Links, shard_bytes
 
 MB = 1e6
 
@@ -40,6 +40,21 @@ def test_a_heavier_transfer_takes_more_of_a_link_and_a_late_one_its_share_at_onc
     assert link.next_end() == (pytest.approx(2.125), first)
 
 
+def test_the_earlier_of_two_transfers_keeps_more_of_a_link_however_many_came_before() -> None:
+    link = Fluid([1.0], factor=1.5)
+    for rank in range(1, 2001):  # 2,000 transfers one after another: ranks far beyond what 1.5 ** -rank can hold
+        link.add(1e-3, [0], order=(0, rank))
+        link.advance(link.next_end()[0])
+        link.pop_done(link.next_end()[1])
+    old = link.add(1.0, [0], order=(0, 2001))
+    new, other_key = link.add(1.0, [0], order=(0, 2002)), link.add(2.0, [0], order=(7, 5))
+    # ranks count within a key, from its oldest transfer in flight: 1 : 1/1.5 here, and 1 for the other key's
+    assert [link.rate(f) for f in (old, new, other_key)] == pytest.approx([1 / (2 + 1 / 1.5) * w for w in (1, 1 / 1.5, 1)])
+    link.advance(link.next_end()[0])
+    link.pop_done(link.next_end()[1])  # the old one ends first; the next in line is now the oldest: weight 1
+    assert link.rate(new) == pytest.approx(0.5)
+
+
 def test_shards_hold_the_bytes_placed_on_them() -> None:
     assert shard_bytes(100.0, 4) == [25.0] * 4
     # each variable to the shard with the fewest bytes so far; the global step (8 bytes) is on shard 0 first
@@ -56,6 +71,16 @@ def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     ends = [one.next(), one.next()]  # both pulls share the PS's link out (2t), then both pushes its link in
     assert [w for _, w in ends] == [0, 1] and [e for e, _ in ends] == pytest.approx([4 * t, 4 * t])
     assert not one
+    # by arrival (raw TCP's 1.5, off by default): the pull taken first keeps 1.5 of the link to the other's 1 (0.6
+    # and 0.4), ends at t / 0.6, and its push, alone on the link in until the other's enters, keeps 0.6 of it after
+    ordered = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0,
+                    arrival_factor=ARRIVAL_FACTOR)
+    ordered.start(0, 0.0, 0.0)
+    ordered.start(1, 0.0, 0.0)
+    first_pull, second_pull = t / 0.6, t / 0.6 + (t - 0.4 * t / 0.6)
+    first_push = second_pull + (t - (second_pull - first_pull)) / 0.6
+    second_push = first_push + t - 0.4 * (first_push - second_pull)
+    assert [ordered.next(), ordered.next()] == [(pytest.approx(first_push), 0), (pytest.approx(second_push), 1)]
     two = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB / 2, MB / 2])
     two.start(0, 0.0, 0.0)
     assert two.next() == (pytest.approx(t), 0)  # half the model from each shard, at once

@@ -6,7 +6,9 @@ link out and ``b``'s link in, and the transfers in flight share every link as TC
 link's rate split among the transfers that can use more; one held back at a slower link it crosses leaves the
 rest to the others: max-min fairness, :class:`Fluid`), but not evenly: each transfer's share is weighted by a
 draw of :data:`SHARE_SIGMA`, as measured. So N workers that pull at once from one PS all finish late, near
-together, where a first-come queue would serve them one by one. A step of worker ``i`` is
+together, where a first-come queue would serve them one by one. (Raw TCP also lets a transfer that entered a link
+first keep more of it, :data:`ARRIVAL_FACTOR`; ``arrival_factor`` models that, but predictions of ssptk's shaped
+runs are worse with it, so it is off: ``benchmarks/FINDINGS.md``, 2026-11-27.) A step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
    ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
@@ -46,8 +48,8 @@ from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
 from ssptk.core.options import check_cores
 
-__all__ = ["GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds", "machine_cores",
-           "recorded_cores", "shard_bytes", "shared_cores"]
+__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds",
+           "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
@@ -55,6 +57,12 @@ PROTOCOL_OVERHEAD = 1.05
 #: 20 Mbit/s htb link here: 4 transfers started together end at 2.6-4.3x the time one alone takes (exact fair
 #: sharing: all at 4x), often one well before the rest; that unevenness is what lets equal workers drift apart.
 SHARE_SIGMA = 0.3
+#: How much more of a link a transfer keeps than the one that entered it next, for raw TCP on the same 20 Mbit/s
+#: link (2026-11-27, ``exp_tcp_share.py``: 4 transfers of 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time
+#: apart, 3 repeats each): 1.5 fits when each ended best (mean miss 0.24 of one transfer's time; fair sharing 0.35).
+#: Not the simulator's default: against 24 shaped ssptk runs it predicted 12 within 15%, fair sharing 17
+#: (``benchmarks/exp_link_sharing.py``).
+ARRIVAL_FACTOR = 1.5
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
 _PULL, _PUSH, _LAND, _COMPUTE = 0, 1, 2, 3
@@ -116,7 +124,9 @@ class Fluid:
     """Transfers in flight over links of fixed rates (bits per second), sharing them weighted max-min fairly.
 
     On one link each transfer's rate is the link's rate times its weight over the weights in flight (all 1:
-    processor sharing, what TCP flows through one queue do on average). Over several links: the link that gives
+    processor sharing, what TCP flows through one queue do on average). A transfer added with an ``order``
+    ``(key, rank)`` also weighs ``factor ** -rank`` against the others of its key in flight (the oldest of them
+    weighs 1), so that ranks can grow without bound. Over several links: the link that gives
     the least per unit of weight fixes the rates of its transfers, the rest of the other links they cross goes
     to the others there (progressive filling), so a transfer goes at the pace of the slowest link it crosses.
 
@@ -125,19 +135,22 @@ class Fluid:
     Rates are worked out again only after the set of transfers changed.
     """
 
-    def __init__(self, rates: Sequence[float]) -> None:
+    def __init__(self, rates: Sequence[float], factor: float = 1.0) -> None:
         self.cap = [float(r) for r in rates]
+        self.factor = float(factor)
         self.members: list[set[int]] = [set() for _ in self.cap]
-        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, weight]
+        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, weight, order]
         self.now = 0.0
         self._ids = count()
         self._stale = False
         self._end: tuple[float, int | None] | None = None
 
-    def add(self, bits: float, links: Sequence[int], weight: float = 1.0) -> int:
-        """A transfer of ``bits`` (> 0) over ``links`` (at least one), starting now; returns its id."""
+    def add(self, bits: float, links: Sequence[int], weight: float = 1.0,
+            order: tuple[int, int] | None = None) -> int:
+        """A transfer of ``bits`` (> 0) over ``links`` (at least one), starting now, weighing ``weight`` (and, with
+        ``order`` ``(key, rank)``, ``factor ** -rank`` against the others of ``key``); returns its id."""
         fid = next(self._ids)
-        self.flows[fid] = [float(bits), tuple(links), 0.0, float(weight)]
+        self.flows[fid] = [float(bits), tuple(links), 0.0, float(weight), order]
         for link in links:
             self.members[link].add(fid)
         self._stale = True
@@ -188,6 +201,15 @@ class Fluid:
         unfixed: dict[int, int] = {}
         heap: list[tuple[float, int]] = []
         w = {fid: f[3] for fid, f in self.flows.items()}
+        if self.factor != 1.0:  # ranks counted from the oldest of each key in flight
+            oldest: dict[int, int] = {}
+            for f in self.flows.values():
+                if f[4] is not None:
+                    key, rank = f[4]
+                    oldest[key] = min(rank, oldest.get(key, rank))
+            for fid, f in self.flows.items():
+                if f[4] is not None:
+                    w[fid] *= self.factor ** (oldest[f[4][0]] - f[4][1])
         for link, m in enumerate(self.members):
             if m:
                 left[link], unfixed[link] = self.cap[link], len(m)
@@ -224,14 +246,16 @@ class Links:
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
     ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
-    exactly evenly). ``cores``: the CPU the workers share (``None``: each its own), and ``cpu_s`` how much of the
-    seconds a step computes (:meth:`start`'s ``compute``) is its fixed cost (``None``: all of it), as a free run
-    of these workers on these cores measures it: :func:`cpu_seconds` of it is the CPU work that shares them; the
-    rest of a step's seconds (its injected delay) is a sleep after its CPU work."""
+    exactly evenly); ``arrival_factor``: how much more of it the earlier of two transfers on it keeps (1, the
+    default: blind to order; :data:`ARRIVAL_FACTOR` as raw TCP measured); transfers that enter at once are ranked
+    in the order the simulator takes them. ``cores``: the CPU the workers share (``None``: each its own), and
+    ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is its fixed cost (``None``: all
+    of it), as a free run of these workers on these cores measures it: :func:`cpu_seconds` of it is the CPU work
+    that shares them; the rest of a step's seconds (its injected delay) is a sleep after its CPU work."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
-                 cpu_s: float | None = None) -> None:
+                 cpu_s: float | None = None, arrival_factor: float = 1.0) -> None:
         self.delay = network.delay_s
         rates: list[float] = []
 
@@ -251,7 +275,8 @@ class Links:
         self.core = [link(1.0) if cores else None for _ in range(workers)]  # a worker's thread: one core at most
         self.cpu_s = cpu_s
         self.cpu_share = cpu_seconds(1.0, workers, cores) if cores else 1.0  # CPU work per second of a free step
-        self.fluid = Fluid(rates)
+        self.fluid = Fluid(rates, arrival_factor)
+        self.entries = [0] * len(rates)  # per link: how many transfers have entered it (each one's rank)
         self.sigma = share_sigma
         self.rng = random.Random(seed)
         wire = 8.0 * PROTOCOL_OVERHEAD
@@ -319,7 +344,9 @@ class Links:
             links = [x for x in crossed if x is not None]
             if bits > 0 and links:
                 weight = self.rng.lognormvariate(0.0, self.sigma) if self.sigma else 1.0
-                self.owner[self.fluid.add(bits, links, weight)] = w
+                key = links[-1] if what == _PUSH and self.pieces else links[0]  # the PS's side where it is shaped
+                self.entries[key] += 1
+                self.owner[self.fluid.add(bits, links, weight, (key, self.entries[key]))] = w
                 n += 1
         self.pending[w] = n
         if not n:
