@@ -96,7 +96,10 @@ def _pss(pid: int) -> int | None:
 
 def bench_scale_layouts(ctx: Context) -> list[Row]:
     """Both layouts from 1 to 64 workers (processes to 32): start-up, memory and steps/s; the PNG plot."""
-    counts = QUICK_COUNTS if ctx.quick else COUNTS
+    import os
+
+    chosen = os.environ.get("SSPTK_BENCH_LAYOUT_COUNTS")  # e.g. "4,8,16": a part of the sweep
+    counts = QUICK_COUNTS if ctx.quick else tuple(int(n) for n in chosen.split(",")) if chosen else COUNTS
     modes = {"async": dict(mode="async"), "ssp:2": dict(mode="ssp", staleness=2)}
     probe = TreeMemory()
     configs: dict[str, dict[str, Any]] = {}
