@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import assert_gone
+from conftest import assert_gone, skip_or_fail
 
 import ssptk
 from ssptk.commands import build_parser
@@ -60,6 +60,55 @@ def test_cores_resolve_against_the_machine_or_the_run() -> None:
     assert recorded_cores({"tasks": {"cores": 2}}) == 2.0
     assert recorded_cores({"tasks": {"warm": True}}) is None and recorded_cores({"tasks": {"cores": -1}}) is None
     assert recorded_cores({}) is None and recorded_cores(None) is None
+
+
+def _cores_in_a_cgroup_with_a_quota(cpus: float) -> str:
+    """``machine_cores()`` as a process in a fresh cgroup (v1's cpu controller, or v2's) limited to ``cpus``."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    v1 = Path("/sys/fs/cgroup/cpu")
+    group = (v1 if (v1 / "cpu.cfs_quota_us").exists() else Path("/sys/fs/cgroup")) / f"ssptk-test-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        if group.parent == v1:
+            (group / "cpu.cfs_period_us").write_text("100000")
+            (group / "cpu.cfs_quota_us").write_text(str(int(cpus * 100000)))
+        else:
+            (group / "cpu.max").write_text(f"{int(cpus * 100000)} 100000")
+    except OSError as e:
+        skip_or_fail(f"needs a cgroup whose CPU quota this user may set ({e}): run the tests as root")
+    try:
+        code = "from ssptk.sim.links import machine_cores; print(machine_cores())"
+        enter = f"echo $$ > {group / 'cgroup.procs'} && exec {sys.executable} -c '{code}'"
+        return subprocess.run(["sh", "-c", enter], capture_output=True, text=True, check=True, timeout=60,
+                              env=dict(os.environ)).stdout.strip()
+    finally:
+        group.rmdir()
+
+
+def test_a_cgroups_cpu_quota_narrows_this_machines_cores() -> None:
+    cpus = len(__import__("os").sched_getaffinity(0))
+    assert _cores_in_a_cgroup_with_a_quota(0.5) == "0.5"  # a container given half a CPU
+    if cpus >= 2:
+        assert _cores_in_a_cgroup_with_a_quota(1.5) == "1.5"
+    assert _cores_in_a_cgroup_with_a_quota(cpus + 3) == str(cpus)  # a quota above the CPUs there changes nothing
+
+
+def test_the_tightest_quota_from_a_cgroup_up_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ssptk.core import resources
+
+    # cgroup v2's files, which this machine's cpu controller (v1) cannot show: a parent at 3 CPUs, its child at 1.25
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "a" / "cpu.max").write_text("300000 100000\n")
+    (tmp_path / "a" / "b" / "cpu.max").write_text("125000 100000\n")
+    monkeypatch.setattr(resources, "_cgroup_paths", lambda: {"": "/a/b"})
+    assert resources.cgroup_cpus(str(tmp_path)) == 1.25
+    monkeypatch.setattr(resources, "_cgroup_paths", lambda: {"": "/"})
+    assert resources.cgroup_cpus(str(tmp_path)) is None  # "max": no quota
 
 
 # --- the timing-only predictions ---------------------------------------------------------------------------------

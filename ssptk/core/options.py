@@ -129,7 +129,8 @@ OPTIONS: tuple[Option, ...] = (
            "the CPU cores the workers share in a prediction (ssptk sim, compare --predict, a run's ideal steps/s): "
            "a step's fixed cost, as a free run of these workers measured it, is CPU work they share, each at most "
            "one core, while an injected delay sleeps; so under a shaped --network, which keeps workers apart, each "
-           "step computes faster than in a free run. Default: the cores a run here gets (os.sched_getaffinity; a run "
+           "step computes faster than in a free run. Default: the cores a run here gets (os.sched_getaffinity, or "
+           "a cgroup's CPU quota where it allows fewer; a run "
            "records them in config.json and its predictions use them); 0: each worker has a machine of its own (a "
            "cluster's), a step's overhead then its CPU work (a run here with N workers on C < N cores: its "
            "overhead x C / N). Without a shaped --network a step takes its measured time and this changes nothing",

@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ssptk.core.errors import UsageError
 
 __all__ = ["BATCH_COPIES", "Estimate", "RECORD_BYTES", "SHARED_TASK_BYTES", "SIM_RECORD_BYTES", "TASK_BYTES",
-           "available_bytes", "check_fits", "check_sim", "example_bytes", "run_estimate", "sim_estimate"]
+           "available_bytes", "cgroup_cpus", "check_fits", "check_sim", "example_bytes", "run_estimate", "sim_estimate"]
 
 MB = 2**20
 #: the launcher itself (Python, NumPy, pandas, the supervisor)
@@ -130,6 +131,64 @@ def _cgroup_room() -> int | None:
             return max(0, int(limit) - int(f.read().strip()))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _cgroup_paths() -> dict[str, str]:
+    """This process's cgroup path per controller (``""`` for cgroup v2's unified hierarchy)."""
+    out: dict[str, str] = {}
+    with open("/proc/self/cgroup", encoding="ascii") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                out[c] = path
+    return out
+
+
+def _quota_along(base: str, path: str, read: Callable[[str], float | None]) -> float | None:
+    """The tightest ``read(directory)`` from this cgroup's directory up to the hierarchy's root."""
+    limits = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        try:
+            q = read(os.path.join(base, *parts[:depth]))
+        except (OSError, ValueError, IndexError):
+            q = None
+        if q is not None:
+            limits.append(q)
+    return min(limits) if limits else None
+
+
+def _v2_quota(directory: str) -> float | None:
+    with open(os.path.join(directory, "cpu.max"), encoding="ascii") as f:
+        quota, period = f.read().split()[:2]
+    return None if quota == "max" else int(quota) / int(period)
+
+
+def _v1_quota(directory: str) -> float | None:
+    with open(os.path.join(directory, "cpu.cfs_quota_us"), encoding="ascii") as f:
+        quota = int(f.read())
+    with open(os.path.join(directory, "cpu.cfs_period_us"), encoding="ascii") as f:
+        period = int(f.read())
+    return None if quota <= 0 or period <= 0 else quota / period
+
+
+def cgroup_cpus(root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPUs this process's cgroup lets it use per second (a CPU quota: cgroup v2's ``cpu.max``, v1's
+    ``cpu.cfs_quota_us / cpu.cfs_period_us``, the tightest from its cgroup up), ``None`` without a quota."""
+    try:
+        paths = _cgroup_paths()
+    except (OSError, ValueError):
+        return None
+    found = []
+    if "" in paths:
+        found.append(_quota_along(root, paths[""], _v2_quota))
+    if "cpu" in paths:  # v1: the cpu controller's hierarchy, mounted alone or with cpuacct
+        for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+            if os.path.isdir(os.path.join(root, mount)):
+                found.append(_quota_along(os.path.join(root, mount), paths["cpu"], _v1_quota))
+                break
+    limits = [q for q in found if q is not None]
+    return min(limits) if limits else None
 
 
 def available_bytes() -> int | None:

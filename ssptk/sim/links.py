@@ -49,6 +49,7 @@ from itertools import count
 from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
 from ssptk.core.options import check_cores
+from ssptk.core.resources import cgroup_cpus
 
 __all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds",
            "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
@@ -76,13 +77,17 @@ def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
     return float(step_s) * min(1.0, float(cores) / max(1, int(workers)))
 
 
-def machine_cores() -> int:
+def machine_cores() -> float:
     """The cores a run started here gets: the CPUs this process may run on (``os.sched_getaffinity``, which a
-    cgroup's cpuset or ``taskset`` narrows; ``os.cpu_count()`` where there is no such call), at least 1."""
+    cgroup's cpuset or ``taskset`` narrows; ``os.cpu_count()`` where there is no such call), fewer where its
+    cgroup's CPU quota allows less (:func:`ssptk.core.resources.cgroup_cpus`: a container's ``--cpus 1.5`` gives
+    1.5); an ``int`` unless the quota binds (then the quota to 0.01, at least 0.01)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cpus: float = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cpus = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return cpus if quota is None or quota >= cpus else max(0.01, round(quota, 2))
 
 
 def shared_cores(given: object, default: float | None) -> float | None:
