@@ -115,11 +115,21 @@ def _meminfo_available() -> int | None:
         return None
 
 
+def _cgroup_paths() -> dict[str, str]:
+    """This process's cgroup path per controller (``""`` for cgroup v2's unified hierarchy)."""
+    out: dict[str, str] = {}
+    with open("/proc/self/cgroup", encoding="ascii") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                out[c] = path
+    return out
+
+
 def _cgroup_room() -> int | None:
     """What this process's cgroup (v2) still allows: ``memory.max`` less ``memory.current``; ``None`` if no limit."""
     try:
-        with open("/proc/self/cgroup", encoding="ascii") as f:
-            path = next((line.rstrip("\n").split(":", 2)[2] for line in f if line.startswith("0::")), None)
+        path = _cgroup_paths().get("")
         if path is None:
             return None
         base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
@@ -131,17 +141,6 @@ def _cgroup_room() -> int | None:
             return max(0, int(limit) - int(f.read().strip()))
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _cgroup_paths() -> dict[str, str]:
-    """This process's cgroup path per controller (``""`` for cgroup v2's unified hierarchy)."""
-    out: dict[str, str] = {}
-    with open("/proc/self/cgroup", encoding="ascii") as f:
-        for line in f:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            for c in controllers.split(",") if controllers else [""]:
-                out[c] = path
-    return out
 
 
 def _quota_along(base: str, path: str, read: Callable[[str], float | None]) -> float | None:
