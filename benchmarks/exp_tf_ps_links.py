@@ -34,7 +34,11 @@ def main() -> None:
     ap.add_argument("--ps", type=int, default=4)
     ap.add_argument("--bytes", type=int, default=340_000)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--var-bytes", type=int, default=32_000, help="each variable's bytes (4 per float32)")
     ap.add_argument("--network", default="ps=20mbit")
+    ap.add_argument("--count", action="store_true",
+                    help="after every shard's update, add 1 to a step count on ps:0 and fetch it (as ssptk's global "
+                         "step follows the update)")
     args = ap.parse_args()
 
     import os
@@ -59,13 +63,17 @@ def main() -> None:
         cluster = tf.train.ClusterSpec(addressed_spec(spec, t))
         servers[t] = tf.distribute.Server(cluster, job_name=job, task_index=int(i), protocol="grpc",
                                           config=v1.ConfigProto(device_count={"GPU": 0}), start=True)
-    n_vars = max(1, args.bytes // 32_000)
+    n_vars = max(1, args.bytes // args.var_bytes)
     graph = tf.Graph()
     with graph.as_default():
+        with tf.device("/job:ps/task:0"):
+            count = v1.get_variable("count", shape=[], dtype=tf.int64, initializer=v1.zeros_initializer(),
+                                    trainable=False)
         variables = []
         for k in range(n_vars):
             with tf.device(f"/job:ps/task:{k % args.ps}"):
-                variables.append(v1.get_variable(f"v{k}", shape=[8000], initializer=v1.zeros_initializer()))
+                variables.append(v1.get_variable(f"v{k}", shape=[args.var_bytes // 4],
+                                                  initializer=v1.zeros_initializer()))
         steps = []
         for w in range(args.workers):
             with tf.device(f"/job:worker/task:{w}"):
@@ -74,7 +82,11 @@ def main() -> None:
             for k, (v, g) in enumerate(zip(variables, grads)):
                 with tf.device(f"/job:ps/task:{k % args.ps}"):
                     updates.append(v1.assign_sub(v, g).op)  # the push
-            steps.append(tf.group(*updates))
+            if args.count:
+                with tf.device("/job:ps/task:0"), tf.control_dependencies(updates):
+                    steps.append(v1.assign_add(count, 1))
+            else:
+                steps.append(tf.group(*updates))
         init = v1.global_variables_initializer()
     sessions = [v1.Session(servers[f"worker:{w}"].target, graph=graph) for w in range(args.workers)]
     sessions[0].run(init)
@@ -94,8 +106,9 @@ def main() -> None:
     done = sum(sum(start < x <= stop for x in e) for e in ends)
     steps_per_s = done / (stop - start)
     rate = net.rates.get("ps") if net else None
-    piece = -(-n_vars // args.ps) * 32_000  # the busiest shard's bytes: the most variables any shard holds
-    print(json.dumps({"workers": args.workers, "ps": args.ps, "variables": n_vars, "steps_per_s": round(steps_per_s, 2),
+    piece = -(-n_vars // args.ps) * args.var_bytes  # the busiest shard's bytes: the most variables any shard holds
+    print(json.dumps({"workers": args.workers, "ps": args.ps, "variables": n_vars, "count": args.count,
+                      "steps_per_s": round(steps_per_s, 2),
                       "ps_link_busy_payload": round(steps_per_s * piece * 8 / rate, 3) if rate else None}))
     os._exit(0)  # the servers have no clean stop
 
