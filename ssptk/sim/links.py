@@ -8,8 +8,8 @@ rest to the others: max-min fairness, :class:`Fluid`), but not evenly: each tran
 draw of :data:`SHARE_SIGMA`, as measured. So N workers that pull at once from one PS all finish late, near
 together, where a first-come queue would serve them one by one. (TCP also lets a transfer that entered a link
 first keep more of it, :data:`ARRIVAL_FACTOR`, and ssptk's links alone share that way; ``arrival_factor`` models
-it. It is off because TensorFlow's steps leave sharded links idle for a reason this model does not hold yet, and
-fair sharing predicts TensorFlow's shaped runs better: ``benchmarks/FINDINGS.md``, stop 27.) A step of worker
+it. It is off because ssptk's own steps leave sharded links idle (bare TensorFlow fills them), which this model
+does not hold yet, and fair sharing predicts ssptk's shaped runs better: ``benchmarks/FINDINGS.md``, stop 27.) A step of worker
 ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
@@ -64,7 +64,7 @@ SHARE_SIGMA = 0.3
 #: link (2026-11-27, ``exp_tcp_share.py``: 4 transfers of 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time
 #: apart, 3 repeats each): 1.5 fits when each ended best (mean miss 0.24 of one transfer's time; fair sharing 0.35).
 #: The links alone share so (``exp_ps_links.py``); not the simulator's default all the same: against 24 shaped
-#: TensorFlow runs it predicted 12 within 15%, fair sharing 17 (``benchmarks/exp_link_sharing.py``).
+#: ssptk runs it predicted 12 within 15%, fair sharing 17 (``benchmarks/exp_link_sharing.py``).
 ARRIVAL_FACTOR = 1.5
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
