@@ -9,8 +9,8 @@ draw of :data:`SHARE_SIGMA`, as measured. So N workers that pull at once from on
 together, where a first-come queue would serve them one by one. (TCP also lets a transfer that entered a link
 first keep more of it, :data:`ARRIVAL_FACTOR`, and ssptk's links alone share that way; ``arrival_factor`` models
 it. It is off because ssptk's own steps leave sharded links idle (bare TensorFlow fills them), which this model
-does not hold yet, and fair sharing predicts ssptk's shaped runs better: ``benchmarks/FINDINGS.md``, stop 27.) A step of worker
-``i`` is
+does not hold yet, and fair sharing predicts ssptk's shaped runs better: ``benchmarks/FINDINGS.md``, stop 27.) A
+step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
    ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
