@@ -105,6 +105,13 @@ def worker(index: int, conns: list[socket.socket], piece: int, compute: float, s
         ends.append(time.perf_counter())
 
 
+def middle_steps_per_s(ends: list[list[float]]) -> tuple[float, float]:
+    """Steps/s over the middle of a run whose workers' steps ended at ``ends`` (one list per worker): from when
+    every worker had finished its 5th step to when the first finished its last; and that start."""
+    start, stop = max(e[4] for e in ends), min(e[-1] for e in ends)
+    return sum(sum(start < x <= stop for x in e) for e in ends) / (stop - start), start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=4)
@@ -152,11 +159,7 @@ def main() -> None:
     for t in threads:
         t.join()
     stop.set()
-    # steps/s over the middle of the run: from when every worker finished its 5th step to when the first finished
-    start = max(e[4] for e in ends)
-    stop_t = min(e[-1] for e in ends)
-    done = sum(sum(start < x <= stop_t for x in e) for e in ends)
-    steps_per_s = done / (stop_t - start)
+    steps_per_s, start = middle_steps_per_s(ends)
     rate = net.rates["ps"] if net and net.rates.get("ps") else None
     busy = steps_per_s * piece * 8 / rate if rate else None
 

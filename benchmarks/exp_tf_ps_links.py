@@ -16,16 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import threading
 import time
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
@@ -45,8 +38,10 @@ def main() -> None:
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
+    from exp_ps_links import middle_steps_per_s
 
     from ssptk.core.network import addressed_spec, parse_network
+    from ssptk.launch.cluster import free_ports
     from ssptk.launch.links import Links
 
     v1 = tf.compat.v1
@@ -55,8 +50,8 @@ def main() -> None:
     tasks = [f"ps:{s}" for s in range(args.ps)] + [f"worker:{w}" for w in range(args.workers)]
     net = parse_network(args.network)
     Links(tasks, net, [], ()).build()
-    spec = {"ps": [f"127.0.0.1:{free_port()}" for _ in range(args.ps)],
-            "worker": [f"127.0.0.1:{free_port()}" for _ in range(args.workers)]}
+    ports = free_ports(len(tasks))
+    spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:args.ps]], "worker": [f"127.0.0.1:{p}" for p in ports[args.ps:]]}
     servers = {}
     for t in tasks:
         job, i = t.split(":")
@@ -102,9 +97,7 @@ def main() -> None:
         t.start()
     for t in threads:
         t.join()
-    start, stop = max(e[4] for e in ends), min(e[-1] for e in ends)
-    done = sum(sum(start < x <= stop for x in e) for e in ends)
-    steps_per_s = done / (stop - start)
+    steps_per_s, _ = middle_steps_per_s(ends)
     rate = net.rates.get("ps") if net else None
     piece = -(-n_vars // args.ps) * args.var_bytes  # the busiest shard's bytes: the most variables any shard holds
     print(json.dumps({"workers": args.workers, "ps": args.ps, "variables": n_vars, "count": args.count,
