@@ -32,6 +32,9 @@ def main() -> None:
     ap.add_argument("--count", action="store_true",
                     help="after every shard's update, add 1 to a step count on ps:0 and fetch it (as ssptk's global "
                          "step follows the update)")
+    ap.add_argument("--gread", action="store_true",
+                    help="read the step count on ps:0 first and make every variable's read wait for it (as ssptk's "
+                         "g_read orders a step's parameter reads)")
     args = ap.parse_args()
 
     import os
@@ -71,7 +74,11 @@ def main() -> None:
                                                   initializer=v1.zeros_initializer()))
         steps = []
         for w in range(args.workers):
-            with tf.device(f"/job:worker/task:{w}"):
+            first = []
+            if args.gread:
+                with tf.device("/job:ps/task:0"):
+                    first = [count.read_value()]
+            with tf.device(f"/job:worker/task:{w}"), tf.control_dependencies(first):
                 grads = [tf.tanh(v.read_value() + 1.0) * 1e-3 for v in variables]  # the pull, some math
             updates = []
             for k, (v, g) in enumerate(zip(variables, grads)):
@@ -101,7 +108,7 @@ def main() -> None:
     rate = net.rates.get("ps") if net else None
     piece = -(-n_vars // args.ps) * args.var_bytes  # the busiest shard's bytes: the most variables any shard holds
     print(json.dumps({"workers": args.workers, "ps": args.ps, "variables": n_vars, "count": args.count,
-                      "steps_per_s": round(steps_per_s, 2),
+                      "gread": args.gread, "steps_per_s": round(steps_per_s, 2),
                       "ps_link_busy_payload": round(steps_per_s * piece * 8 / rate, 3) if rate else None}))
     os._exit(0)  # the servers have no clean stop
 
