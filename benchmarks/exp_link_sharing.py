@@ -3,6 +3,7 @@
 
     python benchmarks/exp_link_sharing.py                          # fair (factor 1) and arrival order (1.5)
     python benchmarks/exp_link_sharing.py --factor 1,1.25,1.5 --sigma 0.3,0.6,1.0
+    python benchmarks/exp_link_sharing.py --kept DIR --write   # the runs a SSPTK_BENCH_KEEP=DIR benchmark kept
 
 Reads ``benchmarks/data/network_predicted_runs.json`` (the real runs of a ``network_predicted`` benchmark: each
 run's free per-step overhead and its shaped steps/s) and simulates each run with ``ssptk.simulate`` under every
@@ -46,13 +47,41 @@ def predicted_over_measured(run: dict[str, Any], network: str, model: str, facto
     return statistics.mean(made) / run["shaped_steps_per_s"]
 
 
+def kept_runs(keep: str) -> list[dict[str, Any]]:
+    """The runs a ``network_predicted`` benchmark kept under ``keep`` (``SSPTK_BENCH_KEEP``), as the data file holds
+    them: each ``pred-W-LAYOUT`` group's ``free.json`` and its shaped runs' ``summary.json`` and ``config.json``."""
+    runs = []
+    for group in sorted(Path(keep).glob("pred-*")):
+        free = json.loads((group / "free.json").read_text())
+        for label, figures in free.items():
+            real = group / "real" / label
+            if not (real / "summary.json").exists():
+                continue
+            summary = json.loads((real / "summary.json").read_text())
+            config = json.loads((real / "config.json").read_text())
+            opts = config["options"]
+            runs.append({"workers": opts["workers"], "layout": config["tasks"]["layout"], "steps": opts["steps"],
+                         "mode": label.split(" ps=")[0], "ps": opts["ps"], "cores": config["tasks"]["cores"],
+                         "free_overhead_ms": round(figures["overhead_ms"], 2),
+                         "free_steps_per_s": round(figures["steps_per_s"], 2),
+                         "shaped_steps_per_s": round(summary["steps_per_s"], 3),
+                         "ps_link_busy": round(summary["traffic"]["busiest"][1], 3)})
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factor", default="1,1.5", help="arrival factors, comma-separated (1: fair)")
     ap.add_argument("--sigma", default="0.3", help="share sigmas, comma-separated")
     ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--kept", help="read the runs from a SSPTK_BENCH_KEEP directory instead of --data")
+    ap.add_argument("--write", action="store_true", help="with --kept: write them to --data (its 'what' kept)")
     args = ap.parse_args()
     doc = json.loads(Path(args.data).read_text())
+    if args.kept:
+        doc["runs"] = kept_runs(args.kept)
+        if args.write:
+            Path(args.data).write_text(json.dumps(doc, indent=1) + "\n")
     for factor in (float(x) for x in args.factor.split(",")):
         for sigma in (float(x) for x in args.sigma.split(",")):
             ratios = [predicted_over_measured(r, doc["network"], doc["model"], factor, sigma) for r in doc["runs"]]
