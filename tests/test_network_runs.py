@@ -40,10 +40,19 @@ def test_a_shaped_run_is_held_to_its_links_bytes(tmp_path: Path) -> None:
     busiest, share = shaped.summary["traffic"]["busiest"]
     # over the training time, with the start-up's bytes (initial values, first pulls) counted: a little over 1 at most
     assert busiest == "ps:0" and 0.5 < share <= 1.15
-    # a worker's step: the CPU its process spent (measured) and its own bytes at the PS link's rate (estimated)
+    # a worker's step: the CPU its process spent (measured) and its time on the wire, timed on every 10th step
     split, ps = shaped.summary["traffic"], t["tasks"]["ps:0"]
     assert 0 < split["compute_ms"] < split["step_ms"] and free.summary["traffic"]["transfer_ms"] is None
-    assert split["transfer_ms"] == pytest.approx((ps["sent"] + ps["received"]) * 8e3 / 16e6 / shaped.summary["total_steps"])
+    df = shaped.df
+    traced = df.dropna(subset=["transfer_s"])
+    assert len(traced) >= 3 and (traced["step"] % 10 == 0).all()  # every 10th step of each worker
+    assert split["transfer_timed_steps"] == len(traced)
+    assert split["transfer_ms"] == pytest.approx(1e3 * traced["transfer_s"].mean())
+    # at least most of what its own bytes need at the link's rate (a gradient leaving while the next is computed counts
+    # as compute), and no more than the step
+    floor = (ps["sent"] + ps["received"]) * 8e3 / 16e6 / shaped.summary["total_steps"]
+    assert 0.7 * floor < split["transfer_ms"] < split["step_ms"], (floor, split)
+    assert "transfer_s" not in free.df  # no trace without a shaped link
 
 
 def test_the_hosts_loopback_keeps_its_speed_during_a_shaped_run(tmp_path: Path) -> None:

@@ -217,4 +217,5 @@ def test_calibration_spreads_a_rounds_traffic_over_its_steps() -> None:
     per_step = calibrate_overhead(shaped.steps, 3)
     assert per_step > 0.05  # not the 4 ms of a local step: the round's pull and push count, spread over its 4 steps
     free = simulate("local:4", 3, 40, overhead=per_step, jitter="exp:0.01", seed=2)
-    assert free.steps_per_s == pytest.approx(shaped.steps_per_s, rel=0.1)
+    # within 15%: the shaped rounds queue at the link in arrival order, which a constant overhead does not hold
+    assert free.steps_per_s == pytest.approx(shaped.steps_per_s, rel=0.15)

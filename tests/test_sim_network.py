@@ -1,4 +1,4 @@
-"""The simulator's network (:mod:`ssptk.sim.links`): transfers share a link fairly (by their TCP windows), go at the
+"""The simulator's network (:mod:`ssptk.sim.links`): transfers share a link as TCP does (the earlier keeps more), go at the
 pace of the slowest link they cross, K shards carry the bytes placed on them, and a PS-bound run's predicted
 steps/s follow the link, not the compute."""
 from __future__ import annotations
@@ -65,16 +65,16 @@ def test_shards_hold_the_bytes_placed_on_them() -> None:
 
 def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     t = 8 * MB * PROTOCOL_OVERHEAD / 8e6  # seconds for one model through 8 Mbit/s
-    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0)
+    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, arrival_factor=1.0)
     one.start(0, 0.0, 0.0)
     one.start(1, 0.0, 0.0)
     ends = [one.next(), one.next()]  # both pulls share the PS's link out (2t), then both pushes its link in
     assert [w for _, w in ends] == [0, 1] and [e for e, _ in ends] == pytest.approx([4 * t, 4 * t])
     assert not one
-    # by arrival (raw TCP's 1.5, off by default): the pull taken first keeps 1.5 of the link to the other's 1 (0.6
+    # by arrival (raw TCP's 1.5, the default): the pull taken first keeps 1.5 of the link to the other's 1 (0.6
     # and 0.4), ends at t / 0.6, and its push, alone on the link in until the other's enters, keeps 0.6 of it after
-    ordered = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0,
-                    arrival_factor=ARRIVAL_FACTOR)
+    ordered = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0)
+    assert ARRIVAL_FACTOR == 1.5
     ordered.start(0, 0.0, 0.0)
     ordered.start(1, 0.0, 0.0)
     first_pull, second_pull = t / 0.6, t / 0.6 + (t - 0.4 * t / 0.6)
@@ -95,9 +95,10 @@ def test_sync_through_one_ps_link_keeps_it_half_idle_and_four_shards_lift_it() -
             for m, k in (("sync", 1), ("async", 1), ("sync", 4))}
     limit = 100e6 / (8 * size * PROTOCOL_OVERHEAD)
     # sync: all pull at once, then all push: each direction of the link is busy little more than half the time
-    # (a first-come queue would overlap one worker's push with the next one's pull: ~0.8); async's pulls and
-    # pushes interleave and keep the link out mostly busy (exactly even sharing would keep them in step: 0.5)
-    assert rate["sync", 1] < 0.6 * limit and 0.7 * limit < rate["async", 1] <= limit * 1.001
+    # (0.61 here, as real sync runs keep theirs: the pull served first computes and pushes while the last pulls; a
+    # first-come queue would overlap more: ~0.8); async's pulls and pushes interleave and keep the link out mostly
+    # busy (exactly even sharing would keep them in step: 0.5)
+    assert rate["sync", 1] < 0.7 * limit and 0.7 * limit < rate["async", 1] <= limit * 1.001
     assert rate["sync", 4] > 3 * rate["sync", 1]
 
 

@@ -46,6 +46,21 @@ def test_a_step_splits_into_measured_compute_and_wait_and_the_transfer_its_bytes
     assert t["rates"] == {"ps:0": 50e6}
 
 
+def test_a_timed_transfer_replaces_the_estimate_and_says_so() -> None:
+    timed = pd.Series([0.05, float("nan"), 0.07, float("nan")])  # two of four steps traced
+    section = traffic_summary(counters(), 10, 1.0, workers=2, wait_fraction=0.1, cpu_s=0.05, timed=timed)
+    t = section["traffic"]
+    assert t["transfer_ms"] == pytest.approx(60.0) and t["transfer_timed_steps"] == 2
+    assert step_split(t)["transfer"] == pytest.approx(0.3)
+    assert split_text(t) == "a worker's step 200 ms: compute 2%, transfer 30% (timed on 2 steps), wait 10%, other 57%"
+    s = {**summary(counters()), **section}
+    assert status_text(s).endswith(" \u00b7 transfer 30% of a step")
+    # no shaped link: no transfer share, timed or not; nothing traced: the estimate
+    assert traffic_summary(counters(ps_rate=None), 10, 1.0, 2, timed=timed)["traffic"]["transfer_ms"] is None
+    none = traffic_summary(counters(), 10, 1.0, 2, timed=pd.Series([float("nan")]))["traffic"]
+    assert "transfer_timed_steps" not in none and none["transfer_ms"] == pytest.approx(116.8)
+
+
 def test_a_shaped_worker_link_carries_its_own_steps_and_an_unshaped_run_has_no_transfer_estimate() -> None:
     t = summary(counters(ps_rate=None, worker_rate=10e6))["traffic"]
     assert t["transfer_ms"] == pytest.approx(3.65e6 / 5 * 8 / 10e6 * 1000)  # each worker took 5 of the 10 steps

@@ -42,7 +42,9 @@ _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the sta
 def _traffic_columns(traffic: Any) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
     ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``), ``transfer_share``
-    (the share of a worker's step its own bytes need at the link's rate: an estimate, a floor; ``None`` likewise)."""
+    (the share of a worker's step its tensors were on the wire: timed in sync, ssp and async, else the share its own
+    bytes need at the link's rate, an estimate and a floor: :func:`ssptk.analysis.traffic.step_split`; ``None``
+    likewise)."""
     t = traffic if isinstance(traffic, Mapping) else {}
     busiest = t.get("busiest")
     return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),

@@ -10,9 +10,12 @@ A worker's step is split (:func:`step_split`) into what was measured and what it
 
 - **compute**: the workers' own CPU seconds per step (their processes' clocks from the ``start`` to the ``done``
   event: forward, backward and serialising the tensors), measured; only where each worker is its own process;
-- **transfer**: an *estimate*, the seconds a step's own bytes (pull and push, measured per minibatch) need at
-  the rate of the narrowest shaped link they cross, as if that link carried nothing else: a floor, known only
-  under ``--network`` (allreduce: the fuller direction of a worker's link, as its ring sends while it receives);
+- **transfer**: in the parameter-server modes (sync, ssp, async) on CPU workers, *timed*: the mean of the step
+  records' ``transfer_s``, the seconds some tensor of a step was on the wire, queueing included, from TensorFlow's
+  step stats on every 10th step (:mod:`ssptk.runtime.step_trace`). Elsewhere (local SGD, allreduce, GPU workers)
+  an *estimate*, the seconds a step's own bytes (pull and push, measured per minibatch) need at the rate of the
+  narrowest shaped link they cross, as if that link carried nothing else: a floor (allreduce: the fuller direction
+  of a worker's link, as its ring sends while it receives). Both only under ``--network``;
 - **wait**: what the mode blocked (``wait_fraction``), measured;
 - **other**: the rest of the step: queueing behind other workers' transfers on a shared link, the PS's own work,
   waiting for a free core, protocol round trips.
@@ -41,7 +44,7 @@ def worker_cpu_s(events: pd.DataFrame) -> float | None:
 
 def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: float | None,
                     workers: int | None = None, wait_fraction: float | None = None,
-                    cpu_s: float | None = None) -> dict[str, Any]:
+                    cpu_s: float | None = None, timed: pd.Series | None = None) -> dict[str, Any]:
     """The summary's ``traffic`` section, or ``{}`` for a run that measured none.
 
     - ``mb_per_minibatch``: megabytes the workers sent and received per minibatch (pull + push);
@@ -49,8 +52,9 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
     - ``link_busy``: each shaped link's busy share; ``busiest``: ``[task, share]`` of the fullest one;
     - ``tasks``: each task's ``sent`` and ``received`` bytes; ``rates``: each shaped link's bits per second;
     - with ``workers``: ``step_ms`` (a worker's mean step: ``workers`` x ``wall_s`` / minibatches), and what
-      :func:`step_split` splits it into: ``transfer_ms`` (estimated; ``None`` without a shaped link on the
-      way), ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``.
+      :func:`step_split` splits it into: ``transfer_ms`` (``timed``, the step records' ``transfer_s``, where any
+      step has one: their mean, with ``transfer_timed_steps`` their count; else estimated; ``None`` without a shaped
+      link on the way), ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``.
     """
     tasks = traffic.get("tasks") if isinstance(traffic, dict) else None
     if not isinstance(tasks, dict) or not tasks:
@@ -73,6 +77,9 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
            "rates": {t: float(rates[t]) for t in counts if rates.get(t)}}
     if workers and n and wall_s:
         out.update(_step_parts(counts, rates, n, workers, wall_s, wait_fraction, cpu_s))
+        timed = None if timed is None else timed.dropna()
+        if timed is not None and len(timed) and out["transfer_ms"] is not None:
+            out.update(transfer_ms=1000.0 * float(timed.mean()), transfer_timed_steps=int(len(timed)))
     return {"traffic": out}
 
 
@@ -97,9 +104,10 @@ def _step_parts(counts: Mapping[str, tuple[int, int]], rates: Mapping[str, Any],
 
 
 def step_split(traffic: Mapping[str, Any]) -> dict[str, float | None]:
-    """A worker's step as shares of its time: ``compute`` (measured), ``transfer`` (estimated from the bytes and
-    the rate: a floor), ``wait`` (the mode's, measured) and ``other`` (the rest, at least 0), each ``None`` where
-    it is not known (``other`` needs the three); ``{}`` for a summary's ``traffic`` section without ``step_ms``."""
+    """A worker's step as shares of its time: ``compute`` (measured), ``transfer`` (timed where the section has
+    ``transfer_timed_steps``, else estimated from the bytes and the rate: a floor), ``wait`` (the mode's, measured)
+    and ``other`` (the rest, at least 0), each ``None`` where it is not known (``other`` needs the three); ``{}``
+    for a summary's ``traffic`` section without ``step_ms``."""
     step = traffic.get("step_ms") if isinstance(traffic, Mapping) else None
     if not step:
         return {}

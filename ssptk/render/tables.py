@@ -234,8 +234,8 @@ _LEGEND = {
     "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
     "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
     "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
-    "transfer_share": "xfer: at least this share of a worker's step is transfer (its bytes at the link's rate: "
-                      "an estimate)",
+    "transfer_share": "xfer: share of a worker's step its tensors were on the wire (sync, ssp, async: timed on "
+                      "every 10th step; local, allreduce: its bytes at the link's rate, an estimate and a floor)",
 }
 
 

@@ -21,11 +21,24 @@ CAPACITY_SENTENCE = (
     "(100%: the link was busy the whole run, so it and not the workers set the pace).")
 #: How a worker's step is split (:func:`ssptk.analysis.traffic.step_split`), in one sentence.
 SPLIT_SENTENCE = (
-    "A worker's step: compute is its process's CPU time (measured); transfer is an estimate, the step's own "
-    "measured bytes (pull and push) at the rate of the narrowest shaped link they cross, as if nothing else used "
-    "it, so a floor; wait is what the mode blocked (measured); other is the rest: queueing behind the other "
-    "workers' transfers on a shared link, the PS's work, waiting for a free core.")
-_PARTS = (("compute", "compute"), ("transfer", "transfer \u2265"), ("wait", "wait"), ("other", "other"))
+    "A worker's step: compute is its process's CPU time (measured); transfer, in sync, ssp and async, is timed: "
+    "the time some tensor of the step (parameters, gradients, messages) was on the wire, queueing behind the other "
+    "workers' traffic included, from TensorFlow's step stats on every 10th step; in local SGD and allreduce it is "
+    "an estimate (\u2265), the step's own measured bytes at the rate of the narrowest shaped link they cross, as if "
+    "nothing else used it, so a floor; wait is what the mode blocked (measured); other is the rest: the PS's "
+    "work, waiting for a free core, and (where transfer is estimated) queueing on a shared link.")
+_PARTS = (("compute", "compute"), ("transfer", "transfer"), ("wait", "wait"), ("other", "other"))
+
+
+def _word(key: str, word: str, traffic: Mapping[str, Any]) -> str:
+    """``transfer \u2265`` where the transfer is an estimate (a floor), else ``word``."""
+    return word + (" \u2265" if key == "transfer" and not traffic.get("transfer_timed_steps") else "")
+
+
+def _how(traffic: Mapping[str, Any]) -> str:
+    """How a transfer share was had: ``(timed on N steps)`` or ``(estimated)``."""
+    timed = traffic.get("transfer_timed_steps")
+    return f" (timed on {timed} steps)" if timed else " (estimated)"
 
 
 def _pct(v: float | None) -> str:
@@ -38,17 +51,18 @@ def _num(v: Any, spec: str = ".3g") -> str:
 
 def split_text(traffic: Mapping[str, Any]) -> str:
     """A worker's step and its parts in one line (``""`` where the summary has no ``step_ms``), e.g.
-    ``a worker's step 288 ms: compute 6%, transfer ≥ 41% (estimated), wait 20%, other 33%``."""
+    ``a worker's step 288 ms: compute 6%, transfer 41% (timed on 12 steps), wait 20%, other 33%``."""
     split = step_split(traffic)
     if not split:
         return ""
-    parts = [f"{word} {_pct(split[key])}" + (" (estimated)" if key == "transfer" else "")
+    parts = [f"{_word(key, word, traffic)} {_pct(split[key])}" + (_how(traffic) if key == "transfer" else "")
              for key, word in _PARTS if split.get(key) is not None]
     return f"a worker's step {_num(traffic.get('step_ms'), '.0f')} ms: " + ", ".join(parts)
 
 
 def status_text(summary: Mapping[str, Any]) -> str:
-    """The traffic for a status line: ``0.74 MB/step · ps:0 link 84% of capacity · transfer ≥ 56% of a step``
+    """The traffic for a status line: ``0.74 MB/step · ps:0 link 84% of capacity · transfer 56% of a step`` (``≥``:
+    estimated, :func:`ssptk.analysis.traffic.step_split`)
     (``""`` for a run that measured none)."""
     t = summary.get("traffic")
     if not isinstance(t, Mapping) or not t:
@@ -59,7 +73,7 @@ def status_text(summary: Mapping[str, Any]) -> str:
         parts.append(f"{capacity[0]['task']} link {_pct(capacity[0]['share'])} of capacity")
     transfer = step_split(t).get("transfer")
     if transfer is not None:
-        parts.append(f"transfer \u2265 {_pct(transfer)} of a step")
+        parts.append(f"{_word('transfer', 'transfer', t)} {_pct(transfer)} of a step")
     return " \u00b7 ".join(parts)
 
 
@@ -85,7 +99,8 @@ def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         speed = _num(s.get("steps_per_s"))
         limit = (f"{speed} of <span>{_num(top.get('limit_steps_per_s'))}</span>: <span>{_pct(top.get('share'))}</span>"
                  if top else speed)
-        parts = ", ".join(f"{word} {_pct(split[key])}" for key, word in _PARTS if split.get(key) is not None)
+        parts = ", ".join(f"{_word(key, word, t)} {_pct(split[key])}" for key, word in _PARTS
+                          if split.get(key) is not None)
         step = f'{_bar(split)}<div style="font-size:11px;color:#555">{parts}</div>' if split else "-"
         cells = [html.escape(label), html.escape(str(t.get("network") or "free loopback")),
                  _num(t.get("mb_per_minibatch")),

@@ -33,6 +33,7 @@ from ssptk.runtime.reaper import exit_with_descendants, on_sigterm
 from ssptk.runtime.recorder import Recorder
 from ssptk.runtime.rejoin import UNREACHED_ATTEMPTS, Rejoined, rejoin_free, rejoin_sync, unreached
 from ssptk.runtime.retry import HangWatch, RetryingSession
+from ssptk.runtime.step_trace import TracedStep
 
 # A lost wake-up cannot happen by construction; this bound only turns a bug into a logged re-check
 # instead of a hang.
@@ -54,6 +55,7 @@ class Trainer:
         self.delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
         with_delay = self.delays.fixed > 0 or opts.jitter_spec is not None
         self.g = self._build(cluster, container, with_delay, gpu, incarnation if opts.restart_failed else None)
+        self.traces = opts.network is not None and gpu is None  # time a sample of steps' transfers (step_trace)
         self.address = cluster["worker"][index]
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
         config.gpu_options.allow_growth = True
@@ -89,12 +91,18 @@ class Trainer:
                               inverse_staleness=opts.lr_staleness == "inverse", dc_lambda=opts.dc_lambda)
 
     # -- shared pieces -------------------------------------------------------------------------
-    def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = ()) -> Any:
+    def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:
         """A callable for one step's run. Making it registers the graph partitions on the PS now, so a
-        worker's first step is not slower than the others' (and each call costs less than a feed_dict)."""
+        worker's first step is not slower than the others' (and each call costs less than a feed_dict).
+        ``traced``: under ``--network``, on a CPU worker, a sample of its calls time their transfers
+        (:class:`~ssptk.runtime.step_trace.TracedStep`)."""
         g = self.g
         feeds = [g.x, g.y] + ([g.delay] if g.delay is not None else []) + list(extra_feeds)
-        return self.sess.make_callable(fetches, feed_list=feeds)
+        fast = self.sess.make_callable(fetches, feed_list=feeds)
+        if not (traced and self.traces):
+            return fast
+        return TracedStep(fast, self.sess.make_callable(fetches, feed_list=feeds, accept_options=True), self.tf,
+                          self.index)
 
     def _inputs(self, mb: int) -> tuple[list[Any], float]:
         """Minibatch ``mb`` and this step's injected delay, in the order of :meth:`_make_step`'s feeds."""
@@ -155,9 +163,9 @@ class Trainer:
         """Start (or rejoin) and train to the end of the budget; returns the steps this worker logged."""
         g, sync = self.g, self.opts.mode == "sync"
         if sync:
-            steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,))]
+            steps_fn = [self._make_step([g.sync_meta, g.loss], (g.local_step,), traced=True)]
         else:
-            steps_fn = [self._make_step([g.step_meta, g.loss])]
+            steps_fn = [self._make_step([g.step_meta, g.loss], traced=True)]
             if self.opts.mode == "ssp":
                 steps_fn.append(self._make_step([g.step_meta, g.loss, g.clear_want]))
         aggregate = self.sess.make_callable(g.aggregate) if sync and self.index == 0 else None
@@ -234,7 +242,7 @@ class Trainer:
             dc = tail if self.opts.dc_lambda is not None else None
             self.rec.step(StepRecord(t=t, worker=self.index, step=step, global_step=g_after, loss=loss, wait_s=wait_s,
                                      staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale,
-                                     dc_correction=dc))
+                                     dc_correction=dc, transfer_s=getattr(step_fn, "transfer_s", None)))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
@@ -321,11 +329,11 @@ class Trainer:
             if applied:
                 self.rec.step(StepRecord(t=applied_at, worker=self.index, step=step, global_step=token, loss=loss,
                                          wait_s=max(0.0, applied_at - pushed_at), staleness=0, minibatch=mb,
-                                         delay_s=delay))
+                                         delay_s=delay, transfer_s=getattr(step_fn, "transfer_s", None)))
             else:  # a late backup gradient, dropped
                 self.rec.step(StepRecord(t=pushed_at, worker=self.index, step=step, global_step=g_at_push, loss=loss,
                                          wait_s=0.0, staleness=g_at_push - local, minibatch=mb, delay_s=delay,
-                                         applied=False))
+                                         applied=False, transfer_s=getattr(step_fn, "transfer_s", None)))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, token if applied else g_at_push)
             local = max(token, g_now)
             self._maybe_evaluate(local)

@@ -77,8 +77,11 @@ class RetryingSession:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         return self._rerun(self.session.run, *args, **kwargs)
 
-    def make_callable(self, fetches: Any, feed_list: Any = None) -> Callable[..., Any]:
-        """``session.make_callable``; with feeds, :func:`ssptk.runtime.fastrun.feeding_callable`."""
+    def make_callable(self, fetches: Any, feed_list: Any = None, accept_options: bool = False) -> Callable[..., Any]:
+        """``session.make_callable``; with feeds, :func:`ssptk.runtime.fastrun.feeding_callable`; ``accept_options``:
+        through ``Session.run``, taking ``options`` and ``run_metadata`` (:mod:`ssptk.runtime.step_trace`)."""
+        if accept_options:
+            return functools.partial(self._rerun, self.session.make_callable(fetches, feed_list, accept_options=True))
         if feed_list:
             from ssptk.runtime.fastrun import feeding_callable
 

@@ -1,16 +1,15 @@
-"""The network in the simulator: each pull and push a transfer through the links it crosses, sharing each fairly.
+"""The network in the simulator: each pull and push a transfer through the links it crosses, sharing each as TCP does.
 
 Every task has a full-duplex link (``--network``'s rate for its role; an unshaped role's link is free): what it
 sends goes out of its link, what it receives comes in. A transfer from task ``a`` to task ``b`` crosses ``a``'s
-link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do: **fairly** (each
-link's rate split among the transfers that can use more; one held back at a slower link it crosses leaves the
-rest to the others: max-min fairness, :class:`Fluid`), but not evenly: each transfer's share is weighted by a
-draw of :data:`SHARE_SIGMA`, as measured. So N workers that pull at once from one PS all finish late, near
-together, where a first-come queue would serve them one by one. (TCP also lets a transfer that entered a link
-first keep more of it, :data:`ARRIVAL_FACTOR`, and ssptk's links alone share that way; ``arrival_factor`` models
-it. It is off because ssptk's own steps leave sharded links idle (bare TensorFlow fills them), which this model
-does not hold yet, and fair sharing predicts ssptk's shaped runs better: ``benchmarks/FINDINGS.md``, stop 27.) A
-step of worker ``i`` is
+link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do: each link's rate is
+split among the transfers that can use more (one held back at a slower link it crosses leaves the rest to the
+others: max-min sharing, :class:`Fluid`), by weights: a transfer that entered the link earlier keeps
+:data:`ARRIVAL_FACTOR` times the share of the one that entered after it (as raw TCP on these links measured), and
+each weight is scaled by a draw of :data:`SHARE_SIGMA` (TCP's unevenness, measured). So N workers that pull at once
+from one PS finish one after another, the first well before the last, rather than all together
+(``arrival_factor=1``: fair sharing, which predicted ssptk's runs better until ssptk's sharded steps stopped
+leaving links idle: ``benchmarks/FINDINGS.md``, stops 27 and 28). A step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
    ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
@@ -63,8 +62,9 @@ SHARE_SIGMA = 0.3
 #: How much more of a link a transfer keeps than the one that entered it next, for raw TCP on the same 20 Mbit/s
 #: link (2026-11-27, ``exp_tcp_share.py``: 4 transfers of 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time
 #: apart, 3 repeats each): 1.5 fits when each ended best (mean miss 0.24 of one transfer's time; fair sharing 0.35).
-#: The links alone share so (``exp_ps_links.py``); not the simulator's default all the same: against 24 shaped
-#: ssptk runs it predicted 12 within 15%, fair sharing 17 (``benchmarks/exp_link_sharing.py``).
+#: The links alone share so (``exp_ps_links.py``), and so do ssptk's runs since their sharded steps stopped leaving
+#: the links idle (stop 28): against 24 shaped runs it predicts 16 within 15% (mean miss 11.5%), fair sharing 10
+#: (19.3%) (``benchmarks/exp_link_sharing.py``). The simulator's default.
 ARRIVAL_FACTOR = 1.5
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
@@ -253,8 +253,8 @@ class Links:
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
     ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
-    exactly evenly); ``arrival_factor``: how much more of it the earlier of two transfers on it keeps (1, the
-    default: blind to order; :data:`ARRIVAL_FACTOR` as raw TCP measured); transfers that enter at once are ranked
+    exactly evenly); ``arrival_factor``: how much more of it the earlier of two transfers on it keeps (the default
+    :data:`ARRIVAL_FACTOR`, as raw TCP measured; 1: blind to order); transfers that enter at once are ranked
     in the order the simulator takes them. ``cores``: the CPU the workers share (``None``: each its own), and
     ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is its fixed cost (``None``: all
     of it), as a free run of these workers on these cores measures it: :func:`cpu_seconds` of it is the CPU work
@@ -262,7 +262,7 @@ class Links:
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
-                 cpu_s: float | None = None, arrival_factor: float = 1.0) -> None:
+                 cpu_s: float | None = None, arrival_factor: float = ARRIVAL_FACTOR) -> None:
         self.delay = network.delay_s
         rates: list[float] = []
 

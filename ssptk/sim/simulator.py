@@ -222,7 +222,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     ``abandon`` (Dutta et al.'s K-sync), for sync with backup (local's late deltas are always dropped).
     ``network`` (``--network``'s spec), ``ps`` (PS shards) and ``model_bytes`` (the model's float32 bytes, or each
     variable's in the order the model makes them, which places them on the shards as ``--ps`` does): each
-    pull and push is a transfer through the links it crosses, sharing each fairly with the transfers in flight
+    pull and push is a transfer through the links it crosses, sharing each with the transfers in flight as TCP does
     (:mod:`ssptk.sim.links`); without ``network`` transfers take no time beyond ``overhead``. ``cores`` (with a
     shaped ``network``; without one they change nothing): the workers share that many cores, ``overhead +
     compute`` being what a free run of these workers on these cores measures a step to take (a run's calibrated
