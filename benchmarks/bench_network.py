@@ -96,7 +96,7 @@ PREDICTED_MODES, PREDICTED_SHARDS = ("sync", "ssp:2", "async"), (1, 4)
 #: (``4:processes:30,8:shared:15``) picks others, ``SSPTK_BENCH_NETWORK_MODES`` (``sync,async``) and
 #: ``SSPTK_BENCH_NETWORK_SHARDS`` (``1,4``) other modes and shard counts; ``SSPTK_BENCH_KEEP=DIR`` keeps the real runs
 #: (and the free runs' figures) under ``DIR``, and with ``SSPTK_BENCH_REUSE=1`` only predicts them again
-PREDICTED_GROUPS = ((4, "processes", 30), (4, "shared", 30), (8, "processes", 15))
+PREDICTED_GROUPS = ((4, "processes", 30), (4, "shared", 30), (8, "processes", 30))
 
 
 def _groups() -> list[tuple[int, str, int]]:
@@ -134,6 +134,7 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
     minibatches to one target: the real shaped runs' own."""
     import json
     import os
+    import shutil
 
     from ssptk.analysis import compare_table
     from ssptk.experiment.predicted_runs import plan, predict
@@ -151,6 +152,8 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
             free = {label: v for label, v in json.load(f).items() if label in labels}
         shaped = {label: {"kept": os.path.join(base, "real", label)} for label in free}
         labels = list(free)
+        for tag in ("predicted", "predicted-own"):  # an earlier invocation's predictions: made again below
+            shutil.rmtree(os.path.join(base, tag), ignore_errors=True)
         ctx.note(f"{workers} workers, {layout}: the real runs read back from {base} (`SSPTK_BENCH_REUSE`, made by an "
                  "earlier invocation with `SSPTK_BENCH_KEEP`); only the predictions are new.")
     else:
