@@ -186,7 +186,8 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
 
 
 def ssptk_descendants(pid: int) -> list[psutil.Process]:
-    """Live descendants of ``pid`` that run ssptk code (cluster tasks, the network-namespace helper)."""
+    """Live descendants of ``pid`` that run ssptk code (cluster tasks, the network-namespace helper), but for the
+    process's fork server, which stays up for the next cluster (tests/test_fork_server.py checks its end)."""
     try:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -194,7 +195,8 @@ def ssptk_descendants(pid: int) -> list[psutil.Process]:
     found = []
     for p in kids:
         try:
-            if "ssptk" in " ".join(p.cmdline()):
+            cmd = " ".join(p.cmdline())
+            if "ssptk" in cmd and "--fork-server" not in cmd:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             pass

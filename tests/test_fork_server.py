@@ -1,4 +1,5 @@
-"""A cluster's tasks are forked from one fork server that imported TensorFlow once (ssptk.launch.forking)."""
+"""A process's clusters' tasks are forked from one fork server that imported TensorFlow once, each into its
+cluster's namespace (ssptk.launch.forking)."""
 from __future__ import annotations
 
 import os
@@ -44,18 +45,66 @@ def test_tasks_are_forked_from_one_server_each_in_a_session_of_its_own(run_dir: 
 
     r = ssptk.run(mode="ssp", staleness=1, workers=3, steps=30, out=str(run_dir), progress=progress)
     assert r.ok
-    assert len(servers) == 1, "one fork server per cluster"
+    assert len(servers) == 1, "one fork server"
     assert sorted(seen) == ["ps:0", "worker:0", "worker:1", "worker:2"]
     for task, (pid, ppid, sid, argv) in seen.items():
         assert ppid == servers[0], f"{task} was not forked by the server"
         assert sid == pid, f"{task} is not in a session of its own"
         assert argv[1:3] == ["-m", "ssptk.worker"] and str(run_dir) in " ".join(argv)  # ps shows the task
-    assert not _servers(), "the fork server outlived its cluster"
+    assert_gone(str(run_dir))
+
+
+def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Path) -> None:
+    """The next cluster's tasks come from the same server (no TensorFlow import of its own), each cluster's in one
+    network namespace, not the launcher's nor the server's; ``ssptk.shutdown()`` ends the server."""
+    tasks: dict[str, list[tuple[int, int]]] = {}  # run -> (parent, net namespace) of each task
+
+    def watch(run: str) -> object:
+        def progress(done: int, total: int) -> None:
+            if run not in tasks:
+                tasks[run] = [(p.ppid(), os.stat(f"/proc/{p.pid}/ns/net").st_ino)
+                              for p in cluster_processes(str(tmp_path / run))]
+        return progress
+
+    for run in ("a", "b"):
+        assert ssptk.run(mode="async", workers=2, steps=20, out=str(tmp_path / run), progress=watch(run)).ok
+        assert_gone(str(tmp_path / run))
+    (server,) = {parent for parent, _ in tasks["a"] + tasks["b"]}
+    assert [p.pid for p in _servers()] == [server], "the server did not stay up for the next cluster"
+    nets = {run: {net for _, net in found} for run, found in tasks.items()}
+    mine, its = os.stat("/proc/self/ns/net").st_ino, os.stat(f"/proc/{server}/ns/net").st_ino
+    if r_isolated(tmp_path / "a"):  # one namespace per cluster (the kernel may reuse a freed one's number)
+        assert len(nets["a"]) == len(nets["b"]) == 1
+        assert not ({mine, its} & (nets["a"] | nets["b"]))
+    ssptk.shutdown()
+    deadline = time.monotonic() + 10
+    while _servers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _servers(), "ssptk.shutdown() left the fork server"
+
+
+def test_an_idle_server_ends_by_itself_and_the_next_cluster_starts_another(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSPTK_FORK_SERVER_IDLE_S", "2")  # a server of its own: another environment
+    assert ssptk.run(mode="async", workers=1, steps=10, out=str(tmp_path / "a")).ok
+    (first,) = _servers()
+    first.wait(15)  # no task, no request for 2 s: it ends
+    assert ssptk.run(mode="async", workers=1, steps=10, out=str(tmp_path / "b")).ok
+    assert [p.pid for p in _servers()] != [first.pid]
+    ssptk.shutdown()
+
+
+def r_isolated(run_dir: Path) -> bool:
+    """Whether the run's tasks had a network namespace of their own (config.json's ``tasks.isolation``)."""
+    import json
+
+    return json.loads((run_dir / "config.json").read_text())["tasks"]["isolation"] == "netns"
 
 
 def test_without_the_fork_server_each_task_is_started_by_itself(run_dir: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(forking.ENV, "0")
+    ssptk.shutdown()  # an earlier test's idle server
     parents: set[int] = set()
 
     def progress(done: int, total: int) -> None:
@@ -68,6 +117,7 @@ def test_without_the_fork_server_each_task_is_started_by_itself(run_dir: Path,
 
 def test_a_server_that_cannot_start_leaves_the_tasks_to_start_by_themselves(run_dir: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    ssptk.shutdown()  # an earlier test's idle server would fork these tasks
     monkeypatch.setattr(forking, "FORK_SERVER_FLAG", "--no-such-option")  # the server exits 2 at once
     parents: set[int] = set()
 

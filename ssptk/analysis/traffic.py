@@ -17,8 +17,8 @@ A worker's step is split (:func:`step_split`) into what was measured and what it
   narrowest shaped link they cross, as if that link carried nothing else: a floor (allreduce: the fuller direction
   of a worker's link, as its ring sends while it receives). Both only under ``--network``;
 - **wait**: what the mode blocked (``wait_fraction``), measured;
-- **other**: the rest of the step: queueing behind other workers' transfers on a shared link, the PS's own work,
-  waiting for a free core, protocol round trips.
+- **other**: the rest of the step: the PS's own work, waiting for a free core and, where the transfer is an
+  estimate, queueing behind other workers' transfers on a shared link and protocol round trips.
 """
 from __future__ import annotations
 

@@ -153,10 +153,11 @@ class LocalCluster:
         if not forking.enabled() or len(self.task_names) < 2 or \
                 any(self.gpu_assignment.get(n) for n in self.task_names) or self.task_tmp is None:
             return None
-        server = ForkServer(sys.executable, dict(base_env, CUDA_VISIBLE_DEVICES=""))
-        log = os.path.join(self.task_tmp, "fork-server.log")
-        server.start(lambda argv, fds: start_helper(argv, server.env, log, self.namespace, fds))
-        return server
+        log = os.path.join(self.task_tmp, "fork-server.log")  # the server keeps writing after this cluster's end
+
+        def start(server: ForkServer) -> None:  # outside the namespace: each task enters its cluster's own
+            server.start(lambda argv, fds: start_helper(argv, server.env, log, None, fds))
+        return forking.acquire(sys.executable, dict(base_env, CUDA_VISIBLE_DEVICES=""), start)
 
     def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:
         """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``;
@@ -329,8 +330,8 @@ class LocalCluster:
             t.wait(deadline - time.monotonic())
         for t in self.tasks:
             t.kill()  # and what it started (its tracker)
-        if self.forks is not None:
-            self.forks.close()
+        if self.forks is not None:  # the next cluster's, if it is still up
+            forking.release(self.forks)
             self.forks = None
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()

@@ -1,9 +1,13 @@
-"""Starting a cluster's tasks from one fork server, so that TensorFlow is imported once per cluster, not per task.
+"""Starting clusters' tasks from a fork server, so that TensorFlow is imported once per process, not per task.
 
 :class:`ForkServer` starts ``python -m ssptk.worker --fork-server FD`` (:mod:`ssptk.runtime.fork_server`) the way
-a task is started (its own session, the cluster's namespace, the tasks' shared environment, a death signal) and
-asks it for each task; :class:`ForkedProcess` is what :class:`~ssptk.launch.process.TaskProcess` then holds in
-place of a :class:`subprocess.Popen`: the same ``pid``, ``stdin``, ``poll()``, ``wait()`` and ``returncode``.
+a task is started (its own session, the tasks' shared environment, a death signal) and asks it for each task,
+which enters its cluster's network namespace as ``nsenter`` would; :class:`ForkedProcess` is what
+:class:`~ssptk.launch.process.TaskProcess` then holds in place of a :class:`subprocess.Popen`: the same ``pid``,
+``stdin``, ``poll()``, ``wait()`` and ``returncode``. A process's clusters share one server as long as their tasks'
+environment (but for :data:`PER_CLUSTER_ENV`) and working directory are the same (:func:`acquire`): a cluster's
+start then costs no TensorFlow import at all (3-4 s of CPU here). It stays up between clusters, ends with
+``ssptk.shutdown()`` or the process (it reads its end from the socket), and is replaced when it broke.
 
 Where the server cannot be used, a task is started as before, by ``subprocess`` (the caller's fallback): the
 server did not start or died, ``SSPTK_FORK_SERVER=0`` asks for it, or the tasks do not share one environment
@@ -22,13 +26,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from ssptk.core.network import LINKS_ENV
+from ssptk.rundir.task_status import STATUS_DIR_ENV
 from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
 
-__all__ = ["ENV", "ForkServer", "ForkedProcess", "enabled"]
+__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "enabled", "release", "shutdown"]
 
 ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
 START_TIMEOUT_S = 120.0
+#: what a cluster's environment holds for itself alone, which its tasks get with each fork request: clusters that
+#: differ only in these share a server
+PER_CLUSTER_ENV = ("TMPDIR", STATUS_DIR_ENV, LINKS_ENV)
 
 
 def enabled() -> bool:
@@ -98,16 +107,18 @@ class ForkServer:
         self._reader.start()
 
     def fork(self, argv: list[str], env: dict[str, str], log: IO[bytes], stdin_pipe: bool,
-             cgroup: str | None) -> ForkedProcess | None:
-        """Task ``argv`` (``python -m ssptk.worker ...``) forked with ``env``, output to ``log``; ``None`` where the
-        server cannot (the caller starts it by itself)."""
+             cgroup: str | None, namespace: Sequence[int] = ()) -> ForkedProcess | None:
+        """Task ``argv`` (``python -m ssptk.worker ...``) forked with ``env``, output to ``log``, in ``namespace``
+        (the user and network namespaces' descriptors: the child enters them, as ``nsenter`` would); ``None`` where
+        the server cannot (the caller starts it by itself)."""
         if self.broken or self.sock is None:
             return None
         read_end = write_end = -1
         if stdin_pipe:
             read_end, write_end = os.pipe()
-        fds = [log.fileno()] + ([read_end] if stdin_pipe else [])
-        message = json.dumps({"argv": argv, "env": env, "cgroup": cgroup, "stdin": stdin_pipe}).encode()
+        fds = [log.fileno()] + ([read_end] if stdin_pipe else []) + list(namespace)
+        message = json.dumps({"argv": argv, "env": env, "cgroup": cgroup, "stdin": stdin_pipe,
+                              "namespace": len(namespace)}).encode()
         try:
             with self._lock:
                 if len(message) > MAX_MESSAGE:
@@ -186,3 +197,70 @@ class ForkServer:
                     os.killpg(self.proc.pid, 9)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(grace)
+
+
+class _Shared:
+    """The process's fork servers, one per environment and working directory its clusters have, each used by the
+    clusters that hold it (:func:`acquire`, :func:`release`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.servers: dict[tuple[str, ...], tuple[ForkServer, int]] = {}  # key -> (server, clusters using it)
+
+
+_SHARED = _Shared()
+
+
+def _key(env: dict[str, str]) -> tuple[str, ...]:
+    """What clusters sharing a server must have in common: the working directory (``-m`` puts it on ``sys.path``)
+    and the environment (``PYTHONPATH``, TensorFlow's settings: read at its import)."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed under us: no server of an earlier cluster can match
+        cwd = f"<gone {time.monotonic()}>"
+    return (cwd, *sorted(f"{k}={v}" for k, v in env.items() if k not in PER_CLUSTER_ENV))
+
+
+def acquire(python: str, env: dict[str, str],
+            start: Callable[[ForkServer], None]) -> ForkServer:
+    """The fork server for a cluster whose tasks share ``env``: the process's server for that environment and
+    working directory if one is up, else a new one, ``start``-ed here. Hold it until :func:`release`. A server no
+    cluster holds stays up for the next cluster (its TensorFlow import is what it saves) until one with another
+    environment comes, :func:`shutdown`, or the process ends."""
+    key = _key(env)
+    with _SHARED.lock:
+        stale = [k for k, (server, users) in _SHARED.servers.items()
+                 if users == 0 and (k != key or server.broken)]
+        for k in stale:
+            _SHARED.servers.pop(k)[0].close()
+        held = _SHARED.servers.get(key)
+        if held is None or held[0].broken:
+            server = ForkServer(python, env)
+            start(server)
+            held = (server, 0)
+        _SHARED.servers[key] = (held[0], held[1] + 1)
+        return held[0]
+
+
+def release(server: ForkServer) -> None:
+    """A cluster is done with ``server`` (its tasks have ended); a broken one no cluster holds ends now."""
+    with _SHARED.lock:
+        for key, (held, users) in list(_SHARED.servers.items()):
+            if held is server:
+                if users <= 1 and held.broken:
+                    _SHARED.servers.pop(key)
+                    held.close()
+                else:
+                    _SHARED.servers[key] = (held, max(0, users - 1))
+                return
+    server.close()  # not shared (e.g. after shutdown): its cluster's own
+
+
+def shutdown() -> None:
+    """End the fork servers no cluster holds (``ssptk.shutdown()``; at exit, the servers end with the process)."""
+    with _SHARED.lock:
+        for key, (server, users) in list(_SHARED.servers.items()):
+            if users == 0:
+                _SHARED.servers.pop(key)
+                server.close()
+

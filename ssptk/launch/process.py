@@ -114,7 +114,8 @@ class TaskProcess:
         env = {**self.env, tracking.TAG_ENV: self.tracker.tag}
         forked = None
         if self.forks is not None and self.log is not None:  # no TensorFlow import of its own
-            forked = self.forks.fork(argv, env, self.log, self.stdin_pipe, self.tracker.procs_file())
+            forked = self.forks.fork(argv, env, self.log, self.stdin_pipe, self.tracker.procs_file(),
+                                     ns.fds if ns else ())
         self.proc = forked or subprocess.Popen(ns.wrap(argv) if ns else argv, stdout=self.log,
                                                stderr=subprocess.STDOUT,
                                                stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,

@@ -18,6 +18,7 @@ import threading
 
 from ssptk.core.errors import TaskFailure
 from ssptk.core.network import Network
+from ssptk.launch import forking
 from ssptk.launch.cluster import LocalCluster, StartProgress
 from ssptk.launch.shared import SharedCluster
 from ssptk.launch.tempdirs import make_temp_dir
@@ -127,6 +128,7 @@ def shutdown() -> Stopped:
         in_use = len(_busy)
     for cluster in clusters:
         _discard(cluster)
+    forking.shutdown()  # and the fork servers no cluster holds
     return Stopped(len(clusters), in_use)
 
 

@@ -1,17 +1,19 @@
-"""A cluster's fork server: imports TensorFlow once, then forks each task of the cluster from that process.
+"""A fork server: imports TensorFlow once, then forks each task of its launcher's clusters from that process.
 
 ``import tensorflow`` is most of a task's start-up (3.2-4.2 s of CPU on a 2-core machine, docs/tf-notes.md), and
-every task of a cluster paid it. The launcher (:mod:`ssptk.launch.forking`) starts one ``python -m ssptk.worker
---fork-server FD`` per cluster, inside the cluster's network namespace, with the environment its tasks share.
-It imports TensorFlow (no session, no server, no device: nothing that would not survive a fork) and then serves
-requests on the socket ``FD``; each request forks a child that becomes one task, exactly as if it had been started
-as ``python -m ssptk.worker ARGS`` in its own session: its environment, its log as stdout and stderr, its stdin,
-its cgroup, a death signal when the server ends, and its command line in ``/proc`` (``ps`` shows the task).
+every task paid it. The launcher (:mod:`ssptk.launch.forking`) starts one ``python -m ssptk.worker --fork-server
+FD`` with the environment its clusters' tasks share, outside any cluster's namespace, and keeps it for each cluster
+that comes with the same environment. It imports TensorFlow (no session, no server, no device: nothing that would
+not survive a fork) and then serves requests on the socket ``FD``; each request forks a child that becomes one
+task, exactly as if it had been started as ``nsenter ... python -m ssptk.worker ARGS`` in its own session: its
+cluster's user and network namespaces, its environment, its log as stdout and stderr, its stdin, its cgroup, a
+death signal when the server ends, and its command line in ``/proc`` (``ps`` shows the task).
 
 Protocol (``SOCK_SEQPACKET``, one JSON object per message):
 
-- launcher -> server: ``{"argv": [...], "env": {...}, "cgroup": PATH|null, "stdin": bool}`` with the log's file
-  descriptor (and the read end of the task's stdin pipe) attached (``SCM_RIGHTS``);
+- launcher -> server: ``{"argv": [...], "env": {...}, "cgroup": PATH|null, "stdin": bool, "namespace": K}`` with
+  the log's file descriptor, the read end of the task's stdin pipe (with ``stdin``) and the K namespace
+  descriptors (user, then network) attached (``SCM_RIGHTS``);
 - server -> launcher: ``{"pid": N}`` (or ``{"error": TEXT}``) for each request, in order, and ``{"exit": N,
   "code": C}`` when child N ends (``C`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
 
@@ -28,13 +30,19 @@ import selectors
 import signal
 import socket
 import sys
+import tempfile
+import time
 from typing import Any
 
 __all__ = ["FORK_SERVER_FLAG", "MAX_MESSAGE", "serve"]
 
 FORK_SERVER_FLAG = "--fork-server"
 MAX_MESSAGE = 1 << 20
+#: a server with no task and no request for this long ends (a notebook's idle kernel keeps no TensorFlow process);
+#: ``SSPTK_FORK_SERVER_IDLE_S`` sets another
+IDLE_EXIT_S = 300.0
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _MODULE_ARGV = ("-m", "ssptk.worker")
 
 
@@ -58,9 +66,13 @@ def serve(fd: int) -> list[str] | None:
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
+    idle_exit = float(os.environ.get("SSPTK_FORK_SERVER_IDLE_S") or IDLE_EXIT_S)
+    busy = time.monotonic()  # last seen with a task running or a request
     try:
         while True:
-            for key, _ in sel.select():
+            if not children and time.monotonic() - busy > idle_exit:
+                return None  # nothing asked of it for long: its memory back (the next cluster starts another)
+            for key, _ in sel.select(idle_exit / 10):
                 if key.fileobj is sock:
                     request = _receive(sock)
                     if request is None:  # the launcher is done with this cluster
@@ -77,12 +89,15 @@ def serve(fd: int) -> list[str] | None:
                         _become_task(message, fds)
                         return list(message["argv"][3:])
                     _reply(sock, reply)
+                    busy = time.monotonic()
                     if "pid" in reply:
                         children.add(reply["pid"])
                 else:
                     with contextlib.suppress(BlockingIOError, InterruptedError):
                         os.read(wake_r, 512)
             _reap(sock, children)
+            if children:
+                busy = time.monotonic()
     finally:
         if _in_server():
             for pid in children:  # normally stopped by the launcher already
@@ -172,8 +187,16 @@ def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
                 os.write(f, b"0")
             finally:
                 os.close(f)
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    spaces = int(message.get("namespace") or 0)
+    if spaces:  # the cluster's user, then network namespace, as nsenter --preserve-credentials enters them
+        for fd, kind in zip(fds[len(fds) - spaces:], (_CLONE_NEWUSER, _CLONE_NEWNET)):
+            if libc.setns(fd, kind) != 0:
+                raise OSError(ctypes.get_errno(), f"setns: {os.strerror(ctypes.get_errno())}")
+            os.close(fd)
+        fds = fds[:len(fds) - spaces]
     with contextlib.suppress(OSError):  # SIGTERM, not SIGKILL: the task then kills what it started
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != _server_pid:  # the server ended before the death signal was set
         os._exit(3)
     log = fds[0]
@@ -187,6 +210,7 @@ def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
                 os.close(f)
     os.environ.clear()
     os.environ.update(message.get("env") or {})
+    tempfile.tempdir = None  # the server serves several clusters: this one's TMPDIR, not a cached earlier one
     sys.argv = [sys.argv[0], *message["argv"][3:]]  # as ``-m ssptk.worker`` had set them
     import setproctitle
 
