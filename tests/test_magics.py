@@ -238,9 +238,9 @@ def test_the_stop_button_ends_the_run_and_keeps_what_ran(kernel, tmp_path: Path)
     from test_notebooks import ssptk_tasks_under
 
     deadline = time.monotonic() + 5
-    while ssptk_tasks_under(tmp_path) and time.monotonic() < deadline:
+    while ssptk_tasks_under(tmp_path, fork_server=False) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not ssptk_tasks_under(tmp_path), "the interrupted run left tasks running"
+    assert not ssptk_tasks_under(tmp_path, fork_server=False), "the interrupted run left tasks running"
     # the kernel is usable again, and the next run starts a fresh warm cluster
     reply, outs = run_cell(kc, "r = %dtrain --mode async --workers 2 --steps 20 --out again --no-dashboard\n"
                                "print(r.summary['status'], r.config['tasks']['reused'])")

@@ -18,11 +18,14 @@ pytestmark = pytest.mark.slow
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def ssptk_tasks_under(path: Path) -> list[psutil.Process]:
-    """``ssptk.worker`` processes whose working directory is under ``path``."""
+def ssptk_tasks_under(path: Path, fork_server: bool = True) -> list[psutil.Process]:
+    """``ssptk.worker`` processes whose working directory is under ``path``; ``fork_server=False``: but for the
+    kernel's fork server, which lives as long as the kernel (ssptk.launch.forking)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
-        if "ssptk.worker" not in " ".join(p.info["cmdline"] or []) or p.info["status"] == psutil.STATUS_ZOMBIE:
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "ssptk.worker" not in cmd or p.info["status"] == psutil.STATUS_ZOMBIE \
+                or (not fork_server and "--fork-server" in cmd):
             continue
         try:
             if p.cwd().startswith(str(path)):
