@@ -253,7 +253,7 @@ def release(server: ForkServer) -> None:
                 else:
                     _SHARED.servers[key] = (held, max(0, users - 1))
                 return
-    server.close()  # not shared (e.g. after shutdown): its cluster's own
+    server.close()  # replaced after it broke while this cluster held it: no other cluster has it
 
 
 def shutdown() -> None:

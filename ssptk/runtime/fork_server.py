@@ -187,7 +187,7 @@ def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
                 os.write(f, b"0")
             finally:
                 os.close(f)
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the C library this process already has (glibc or musl)
     spaces = int(message.get("namespace") or 0)
     if spaces:  # the cluster's user, then network namespace, as nsenter --preserve-credentials enters them
         for fd, kind in zip(fds[len(fds) - spaces:], (_CLONE_NEWUSER, _CLONE_NEWNET)):
