@@ -27,12 +27,12 @@ SPLIT_SENTENCE = (
     "an estimate (\u2265), the step's own measured bytes at the rate of the narrowest shaped link they cross, as if "
     "nothing else used it, so a floor; wait is what the mode blocked (measured); other is the rest: the PS's "
     "work, waiting for a free core, and (where transfer is estimated) queueing on a shared link.")
-_PARTS = (("compute", "compute"), ("transfer", "transfer"), ("wait", "wait"), ("other", "other"))
+_PARTS = ("compute", "transfer", "wait", "other")
 
 
-def _word(key: str, word: str, traffic: Mapping[str, Any]) -> str:
-    """``transfer \u2265`` where the transfer is an estimate (a floor), else ``word``."""
-    return word + (" \u2265" if key == "transfer" and not traffic.get("transfer_timed_steps") else "")
+def _word(part: str, traffic: Mapping[str, Any]) -> str:
+    """The part's name, ``transfer \u2265`` where the transfer is an estimate (a floor)."""
+    return part + (" \u2265" if part == "transfer" and not traffic.get("transfer_timed_steps") else "")
 
 
 def _how(traffic: Mapping[str, Any]) -> str:
@@ -55,15 +55,14 @@ def split_text(traffic: Mapping[str, Any]) -> str:
     split = step_split(traffic)
     if not split:
         return ""
-    parts = [f"{_word(key, word, traffic)} {_pct(split[key])}" + (_how(traffic) if key == "transfer" else "")
-             for key, word in _PARTS if split.get(key) is not None]
+    parts = [f"{_word(key, traffic)} {_pct(split[key])}" + (_how(traffic) if key == "transfer" else "")
+             for key in _PARTS if split.get(key) is not None]
     return f"a worker's step {_num(traffic.get('step_ms'), '.0f')} ms: " + ", ".join(parts)
 
 
 def status_text(summary: Mapping[str, Any]) -> str:
-    """The traffic for a status line: ``0.74 MB/step · ps:0 link 84% of capacity · transfer 56% of a step`` (``≥``:
-    estimated, :func:`ssptk.analysis.traffic.step_split`)
-    (``""`` for a run that measured none)."""
+    """The traffic for a status line: ``0.74 MB/step · ps:0 link 84% of capacity · transfer 56% of a step``
+    (``transfer ≥``: an estimate, :func:`ssptk.analysis.traffic.step_split`; ``""`` for a run that measured none)."""
     t = summary.get("traffic")
     if not isinstance(t, Mapping) or not t:
         return ""
@@ -73,15 +72,15 @@ def status_text(summary: Mapping[str, Any]) -> str:
         parts.append(f"{capacity[0]['task']} link {_pct(capacity[0]['share'])} of capacity")
     transfer = step_split(t).get("transfer")
     if transfer is not None:
-        parts.append(f"{_word('transfer', 'transfer', t)} {_pct(transfer)} of a step")
+        parts.append(f"{_word('transfer', t)} {_pct(transfer)} of a step")
     return " \u00b7 ".join(parts)
 
 
 def _bar(split: Mapping[str, float | None]) -> str:
     """A worker's step as one stacked bar (inline CSS: the report stays one self-contained file)."""
-    cells = "".join(f'<span title="{word} {_pct(split.get(key))}" style="display:inline-block;height:10px;'
+    cells = "".join(f'<span title="{key} {_pct(split.get(key))}" style="display:inline-block;height:10px;'
                     f'width:{100 * (split.get(key) or 0):.1f}%;background:{to_hex(STEP_SPLIT_COLORS[key])}"></span>'
-                    for key, word in _PARTS if split.get(key))
+                    for key in _PARTS if split.get(key))
     return f'<span style="display:flex;width:120px;background:#eee">{cells}</span>'
 
 
@@ -99,8 +98,7 @@ def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         speed = _num(s.get("steps_per_s"))
         limit = (f"{speed} of <span>{_num(top.get('limit_steps_per_s'))}</span>: <span>{_pct(top.get('share'))}</span>"
                  if top else speed)
-        parts = ", ".join(f"{_word(key, word, t)} {_pct(split[key])}" for key, word in _PARTS
-                          if split.get(key) is not None)
+        parts = ", ".join(f"{_word(key, t)} {_pct(split[key])}" for key in _PARTS if split.get(key) is not None)
         step = f'{_bar(split)}<div style="font-size:11px;color:#555">{parts}</div>' if split else "-"
         cells = [html.escape(label), html.escape(str(t.get("network") or "free loopback")),
                  _num(t.get("mb_per_minibatch")),
@@ -153,7 +151,7 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     measured = {label: s for label, s in summaries.items() if isinstance(s, Mapping) and s.get("traffic")}
     if not measured:
         return ""
-    legend = " ".join(f'<span style="color:{to_hex(STEP_SPLIT_COLORS[k])}">\u25a0</span> {w}' for k, w in _PARTS)
+    legend = " ".join(f'<span style="color:{to_hex(STEP_SPLIT_COLORS[k])}">\u25a0</span> {k}' for k in _PARTS)
     return "\n".join([
         "<h2>Network</h2>", _runs_table(measured),
         f'<p class="notes">{html.escape(CAPACITY_SENTENCE)}</p>',
