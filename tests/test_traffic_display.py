@@ -124,6 +124,9 @@ def test_the_reports_network_section() -> None:
     assert html.startswith("<h2>Network</h2>") and "async &lt;b&gt;" in html and "<b>" not in html
     assert "ps:0, 50\u00a0Mbit/s" in html and ">16.9<" in html and ">59%<" in html  # the limit and how close
     assert "370 / 360" in html and "360 / 370" in html  # kB per minibatch (a worker: its own), sent / received
+    # a summary made in this process has int worker keys (read back from JSON: str): the same kB either way
+    live = {**summary(counters()), "per_worker_steps": {0: 5, 1: 5}}
+    assert "360 / 370" in network_section({"live": live})
     assert CAPACITY_SENTENCE.split("(")[0] in html.replace("&#x27;", "'")
     assert network_section({"a": {"status": "ok"}}) == ""
     steps, events, config, recorded = load_run(str(RECORDED))

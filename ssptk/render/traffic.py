@@ -118,7 +118,8 @@ def _task_order(task: str) -> tuple[bool, str, int]:
 def _steps_of(task: str, summary: Mapping[str, Any]) -> Any:
     """The minibatches a task's bytes are per: a worker's own steps, a PS task's all of the run's."""
     role, _, index = task.partition(":")
-    own = (summary.get("per_worker_steps") or {}).get(index) if role == "worker" else None
+    steps = summary.get("per_worker_steps") or {}  # int keys in memory, str keys once read back from JSON
+    own = (steps.get(index) or (steps.get(int(index)) if index.isdigit() else None)) if role == "worker" else None
     return own or summary.get("total_steps")
 
 
