@@ -118,9 +118,19 @@ def test_a_label_split_run_logs_held_out_evaluations(tmp_path: Path) -> None:
         evals = events[events["event"] == "eval"]
         assert set(evals["worker"]) == {0}
         updates = 120 if mode == "async" else 60
-        # one evaluation each time the global step passes a multiple of 20 (async: as worker 0 sees it pass)
+        # one evaluation each time the global step passes a multiple of 20: sync's workers see every step; async's
+        # worker 0 sees the steps it logs, so its evaluations are the multiples its own records pass (a worker 0 that
+        # a busy machine starts late sees the first ones pass before its first step)
         passed = [int(g) // 20 for g in evals["global_step"]]
-        assert passed == list(range(1, len(passed) + 1)) and len(passed) >= updates // 20 - 1, evals
+        if mode == "sync":
+            assert passed == list(range(1, len(passed) + 1)) and len(passed) >= updates // 20 - 1, evals
+        else:
+            seen, last = [], 0
+            for g in steps[steps["worker"] == 0].sort_values("step")["global_step"]:
+                if int(g) // 20 > last:
+                    last = int(g) // 20
+                    seen.append(last)
+            assert passed == seen and len(passed) >= 2, (evals, seen)
         assert evals["eval_loss"].notna().all() and evals["eval_accuracy"].between(0, 1).all()
         assert evals["eval_loss"].iloc[-1] < evals["eval_loss"].iloc[0], mode
     assert_gone(str(out))
