@@ -2,6 +2,7 @@
 """How TCP shares an htb-shaped link here: the measurement behind ``ssptk.sim.links.SHARE_SIGMA``.
 
     unshare -rn python benchmarks/exp_tcp_share.py 357000 4 0     # bytes per transfer, transfers, seconds apart
+    unshare -rn python benchmarks/exp_tcp_share.py 357000 64 0.01 --fit 3   # and how each sharing rule fits, 3 repeats
 
 Inside a private network namespace (``unshare -rn``: nothing outside changes), loopback is shaped to 20 Mbit/s
 with one ``htb`` class (as ``ssptk.launch.links`` shapes a task's link) and N connections each receive SIZE bytes,
@@ -61,5 +62,58 @@ def main(size: int, n: int, gap: float) -> list[float]:
     return [ends[i] / alone for i in range(n)]
 
 
+def predicted(size: int, n: int, gap: float, factor: float) -> list[float]:
+    """The ends :class:`ssptk.sim.links.Fluid` gives the same transfers (one link, each transfer ranked by when it
+    entered, weights ``factor ** -rank``; no random draw), in the same unit."""
+    from ssptk.sim.links import Fluid
+
+    fluid, ends, ids = Fluid([RATE], factor), [0.0] * n, {}
+    starts = [gap * i for i in range(n)]
+    i = 0
+    while len(ids) or i < n:
+        t_end, who = fluid.next_end()
+        if i < n and starts[i] <= t_end:
+            fluid.advance(starts[i])
+            ids[fluid.add(size * 8, [0], order=(0, i))] = i
+            i += 1
+            continue
+        fluid.advance(t_end)
+        for fid in fluid.pop_done(who):
+            ends[ids.pop(fid)] = t_end
+    alone = size * 8 / RATE
+    return [e / alone for e in ends]
+
+
+FACTORS = (1.0, 1.25, 1.5)
+
+
+def fit(size: int, n: int, gap: float, repeats: int) -> None:
+    """Measure ``repeats`` times, then print each sharing rule's mean miss (and the first and last ends')."""
+    runs = []
+    for _ in range(repeats):
+        runs.append(main(size, n, gap) if not runs else _again(size, n, gap))
+        time.sleep(0.5)
+    for ends in runs:
+        print("measured", [round(x, 2) for x in ends])
+    for factor in FACTORS:
+        want = predicted(size, n, gap, factor)
+        miss = sum(abs(a - b) for ends in runs for a, b in zip(ends, want)) / (n * len(runs))
+        first = sum(abs(ends[0] - want[0]) for ends in runs) / len(runs)
+        last = sum(abs(max(ends) - max(want)) for ends in runs) / len(runs)
+        print(f"factor {factor}: mean miss {miss:.2f}, first end's {first:.2f}, last end's {last:.2f} "
+              f"(of one transfer's time; predicted first {want[0]:.2f}, last {max(want):.2f})")
+
+
+def _again(size: int, n: int, gap: float) -> list[float]:
+    """:func:`main` on the link it shaped already."""
+    subprocess.run("tc qdisc del dev lo root", shell=True, check=True)
+    return main(size, n, gap)
+
+
 if __name__ == "__main__":
-    print([round(x, 2) for x in main(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))])
+    args = sys.argv[1:]
+    if "--fit" in args:
+        k = args.index("--fit")
+        fit(int(args[0]), int(args[1]), float(args[2]), int(args[k + 1]))
+    else:
+        print([round(x, 2) for x in main(int(args[0]), int(args[1]), float(args[2]))])

@@ -62,6 +62,49 @@ def user_model_path(monkeypatch: pytest.MonkeyPatch) -> str:
     return str(FIXTURES)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_fork_server() -> Iterator[str | None]:
+    """One fork server for everything this test process starts (its own clusters, its CLI commands, its notebooks'
+    kernels: ``SSPTK_FORK_SERVER=PATH``, ssptk.launch.forking), so that TensorFlow is imported once per test
+    process rather than once per command (a command's clusters fork from it, entering their own namespaces). A test
+    of a process's own server takes it out with ``monkeypatch.delenv("SSPTK_FORK_SERVER")``;
+    ``SSPTK_TEST_SHARED_FORK_SERVER=0`` runs the suite without it. Its end is checked: nothing it forked is left."""
+    import subprocess
+    import tempfile
+
+    import ssptk
+
+    if os.environ.get("SSPTK_TEST_SHARED_FORK_SERVER", "1") == "0" or "SSPTK_FORK_SERVER" in os.environ:
+        yield None
+        return
+    here = tempfile.mkdtemp(prefix="ssptk-fs-")
+    path = os.path.join(here, "socket")
+    package_root = str(Path(ssptk.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=package_root, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
+               PYTHONUNBUFFERED="1", SSPTK_FORK_SERVER_IDLE_S="1200")
+    with open(os.path.join(here, "server.log"), "wb") as log:
+        server = subprocess.Popen([sys.executable, "-m", "ssptk.worker", "--fork-server", "--listen", path],
+                                  cwd=package_root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # it listens before it imports TensorFlow (a launcher that comes first starts its own)
+    os.environ["SSPTK_FORK_SERVER"] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop("SSPTK_FORK_SERVER", None)
+        forked = [c.pid for c in psutil.Process(server.pid).children()] if server.poll() is None else []
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
+        left = [pid for pid in forked if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        assert not left, f"tasks of the shared fork server left at the end of the session: {left}"
+
+
 def ssptk_cmd() -> list[str]:
     return [sys.executable, "-m", "ssptk.cli"]
 

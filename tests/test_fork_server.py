@@ -19,12 +19,18 @@ from ssptk.launch import forking
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(autouse=True)
+def own_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about a process's own fork server: not the one the test session shares (conftest.py)."""
+    monkeypatch.delenv(forking.ENV, raising=False)
+
+
 def _servers() -> list[psutil.Process]:
-    """This test process's live fork servers."""
+    """This test process's live fork servers (not the session's shared one)."""
     found = []
     for p in psutil.Process().children():
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "--fork-server" in p.cmdline():
+            if p.status() != psutil.STATUS_ZOMBIE and "--fork-server" in p.cmdline() and "--listen" not in p.cmdline():
                 found.append(p)
         except psutil.Error:  # gone meanwhile
             pass
@@ -143,3 +149,53 @@ def test_a_killed_fork_server_takes_its_tasks_with_it_and_the_run_fails_in_words
         ssptk.run(mode="async", workers=2, steps=3000, out=str(run_dir), progress=progress, stall_timeout=60)
     assert killed.is_set() and time.monotonic() - start < 60
     assert_gone(str(run_dir))
+
+
+def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks_with_it(tmp_path: Path) -> None:
+    """``SSPTK_FORK_SERVER=PATH``: the CLI's tasks are forked by the server listening there, in the launcher's working
+    directory; a launcher killed with SIGKILL takes its tasks with it (its connection ends) and the server serves the
+    next launcher; SIGTERM ends the server and the tasks it forked (that run then fails)."""
+    import subprocess
+    import sys
+
+    from conftest import ssptk_cmd
+
+    path = str(tmp_path / "socket")
+    server = subprocess.Popen([sys.executable, "-m", "ssptk.worker", "--fork-server", "--listen", path],
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def launch(name: str) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
+        (tmp_path / name).mkdir()
+        cli = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--workers", "2", "--steps", "100000",
+                                "--out", str(tmp_path / name / "run")], cwd=tmp_path / name,
+                               env=dict(os.environ, SSPTK_FORK_SERVER=path), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 90
+        while len(cluster_processes(str(tmp_path / name))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        tasks = cluster_processes(str(tmp_path / name))
+        assert len(tasks) == 3, "the run's three tasks did not start"
+        assert {p.ppid() for p in tasks} == {server.pid}, "the tasks were not forked by the listening server"
+        assert {p.cwd() for p in tasks} == {str(tmp_path / name)}
+        return cli, tasks
+
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first, _ = launch("a")
+        first.kill()
+        first.wait(10)
+        assert_gone(str(tmp_path / "a"), within=10)
+        assert server.poll() is None, "the server ended with one of its launchers"
+        second, _ = launch("b")
+        server.terminate()
+        assert server.wait(15) == 0
+        assert_gone(str(tmp_path / "b"), within=10)
+        assert second.wait(60) != 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(10)
+    assert not os.path.exists(path)

@@ -8,6 +8,9 @@ which enters its cluster's network namespace as ``nsenter`` would; :class:`Forke
 environment (but for :data:`PER_CLUSTER_ENV`) and working directory are the same (:func:`acquire`): a cluster's
 start then costs no TensorFlow import at all (3-4 s of CPU here). It stays up between clusters, ends with
 ``ssptk.shutdown()`` or the process (it reads its end from the socket), and is replaced when it broke.
+``SSPTK_FORK_SERVER=PATH`` uses a server several processes share instead (``python -m ssptk.worker --fork-server
+--listen PATH``; :func:`address`), where it answers: the test suite starts one per test process for the CLI
+commands it runs.
 
 Where the server cannot be used, a task is started as before, by ``subprocess`` (the caller's fallback): the
 server did not start or died, ``SSPTK_FORK_SERVER=0`` asks for it, or the tasks do not share one environment
@@ -30,7 +33,7 @@ from ssptk.core.network import LINKS_ENV
 from ssptk.rundir.task_status import STATUS_DIR_ENV
 from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
 
-__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "enabled", "release", "shutdown"]
+__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "shutdown"]
 
 ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
@@ -43,6 +46,13 @@ PER_CLUSTER_ENV = ("TMPDIR", STATUS_DIR_ENV, LINKS_ENV)
 def enabled() -> bool:
     """Whether clusters start their tasks from a fork server (``SSPTK_FORK_SERVER=0``: one process each)."""
     return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no")
+
+
+def address() -> str | None:
+    """The socket of a running server to use (``SSPTK_FORK_SERVER=PATH``: ``python -m ssptk.worker --fork-server
+    --listen PATH``, which several processes share), or ``None``: this process starts its own."""
+    value = os.environ.get(ENV, "").strip()
+    return value if os.sep in value else None
 
 
 class ForkedProcess:
@@ -88,6 +98,16 @@ class ForkServer:
         self._reader: threading.Thread | None = None
 
     def start(self, spawn: Callable[[list[str], Sequence[int]], subprocess.Popen[bytes]]) -> None:
+        path = address()
+        if path is not None:  # a server several processes share: where it does not answer, one of this process's own
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+            else:
+                self._serve_on(sock)
+                return
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except (OSError, AttributeError):  # not Linux: each task starts by itself
@@ -102,7 +122,10 @@ class ForkServer:
             return
         finally:
             theirs.close()
-        self.sock = ours
+        self._serve_on(ours)
+
+    def _serve_on(self, sock: socket.socket) -> None:
+        self.sock = sock
         self._reader = threading.Thread(target=self._read, name="ssptk-fork-server", daemon=True)
         self._reader.start()
 
@@ -117,7 +140,7 @@ class ForkServer:
         if stdin_pipe:
             read_end, write_end = os.pipe()
         fds = [log.fileno()] + ([read_end] if stdin_pipe else []) + list(namespace)
-        message = json.dumps({"argv": argv, "env": env, "cgroup": cgroup, "stdin": stdin_pipe,
+        message = json.dumps({"argv": argv, "env": env, "cwd": _cwd(), "cgroup": cgroup, "stdin": stdin_pipe,
                               "namespace": len(namespace)}).encode()
         try:
             with self._lock:
@@ -197,6 +220,13 @@ class ForkServer:
                     os.killpg(self.proc.pid, 9)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(grace)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: the task starts where the server is
+        return None
 
 
 class _Shared:

@@ -11,14 +11,21 @@ death signal when the server ends, and its command line in ``/proc`` (``ps`` sho
 
 Protocol (``SOCK_SEQPACKET``, one JSON object per message):
 
-- launcher -> server: ``{"argv": [...], "env": {...}, "cgroup": PATH|null, "stdin": bool, "namespace": K}`` with
-  the log's file descriptor, the read end of the task's stdin pipe (with ``stdin``) and the K namespace
-  descriptors (user, then network) attached (``SCM_RIGHTS``);
+- launcher -> server: ``{"argv": [...], "env": {...}, "cwd": PATH, "cgroup": PATH|null, "stdin": bool,
+  "namespace": K}`` with the log's file descriptor, the read end of the task's stdin pipe (with ``stdin``) and the K
+  namespace descriptors (user, then network) attached (``SCM_RIGHTS``);
 - server -> launcher: ``{"pid": N}`` (or ``{"error": TEXT}``) for each request, in order, and ``{"exit": N,
   "code": C}`` when child N ends (``C`` as :attr:`subprocess.Popen.returncode`: negative for a signal).
 
 The server ends when the launcher closes the socket, SIGKILLing the process groups of the children still
 running (the launcher has stopped them already, normally).
+
+**One server for several processes** (``--fork-server --listen PATH``, used by every launcher whose
+``SSPTK_FORK_SERVER`` is ``PATH``): the same protocol on each connection to a socket listening at ``PATH``. A
+launcher's tasks are SIGKILLed when it disconnects; the server ends when idle. A child takes its launcher's working
+directory and ``PYTHONPATH`` (import path), but the modules the server imported before it forked (TensorFlow,
+with the settings it reads at import) are the server's: the test suite runs its CLI commands so, to import
+TensorFlow once per test process rather than once per command.
 """
 from __future__ import annotations
 
@@ -34,9 +41,11 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["FORK_SERVER_FLAG", "MAX_MESSAGE", "serve"]
+__all__ = ["FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "serve"]
 
 FORK_SERVER_FLAG = "--fork-server"
+#: ``--fork-server --listen PATH``: a server any launcher whose ``SSPTK_FORK_SERVER`` is ``PATH`` uses
+LISTEN_FLAG = "--listen"
 MAX_MESSAGE = 1 << 20
 #: a server with no task and no request for this long ends (a notebook's idle kernel keeps no TensorFlow process);
 #: ``SSPTK_FORK_SERVER_IDLE_S`` sets another
@@ -46,63 +55,96 @@ _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _MODULE_ARGV = ("-m", "ssptk.worker")
 
 
-def serve(fd: int) -> list[str] | None:
-    """Serve fork requests on socket ``fd``. Returns, in each forked child, the task's arguments (what follows
-    ``python -m ssptk.worker``); in the server itself, ``None`` once the launcher has closed the socket."""
+def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
+    """Serve fork requests on socket ``fd`` (one launcher's: the server ends when it closes), or on a socket listening
+    at ``path`` for any number of launchers (:data:`LISTEN_FLAG`: each launcher's tasks end when it disconnects; the
+    server ends when idle). Returns, in each forked child, the task's arguments (what follows ``python -m
+    ssptk.worker``); in the server itself, ``None`` once it is done."""
     import setproctitle
 
     from ssptk.runtime.tf_import import skip_eager_keras
 
+    listener = None
+    if path is not None:  # listening before the import: a launcher that comes meanwhile waits for its first reply
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        listener.bind(path)
+        listener.listen(64)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its tasks go with it (the finally below)
     setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
     skip_eager_keras()
     import tensorflow  # noqa: F401  (the point of this process: every task forked from here has it)
 
-    sock = socket.socket(fileno=fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD writes to the wakeup fd
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    children: set[int] = set()
+    owner: dict[int, socket.socket] = {}  # child -> the launcher that asked for it
     sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
+    if listener is not None:
+        sel.register(listener, selectors.EVENT_READ)
+    if fd is not None:
+        sel.register(socket.socket(fileno=fd), selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
     idle_exit = float(os.environ.get("SSPTK_FORK_SERVER_IDLE_S") or IDLE_EXIT_S)
     busy = time.monotonic()  # last seen with a task running or a request
     try:
         while True:
-            if not children and time.monotonic() - busy > idle_exit:
+            if not owner and time.monotonic() - busy > idle_exit:
                 return None  # nothing asked of it for long: its memory back (the next cluster starts another)
             for key, _ in sel.select(idle_exit / 10):
-                if key.fileobj is sock:
+                if key.fileobj is listener:
+                    with contextlib.suppress(OSError):
+                        sel.register(listener.accept()[0], selectors.EVENT_READ)
+                    busy = time.monotonic()
+                elif isinstance(key.fileobj, socket.socket):
+                    sock = key.fileobj
                     request = _receive(sock)
-                    if request is None:  # the launcher is done with this cluster
-                        return None
+                    if request is None:  # a launcher is done: what it started and did not stop ends with it
+                        sel.unregister(sock)
+                        sock.close()
+                        _kill([pid for pid, s in owner.items() if s is sock])
+                        if listener is None:
+                            return None
+                        continue
                     message, fds = request
                     reply = _fork(message, fds)
                     if reply is None:  # in the child: become the task
                         signal.set_wakeup_fd(-1)
                         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                        for k in list(sel.get_map().values()):
+                            with contextlib.suppress(OSError):
+                                os.close(k.fd)  # the server's sockets and wake pipe: not the task's
                         sel.close()
-                        sock.close()
-                        for f in (wake_r, wake_w):
-                            os.close(f)
+                        os.close(wake_w)
                         _become_task(message, fds)
                         return list(message["argv"][3:])
                     _reply(sock, reply)
                     busy = time.monotonic()
                     if "pid" in reply:
-                        children.add(reply["pid"])
+                        owner[reply["pid"]] = sock
                 else:
                     with contextlib.suppress(BlockingIOError, InterruptedError):
                         os.read(wake_r, 512)
-            _reap(sock, children)
-            if children:
+            _reap(owner)
+            if owner:
                 busy = time.monotonic()
+    except SystemExit:  # SIGTERM to a listening server
+        return None
     finally:
         if _in_server():
-            for pid in children:  # normally stopped by the launcher already
+            _kill(list(owner))  # normally stopped by the launcher already
+            if path is not None:
                 with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
+                    os.unlink(path)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 _server_pid = os.getpid()
@@ -127,17 +169,18 @@ def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
         sock.send(json.dumps(message).encode())
 
 
-def _reap(sock: socket.socket, children: set[int]) -> None:
-    """Collect every child that ended and tell the launcher how."""
-    while children:
+def _reap(owner: dict[int, socket.socket]) -> None:
+    """Collect every child that ended and tell the launcher that asked for it how."""
+    while owner:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        children.discard(pid)
-        _reply(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        sock = owner.pop(pid, None)
+        if sock is not None and sock.fileno() >= 0:
+            _reply(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def _fork(message: dict[str, Any], fds: list[int]) -> dict[str, Any] | None:
@@ -210,8 +253,20 @@ def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
                 os.close(f)
     os.environ.clear()
     os.environ.update(message.get("env") or {})
+    _import_path(message.get("cwd"))
     tempfile.tempdir = None  # the server serves several clusters: this one's TMPDIR, not a cached earlier one
     sys.argv = [sys.argv[0], *message["argv"][3:]]  # as ``-m ssptk.worker`` had set them
     import setproctitle
 
     setproctitle.setproctitle(" ".join(message["argv"]))  # ps, /proc and psutil show the task, not the server
+
+
+def _import_path(cwd: str | None) -> None:
+    """The task's working directory and import path as ``python -m`` in ``cwd`` with its ``PYTHONPATH`` would have
+    them (a server that several launchers share was started elsewhere, with another ``PYTHONPATH``)."""
+    if not cwd:
+        return
+    os.chdir(cwd)
+    sys.path[0] = cwd
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[1:1] = extra

@@ -9,7 +9,7 @@ has applied the round the new global values are pulled into the copy and the anc
 messages: the pseudo-gradients out (one tensor per variable, to its shard), the token, and the values back, as a
 sync step's gradient out and parameters in.
 
-The chief's aggregator is sync's (:func:`ssptk.runtime.ps_graph.sync_ops`): it takes the mean of the first N-B
+The chief's aggregator is sync's (:func:`ssptk.runtime.sync_graph.sync_ops`): it takes the mean of the first N-B
 pseudo-gradients of the round and applies it with the outer optimizer: ``w -= outer_scale * mean`` (plain
 averaging at ``--outer-lr 1`` under ``--lr-convention mean``), or TensorFlow's Nesterov ``MomentumOptimizer`` with
 ``--outer-momentum``, its momentum kept on the PS beside each variable. So ``local:1`` is sync, operation for
@@ -28,7 +28,7 @@ from typing import Any
 
 from ssptk.core.models import ModelSpec
 from ssptk.core.options import RunOptions
-from ssptk.runtime import ps_graph
+from ssptk.runtime import ps_graph, sync_graph
 from ssptk.runtime.injected import delayed
 from ssptk.runtime.placement import on_its_shard
 
@@ -80,7 +80,7 @@ def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], inde
             outer = v1.train.MomentumOptimizer(opts.outer_scale, opts.outer_momentum, use_nesterov=True)
         else:
             outer = v1.train.GradientDescentOptimizer(opts.outer_scale)
-        extra = ps_graph.sync_ops(dataclasses.replace(s, grads=outer_grads, after_compute=outer_grads, opt=outer))
+        extra = sync_graph.sync_ops(dataclasses.replace(s, grads=outer_grads, after_compute=outer_grads, opt=outer))
 
         def pull(after: list[Any]) -> list[Any]:
             assigns = []

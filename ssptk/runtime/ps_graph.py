@@ -18,13 +18,13 @@ import numpy as np
 
 from ssptk.core.models import ModelSpec
 from ssptk.runtime.delay_comp import Snapshots
-from ssptk.runtime.fence import HELD, Fence, fetch_add, make_fence
+from ssptk.runtime.fence import HELD, fetch_add, make_fence
+from ssptk.runtime.graph_parts import PS, QUEUE_CAPACITY, GraphParts, received_on_shards
 from ssptk.runtime.injected import delayed
 from ssptk.runtime.placement import on_its_shard, shard_setter
 from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
+from ssptk.runtime.sync_graph import sync_ops
 
-PS = "/job:ps/task:0"
-QUEUE_CAPACITY = 1 << 20
 BUILD_LOCK = threading.Lock()  # one model build at a time (see model_graph)
 
 
@@ -103,36 +103,6 @@ def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
     return x, y
 
 
-@dataclass
-class _Shared:
-    """What every mode's ops are built on: the parts of a worker's graph :func:`build` makes first."""
-
-    tf: Any
-    v1: Any
-    n: int
-    index: int
-    backup: int
-    updates: int
-    global_step: Any
-    g_read: Any
-    grads: list[Any]
-    model_vars: list[Any]
-    after_compute: list[Any]      # the gradients that exist (leaving the worker after the injected delay)
-    claimed: Any | None
-    clock: Any
-    want: Any
-    opt: Any
-    inverse_staleness: bool = False  # --lr-staleness inverse
-    fence: Fence | None = None    # --restart-failed: claims and updates under the worker's lock on ps:0
-    x: Any = None                 # the input placeholders (local SGD builds its private copy's step on them)
-    y: Any = None
-    dc: Any = None                # --lr-staleness dc: w_read's copies (ssptk.runtime.delay_comp.Snapshots)
-    # async with shards (no fence, no dc): the global step counts an update once its part on ps:0 is in, and the
-    # worker's step waits for the other shards' parts itself (see _update_and_claim); the worker's device for that
-    count_on_ps0: str | None = None
-    all_updates: list[Any] | None = None  # with count_on_ps0: every shard's part of the update
-
-
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
@@ -144,9 +114,9 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     ``dc_lambda``: ``--lr-staleness dc``, :mod:`ssptk.runtime.delay_comp`).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
-    :func:`_free_ops` adds async's and SSP's update and :func:`sync_ops` sync's accumulators and tokens;
-    ``mode_ops`` (local SGD, :mod:`ssptk.runtime.local_graph`) replaces the latter: it gets the shared part and
-    returns its :class:`PSGraph` fields.
+    :func:`_free_ops` adds async's and SSP's update and :func:`ssptk.runtime.sync_graph.sync_ops` sync's
+    accumulators and tokens; ``mode_ops`` (local SGD, :mod:`ssptk.runtime.local_graph`) replaces the latter: it gets
+    the shared part and returns its :class:`PSGraph` fields.
     """
     import tensorflow as tf
 
@@ -192,12 +162,15 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
                 over_q = _run_over_queue(tf, v1, shards)
                 fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
-            shared = _Shared(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars, after_compute,
-                             claimed, clock, want, v1.train.GradientDescentOptimizer(lr), inverse_staleness, fence,
-                             x, y, dc, count_on_ps0=device if shards > 1 and mode == "async" and dc is None
-                             and incarnation is None else None)
-            extra = (_free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp")
-                     else (mode_ops or sync_ops)(shared))
+            shared = GraphParts(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars,
+                                after_compute, claimed, clock, want, v1.train.GradientDescentOptimizer(lr),
+                                inverse_staleness, fence, x, y, dc,
+                                count_on_ps0=device if shards > 1 and mode == "async" and dc is None
+                                and incarnation is None else None)
+            if mode in ("async", "ssp"):
+                extra = _free_ops(shared, ssp=mode == "ssp")
+            else:
+                extra = (mode_ops or sync_ops)(shared)
             init = v1.variables_initializer(v1.global_variables())
             saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
             with v1.device(PS):
@@ -231,7 +204,7 @@ def wait_for_run_end(target: str, container: str, shards: int = 1) -> None:
         sess.run(take)
 
 
-def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
+def _free_ops(s: GraphParts, ssp: bool) -> dict[str, Any]:
     """async and ssp: the update applied as soon as it is computed, and what the PS sends back after it."""
     tf, v1 = s.tf, s.v1
     extra: dict[str, Any] = {}
@@ -279,23 +252,11 @@ def _free_ops(s: _Shared, ssp: bool) -> dict[str, Any]:
     return extra
 
 
-def _on_ps(s: _Shared, grads: list[Any]) -> list[Any]:
-    """With a fence: the gradients received on their variables' shards first, so that the lock waits for them
-    there (and no control edge of its own goes from the worker to the lock)."""
-    if s.fence is None:
-        return grads
-    placed = []
-    for g, var in zip(grads, s.model_vars):
-        with on_its_shard(s.v1, var):
-            placed.append(None if g is None else s.tf.identity(g))
-    return placed
-
-
-def _update_and_claim(s: _Shared, grads: list[Any]) -> tuple[Any, Any]:
+def _update_and_claim(s: GraphParts, grads: list[Any]) -> tuple[Any, Any]:
     """async/ssp: apply the update, then count it (the global step after it) and claim the next minibatch (1-based).
     With a fence (:mod:`ssptk.runtime.fence`) all of it is one fact under the worker's lock, with its ledger row."""
     tf, v1 = s.tf, s.v1
-    grads = _on_ps(s, grads)
+    grads = received_on_shards(s, grads)
 
     def body() -> tuple[Any, Any]:
         # The gradients are its inputs; on the PS (each variable's shard), its learning rate is no message per step.
@@ -329,102 +290,16 @@ def _update_and_claim(s: _Shared, grads: list[Any]) -> tuple[Any, Any]:
     return g_after, claim
 
 
-def _claim(s: _Shared, after: Any = None) -> Any:
+def _claim(s: GraphParts, after: Any = None) -> Any:
     """async/ssp: claim a minibatch (1-based), after ``after`` (the start token); with a fence, in the ledger."""
     with s.v1.device(PS), s.tf.control_dependencies([] if after is None else [after]):
         return fetch_add(s.tf, s.claimed) if s.fence is None else s.fence.claim(s.claimed)
 
 
-def _rejoin(s: _Shared) -> Any:
+def _rejoin(s: GraphParts) -> Any:
     """A restarted worker's first op (see :attr:`PSGraph.rejoin`)."""
     tf, v1 = s.tf, s.v1
     with v1.device(PS):
         if s.fence is not None:  # sync: the global step too, read under the lock
             return s.fence.take_over((lambda row: [s.global_step.read_value()]) if s.claimed is None else None)
         return fetch_add(tf, s.claimed) if s.claimed is not None else tf.constant(0, tf.int64)
-
-
-def _push(s: _Shared, accs: list[Any], local_step: Any, after: Any) -> list[Any]:
-    """sync: this worker's gradients into the accumulators, after ``after``; with a fence, under the worker's lock
-    with its ledger row (the step it pushed for)."""
-    tf, v1, fence = s.tf, s.v1, s.fence
-    if fence is None:
-        with tf.control_dependencies([after]):
-            return [acc.apply_grad(g, local_step=local_step) for acc, g in zip(accs, s.grads)]
-    grads = _on_ps(s, s.grads)
-    with v1.device(PS):
-        step = tf.identity(local_step)
-
-    def body() -> Any:
-        with tf.control_dependencies([after]):
-            pushes = []
-            for acc, g, var in zip(accs, grads, s.model_vars):
-                with on_its_shard(v1, var):
-                    pushes.append(acc.apply_grad(g, local_step=step))
-        with v1.device(PS), tf.control_dependencies(pushes):
-            with tf.control_dependencies([fence.record([step, -1, -1])]):
-                return tf.identity(step)
-
-    with v1.device(PS):
-        return [fence.guarded(body)]
-
-
-def sync_ops(s: _Shared) -> dict[str, Any]:
-    """sync (and local SGD's rounds, whose workers push their deltas as ``s.grads``): conditional accumulators on
-    the PS, one token queue per worker, and the chief's aggregator."""
-    tf, v1, n = s.tf, s.v1, s.n
-    extra: dict[str, Any] = {}
-    local_step = v1.placeholder(tf.int64, shape=(), name="local_step")
-    extra["local_step"] = local_step
-    accs = []
-    for k, var in enumerate(s.model_vars):
-        with on_its_shard(v1, var):  # a gradient's bytes go to its variable's shard, not all to ps:0
-            accs.append(v1.ConditionalAccumulator(var.dtype.base_dtype, shape=var.shape,
-                                                  shared_name=f"sync_acc_{k}", name=f"sync_acc_{k}"))
-    # The global step read on the PS just before the push tells whether this gradient was in time for its
-    # step (the accumulators drop gradients whose local_step is behind).
-    with v1.device(PS), tf.control_dependencies(s.after_compute):
-        g_before_push = s.global_step.read_value()
-    pushes = _push(s, accs, local_step, g_before_push)
-    with v1.device(PS):
-        # a token is (global step after the update, PS time the update was applied)
-        tokens = [v1.FIFOQueue(QUEUE_CAPACITY, [tf.int64, tf.float64], shapes=[[], []],
-                               shared_name=f"sync_token_{j}", name=f"sync_token_{j}") for j in range(n)]
-        # One run per step: push, then block on this worker's own token. The wait is measured on the PS
-        # clock, from the push landing to the update being applied.
-        with tf.control_dependencies(pushes):
-            pushed_at = tf.timestamp()
-            tok = tokens[s.index].dequeue()
-        with tf.control_dependencies(tok):
-            parts = [g_before_push, tok[0], s.global_step.read_value(),
-                     tf.cast(tokens[s.index].size(), tf.int64), tf.bitcast(pushed_at, tf.int64),
-                     tf.bitcast(tok[1], tf.int64)]
-        extra["sync_meta"] = tf.stack(parts, name="sync_meta")
-    extra["drain_n"] = v1.placeholder(tf.int32, shape=(), name="drain_n")
-    extra["drain"] = tokens[s.index].dequeue_many(extra["drain_n"])
-    with v1.device(PS):
-        extra["backlog"] = tokens[s.index].size()  # a restarted worker drops its dead self's tokens
-
-    # The chief's aggregator is one while loop that runs on the PS for the whole run: no round trip from
-    # the chief per update. Each iteration takes the mean of the first N-B fresh gradients, applies it,
-    # and puts one token in every worker's queue.
-    def aggregate_once(i: Any) -> Any:
-        applied = []
-        for acc, var in zip(accs, s.model_vars):
-            with on_its_shard(v1, var):
-                applied.append(s.opt.apply_gradients([(acc.take_grad(n - s.backup), var)]))
-        update = tf.group(*applied)
-        with tf.control_dependencies([update]):
-            new_step = fetch_add(tf, s.global_step)
-        with tf.control_dependencies([new_step]):
-            applied_at = tf.timestamp()
-            released = [acc.set_global_step(new_step) for acc in accs]
-            released += [q.enqueue((new_step, applied_at)) for q in tokens]
-        with tf.control_dependencies(released):
-            return i + 1
-
-    with v1.device(PS):
-        extra["aggregate"] = tf.while_loop(lambda i: i < s.updates, aggregate_once,
-                                           [tf.constant(0, tf.int64)], parallel_iterations=1)
-    extra["close_tokens"] = tf.group(*[q.close() for q in tokens])
-    return extra

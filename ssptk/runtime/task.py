@@ -24,7 +24,7 @@ from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
 from ssptk.rundir.task_status import TRACEBACK_LINES, TaskError
-from ssptk.runtime.fork_server import FORK_SERVER_FLAG, serve
+from ssptk.runtime.fork_server import FORK_SERVER_FLAG, LISTEN_FLAG, serve
 from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE, report_failure, report_ready, report_run_done
 from ssptk.runtime.quiet_stderr import quiet_stderr
 from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
@@ -139,7 +139,7 @@ def _watch_parent() -> None:
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == [FORK_SERVER_FLAG]:  # a cluster's fork server (ssptk.runtime.fork_server)
-        forked = serve(int(given[1]))
+        forked = serve(path=given[2]) if given[1:2] == [LISTEN_FLAG] else serve(int(given[1]))
         if forked is None:
             exit_with_descendants(0)  # skips TF's slow teardown
         argv = forked  # this process is now one of the cluster's tasks

@@ -12,7 +12,7 @@ from one PS finish one after another, the first well before the last, rather tha
 leaving links idle: ``benchmarks/FINDINGS.md``, stops 27 and 28). A step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
-   ``ps_graph.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
+   ``placement.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
    computes once the last shard's piece has arrived;
 2. **compute**: the step's own seconds (overhead, compute, injected delay);
 3. **push**: the gradient's bytes back the same way, into each shard's link in; the update lands when the last
