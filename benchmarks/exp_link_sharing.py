@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import statistics
 from pathlib import Path
@@ -30,7 +31,8 @@ from unittest import mock
 DATA = Path(__file__).with_name("data") / "network_predicted_runs.json"
 
 
-def predicted_over_measured(run: dict[str, Any], network: str, model: str, factor: float, sigma: float) -> float:
+def predicted_over_measured(run: dict[str, Any], network: str, model: str, factor: float, sigma: float,
+                            head: float = 1.0) -> float:
     """The simulated steps/s of ``run`` (mean of seeds 0-2) over its measured ones."""
     import ssptk.sim.simulator as simulator
     from ssptk.core.models import builtin_parameters
@@ -39,7 +41,7 @@ def predicted_over_measured(run: dict[str, Any], network: str, model: str, facto
 
     mode, _, s = run["mode"].partition(":")
     kw = {"staleness": int(s)} if s else {}
-    links = functools.partial(Links, arrival_factor=factor, share_sigma=sigma)
+    links = functools.partial(Links, arrival_factor=factor, share_sigma=sigma, head=head)
     with mock.patch.object(simulator, "Links", links):  # the simulator's links, shared as this model shares them
         made = [simulate(mode, run["workers"], run["steps"], overhead=run["free_overhead_ms"] / 1000, network=network,
                          ps=run["ps"], model_bytes=4.0 * (builtin_parameters(model) or 0), cores=run["cores"],
@@ -73,6 +75,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--factor", default="1,1.5", help="arrival factors, comma-separated (1: fair)")
     ap.add_argument("--sigma", default="0.3", help="share sigmas, comma-separated")
+    ap.add_argument("--head", default="1", help="the oldest transfer's weight on a link, comma-separated (1: none)")
     ap.add_argument("--data", default=str(DATA))
     ap.add_argument("--kept", help="read the runs from a SSPTK_BENCH_KEEP directory instead of --data")
     ap.add_argument("--write", action="store_true", help="with --kept: write them to --data (its 'what' kept)")
@@ -82,14 +85,14 @@ def main() -> None:
         doc["runs"] = kept_runs(args.kept)
         if args.write:
             Path(args.data).write_text(json.dumps(doc, indent=1) + "\n")
-    for factor in (float(x) for x in args.factor.split(",")):
-        for sigma in (float(x) for x in args.sigma.split(",")):
-            ratios = [predicted_over_measured(r, doc["network"], doc["model"], factor, sigma) for r in doc["runs"]]
-            within = sum(abs(x - 1) <= 0.15 for x in ratios)
-            print(f"arrival factor {factor}, sigma {sigma}: {within} of {len(ratios)} within 15%, mean miss "
-                  f"{statistics.mean(abs(x - 1) for x in ratios):.1%}")
-            for r, x in zip(doc["runs"], ratios):
-                print(f"  {r['workers']} {r['layout']:<9} {r['mode']:<6} ps={r['ps']}  {x:.2f}")
+    for factor, sigma, head in itertools.product(*(map(float, a.split(",")) for a in (args.factor, args.sigma,
+                                                                                       args.head))):
+        ratios = [predicted_over_measured(r, doc["network"], doc["model"], factor, sigma, head) for r in doc["runs"]]
+        within = sum(abs(x - 1) <= 0.15 for x in ratios)
+        print(f"arrival factor {factor}, sigma {sigma}, head {head}: {within} of {len(ratios)} within 15%, mean miss "
+              f"{statistics.mean(abs(x - 1) for x in ratios):.1%}")
+        for r, x in zip(doc["runs"], ratios):
+            print(f"  {r['workers']} {r['layout']:<9} {r['mode']:<6} ps={r['ps']}  {x:.2f}")
 
 
 if __name__ == "__main__":

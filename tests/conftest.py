@@ -62,6 +62,18 @@ def user_model_path(monkeypatch: pytest.MonkeyPatch) -> str:
     return str(FIXTURES)
 
 
+def listening_fork_server(path: str) -> list[str]:
+    return [sys.executable, "-m", "ssptk.worker", "--fork-server", "--listen", path]
+
+
+def fork_server_env(**extra: str) -> dict[str, str]:
+    """The environment of a shared fork server whose tasks are this process's clusters': what a launcher adds to its
+    tasks' (a server started otherwise suits no launcher here: ssptk.launch.forking.suits)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", **extra)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_fork_server() -> Iterator[str | None]:
     """One fork server for everything this test process starts (its own clusters, its CLI commands, its notebooks'
@@ -80,14 +92,12 @@ def shared_fork_server() -> Iterator[str | None]:
     here = tempfile.mkdtemp(prefix="ssptk-fs-")
     path = os.path.join(here, "socket")
     package_root = str(Path(ssptk.__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=package_root, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONUNBUFFERED="1", SSPTK_FORK_SERVER_IDLE_S="1200")
     with open(os.path.join(here, "server.log"), "wb") as log:
-        server = subprocess.Popen([sys.executable, "-m", "ssptk.worker", "--fork-server", "--listen", path],
-                                  cwd=package_root, env=env, stdout=log, stderr=subprocess.STDOUT,
+        server = subprocess.Popen(listening_fork_server(path), cwd=package_root, stdout=log, stderr=subprocess.STDOUT,
+                                  env=fork_server_env(PYTHONPATH=package_root, SSPTK_FORK_SERVER_IDLE_S="1200"),
                                   stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 10
-    while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
+    while not os.path.exists(path + ".json") and server.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # it listens before it imports TensorFlow (a launcher that comes first starts its own)
     os.environ["SSPTK_FORK_SERVER"] = path
     try:

@@ -156,13 +156,11 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
     directory; a launcher killed with SIGKILL takes its tasks with it (its connection ends) and the server serves the
     next launcher; SIGTERM ends the server and the tasks it forked (that run then fails)."""
     import subprocess
-    import sys
 
-    from conftest import ssptk_cmd
+    from conftest import fork_server_env, listening_fork_server, ssptk_cmd
 
     path = str(tmp_path / "socket")
-    server = subprocess.Popen([sys.executable, "-m", "ssptk.worker", "--fork-server", "--listen", path],
-                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), stdout=subprocess.DEVNULL,
+    server = subprocess.Popen(listening_fork_server(path), env=fork_server_env(), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
 
     def launch(name: str) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
@@ -182,8 +180,13 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
 
     try:
         deadline = time.monotonic() + 30
-        while not os.path.exists(path) and time.monotonic() < deadline:
+        while not os.path.exists(path + ".json") and time.monotonic() < deadline:
             time.sleep(0.05)
+        # it suits launchers whose tasks start as it started, in the files it sees; not others
+        tasks_env = fork_server_env()
+        assert forking.suits(path, tasks_env)
+        assert not forking.suits(path, dict(tasks_env, LD_PRELOAD="/no/such.so"))
+        assert not forking.suits(path, dict(tasks_env, TF_CPP_MIN_LOG_LEVEL="3"))
         first, _ = launch("a")
         first.kill()
         first.wait(10)
@@ -198,4 +201,4 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
         if server.poll() is None:
             server.kill()
             server.wait(10)
-    assert not os.path.exists(path)
+    assert not os.path.exists(path) and not os.path.exists(path + ".json")

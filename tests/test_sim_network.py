@@ -9,7 +9,7 @@ from ssptk.core.errors import UsageError
 from ssptk.core.models import builtin_parameters, mlp_parameters
 from ssptk.core.network import parse_network
 from ssptk.sim import ideal_for, simulate
-from ssptk.sim.links import ARRIVAL_FACTOR, PROTOCOL_OVERHEAD, Fluid, Links, shard_bytes
+from ssptk.sim.links import HEAD_SHARE, PROTOCOL_OVERHEAD, Fluid, Links, shard_bytes
 
 MB = 1e6
 
@@ -55,6 +55,16 @@ def test_the_earlier_of_two_transfers_keeps_more_of_a_link_however_many_came_bef
     assert link.rate(new) == pytest.approx(0.5)
 
 
+def test_the_oldest_transfer_on_a_link_takes_head_shares_and_the_rest_share_evenly() -> None:
+    link = Fluid([1.0], head=2.0)
+    first, second, third = (link.add(1.0, [0], order=(0, rank)) for rank in (1, 2, 3))
+    unordered = link.add(1.0, [0])  # no order (the CPU's work): weighs 1
+    assert [link.rate(f) for f in (first, second, third, unordered)] == pytest.approx([0.4, 0.2, 0.2, 0.2])
+    link.advance(link.next_end()[0])
+    assert link.pop_done(link.next_end()[1]) == [first]
+    assert [link.rate(f) for f in (second, third)] == pytest.approx([0.5, 0.25])  # the next oldest takes its place
+
+
 def test_shards_hold_the_bytes_placed_on_them() -> None:
     assert shard_bytes(100.0, 4) == [25.0] * 4
     # each variable to the shard with the fewest bytes so far; the global step (8 bytes) is on shard 0 first
@@ -65,22 +75,26 @@ def test_shards_hold_the_bytes_placed_on_them() -> None:
 
 def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     t = 8 * MB * PROTOCOL_OVERHEAD / 8e6  # seconds for one model through 8 Mbit/s
-    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, arrival_factor=1.0)
+    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0)
     one.start(0, 0.0, 0.0)
     one.start(1, 0.0, 0.0)
     ends = [one.next(), one.next()]  # both pulls share the PS's link out (2t), then both pushes its link in
     assert [w for _, w in ends] == [0, 1] and [e for e, _ in ends] == pytest.approx([4 * t, 4 * t])
     assert not one
-    # by arrival (raw TCP's 1.5, the default): the pull taken first keeps 1.5 of the link to the other's 1 (0.6
-    # and 0.4), ends at t / 0.6, and its push, alone on the link in until the other's enters, keeps 0.6 of it after
-    ordered = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0)
-    assert ARRIVAL_FACTOR == 1.5
-    ordered.start(0, 0.0, 0.0)
-    ordered.start(1, 0.0, 0.0)
-    first_pull, second_pull = t / 0.6, t / 0.6 + (t - 0.4 * t / 0.6)
-    first_push = second_pull + (t - (second_pull - first_pull)) / 0.6
-    second_push = first_push + t - 0.4 * (first_push - second_pull)
-    assert [ordered.next(), ordered.next()] == [(pytest.approx(first_push), 0), (pytest.approx(second_push), 1)]
+    # the oldest on a link takes HEAD_SHARE (raw TCP's 2, the default) to each other one's 1 (2/3 and 1/3 here): the
+    # pull taken first ends at t / (2/3), and its push, alone on the link in until the other's enters, keeps 2/3 of
+    # it after (so does arrival order with the same factor: two transfers cannot tell the rules apart)
+    for ordered in (Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0),
+                    Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0,
+                          arrival_factor=HEAD_SHARE)):
+        assert HEAD_SHARE == 2.0
+        a, b = 2 / 3, 1 / 3
+        ordered.start(0, 0.0, 0.0)
+        ordered.start(1, 0.0, 0.0)
+        first_pull, second_pull = t / a, t / a + (t - b * t / a)
+        first_push = second_pull + (t - (second_pull - first_pull)) / a
+        second_push = first_push + t - b * (first_push - second_pull)
+        assert [ordered.next(), ordered.next()] == [(pytest.approx(first_push), 0), (pytest.approx(second_push), 1)]
     two = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB / 2, MB / 2])
     two.start(0, 0.0, 0.0)
     assert two.next() == (pytest.approx(t), 0)  # half the model from each shard, at once

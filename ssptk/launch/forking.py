@@ -31,9 +31,9 @@ from typing import IO, Any
 
 from ssptk.core.network import LINKS_ENV
 from ssptk.rundir.task_status import STATUS_DIR_ENV
-from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
+from ssptk.runtime.fork_server import DESCRIPTION, FORK_SERVER_FLAG, MAX_MESSAGE, at_start
 
-__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "shutdown"]
+__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "shutdown", "suits"]
 
 ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
@@ -99,15 +99,16 @@ class ForkServer:
 
     def start(self, spawn: Callable[[list[str], Sequence[int]], subprocess.Popen[bytes]]) -> None:
         path = address()
-        if path is not None:  # a server several processes share: where it does not answer, one of this process's own
+        if path is not None:  # a server several processes share, where it answers and suits: else one of our own
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
-                sock.connect(path)
+                if suits(path, self.env):
+                    sock.connect(path)
+                    self._serve_on(sock)
+                    return
             except OSError:
-                sock.close()
-            else:
-                self._serve_on(sock)
-                return
+                pass
+            sock.close()
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except (OSError, AttributeError):  # not Linux: each task starts by itself
@@ -220,6 +221,22 @@ class ForkServer:
                     os.killpg(self.proc.pid, 9)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(grace)
+
+
+def suits(path: str, env: dict[str, str]) -> bool:
+    """Whether the shared fork server listening at ``path`` can fork tasks whose environment is ``env``: it sees the
+    files this process sees (the same mount and user namespaces: ``unshare -rm`` makes others) and started with the
+    same settings of what a process reads as it starts (``LD_PRELOAD``, ``PYTHON*``, ``TF_*``, ...: its description,
+    ``PATH.json``, says them)."""
+    try:
+        with open(path + DESCRIPTION) as f:
+            about = json.load(f)
+        if any(about["ns"][ns] != os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")):
+            return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    theirs = about.get("env") or {}
+    return all(theirs.get(k) == env.get(k) for k in {*theirs, *env} if at_start(k))
 
 
 def _cwd() -> str | None:

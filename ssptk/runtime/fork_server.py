@@ -41,11 +41,15 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "serve"]
+__all__ = ["AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "at_start", "serve"]
 
 FORK_SERVER_FLAG = "--fork-server"
 #: ``--fork-server --listen PATH``: a server any launcher whose ``SSPTK_FORK_SERVER`` is ``PATH`` uses
 LISTEN_FLAG = "--listen"
+#: the listening server's description beside its socket (``PATH.json``)
+DESCRIPTION = ".json"
+#: prefixes of the environment variables a process reads as it starts (see :func:`at_start`)
+AT_START = ("LD_", "PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "KMP_", "MALLOC_", "GLIBC_", "SSPTK_EAGER_KERAS")
 MAX_MESSAGE = 1 << 20
 #: a server with no task and no request for this long ends (a notebook's idle kernel keeps no TensorFlow process);
 #: ``SSPTK_FORK_SERVER_IDLE_S`` sets another
@@ -71,6 +75,7 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
             os.unlink(path)
         listener.bind(path)
         listener.listen(64)
+        _describe(path)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its tasks go with it (the finally below)
     setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
     skip_eager_keras()
@@ -137,8 +142,25 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
         if _in_server():
             _kill(list(owner))  # normally stopped by the launcher already
             if path is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+                for made in (path, path + DESCRIPTION):
+                    with contextlib.suppress(OSError):
+                        os.unlink(made)
+
+
+def _describe(path: str) -> None:
+    """Beside a listening server's socket, what a launcher must share with it to use it (``PATH.json``): its
+    namespaces (the files it sees) and the settings a process reads as it starts (:data:`AT_START`), as it started."""
+    about = {"pid": os.getpid(), "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")},
+             "env": {k: v for k, v in os.environ.items() if at_start(k)}}
+    with open(path + DESCRIPTION + ".tmp", "w") as f:
+        json.dump(about, f)
+    os.replace(path + DESCRIPTION + ".tmp", path + DESCRIPTION)
+
+
+def at_start(key: str) -> bool:
+    """Whether environment variable ``key`` is read as a process starts (the dynamic loader, Python, TensorFlow's
+    import, the Keras it skips), so that a task forked from a server has the server's, not its own."""
+    return key.startswith(AT_START) and key != "PYTHONPATH"  # the task sets its import path itself
 
 
 def _kill(pids: list[int]) -> None:

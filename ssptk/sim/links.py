@@ -4,12 +4,15 @@ Every task has a full-duplex link (``--network``'s rate for its role; an unshape
 sends goes out of its link, what it receives comes in. A transfer from task ``a`` to task ``b`` crosses ``a``'s
 link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do: each link's rate is
 split among the transfers that can use more (one held back at a slower link it crosses leaves the rest to the
-others: max-min sharing, :class:`Fluid`), by weights: a transfer that entered the link earlier keeps
-:data:`ARRIVAL_FACTOR` times the share of the one that entered after it (as raw TCP on these links measured), and
-each weight is scaled by a draw of :data:`SHARE_SIGMA` (TCP's unevenness, measured). So N workers that pull at once
-from one PS finish one after another, the first well before the last, rather than all together
-(``arrival_factor=1``: fair sharing, which predicted ssptk's runs better until ssptk's sharded steps stopped
-leaving links idle: ``benchmarks/FINDINGS.md``, stops 27 and 28). A step of worker ``i`` is
+others: max-min sharing, :class:`Fluid`), by weights: the transfer that has been on a link longest weighs
+:data:`HEAD_SHARE` against each of the others, which share the rest evenly (as raw TCP on these links measured
+with 4 and 16 transfers, ``benchmarks/exp_tcp_share.py``), and each weight is scaled by a draw of
+:data:`SHARE_SIGMA` (TCP's unevenness, measured). So of N workers that pull at once from one PS, the first finishes
+well before the rest, which finish nearly together. (``arrival_factor`` weighs every transfer :data:`ARRIVAL_FACTOR`
+times the one that entered after it: it fits 4 transfers as well, but not 16 or 64, and predicted fewer of 24
+shaped runs; ``head=1, arrival_factor=1``: plain fair sharing. ``benchmarks/FINDINGS.md``, stops 27-29.)
+
+A step of worker ``i`` is
 
 1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
    ``placement.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
@@ -50,8 +53,8 @@ from ssptk.core.network import Network
 from ssptk.core.options import check_cores
 from ssptk.core.resources import cgroup_cpus
 
-__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links", "cpu_seconds",
-           "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
+__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links",
+           "cpu_seconds", "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
 PROTOCOL_OVERHEAD = 1.05
@@ -59,13 +62,19 @@ PROTOCOL_OVERHEAD = 1.05
 #: 20 Mbit/s htb link here: 4 transfers started together end at 2.6-4.3x the time one alone takes (exact fair
 #: sharing: all at 4x), often one well before the rest; that unevenness is what lets equal workers drift apart.
 SHARE_SIGMA = 0.3
-#: How much more of a link a transfer keeps than the one that entered it next, for raw TCP on the same 20 Mbit/s
-#: link (2026-11-27, ``exp_tcp_share.py``: 4 transfers of 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time
-#: apart, 3 repeats each): 1.5 fits when each ended best (mean miss 0.24 of one transfer's time; fair sharing 0.35).
-#: The links alone share so (``exp_ps_links.py``), and so do ssptk's runs since their sharded steps stopped leaving
-#: the links idle (stop 28): against 24 shaped runs it predicts 16 within 15% (mean miss 11.5%), fair sharing 10
-#: (19.3%) (``benchmarks/exp_link_sharing.py``). The simulator's default.
+#: How much more of a link a transfer keeps than the one that entered it next, for raw TCP with 4 transfers on the
+#: same 20 Mbit/s link (2026-11-27, ``exp_tcp_share.py``: 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time apart, 3
+#: repeats each): 1.5 fits when each ended best there (mean miss 0.24 of one transfer's time; fair sharing 0.35). With
+#: 16 transfers it does not (mean miss 5.3 of one transfer's time, where :data:`HEAD_SHARE` misses by 0.65): not the
+#: default since stop 29 (``Links(arrival_factor=...)`` keeps it for comparisons).
 ARRIVAL_FACTOR = 1.5
+#: How much of a link the transfer that has been on it longest takes against each of the others, which share evenly:
+#: raw TCP on a 20 Mbit/s htb link here (``exp_tcp_share.py --fit``, 2026-11-28): 16 transfers of 357 kB nearly at
+#: once end with the first at 8.6 and the rest at 15.6-19.0 of one transfer's time (2 misses by 0.65 on average, fair
+#: sharing 1.2, arrival order 1.5 5.3); 4 transfers 0.2 or 0.5 of a transfer apart end first at 2.16 and 1.16-1.24
+#: (2 gives 2.02 and 1.33). Against 24 shaped runs of ssptk (``exp_link_sharing.py``, stop 29's): 21 within 15% (mean
+#: miss 7.4%), where arrival order 1.5 predicted 17 (10.3%) and fair sharing 8 (20.5%). The simulator's default.
+HEAD_SHARE = 2.0
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
 _PULL, _PUSH, _LAND, _COMPUTE = 0, 1, 2, 3
@@ -133,7 +142,7 @@ class Fluid:
     On one link each transfer's rate is the link's rate times its weight over the weights in flight (all 1:
     processor sharing, what TCP flows through one queue do on average). A transfer added with an ``order``
     ``(key, rank)`` also weighs ``factor ** -rank`` against the others of its key in flight (the oldest of them
-    weighs 1), so that ranks can grow without bound. Over several links: the link that gives
+    weighs 1, times ``head``), so that ranks can grow without bound. Over several links: the link that gives
     the least per unit of weight fixes the rates of its transfers, the rest of the other links they cross goes
     to the others there (progressive filling), so a transfer goes at the pace of the slowest link it crosses.
 
@@ -142,9 +151,10 @@ class Fluid:
     Rates are worked out again only after the set of transfers changed.
     """
 
-    def __init__(self, rates: Sequence[float], factor: float = 1.0) -> None:
+    def __init__(self, rates: Sequence[float], factor: float = 1.0, head: float = 1.0) -> None:
         self.cap = [float(r) for r in rates]
         self.factor = float(factor)
+        self.head = float(head)
         self.members: list[set[int]] = [set() for _ in self.cap]
         self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, weight, order]
         self.now = 0.0
@@ -208,7 +218,7 @@ class Fluid:
         unfixed: dict[int, int] = {}
         heap: list[tuple[float, int]] = []
         w = {fid: f[3] for fid, f in self.flows.items()}
-        if self.factor != 1.0:  # ranks counted from the oldest of each key in flight
+        if self.factor != 1.0 or self.head != 1.0:  # ranks counted from the oldest of each key in flight
             oldest: dict[int, int] = {}
             for f in self.flows.values():
                 if f[4] is not None:
@@ -217,6 +227,8 @@ class Fluid:
             for fid, f in self.flows.items():
                 if f[4] is not None:
                     w[fid] *= self.factor ** (oldest[f[4][0]] - f[4][1])
+                    if f[4][1] == oldest[f[4][0]]:
+                        w[fid] *= self.head
         for link, m in enumerate(self.members):
             if m:
                 left[link], unfixed[link] = self.cap[link], len(m)
@@ -253,16 +265,18 @@ class Links:
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
     a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
     ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
-    exactly evenly); ``arrival_factor``: how much more of it the earlier of two transfers on it keeps (the default
-    :data:`ARRIVAL_FACTOR`, as raw TCP measured; 1: blind to order); transfers that enter at once are ranked
-    in the order the simulator takes them. ``cores``: the CPU the workers share (``None``: each its own), and
-    ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is its fixed cost (``None``: all
-    of it), as a free run of these workers on these cores measures it: :func:`cpu_seconds` of it is the CPU work
-    that shares them; the rest of a step's seconds (its injected delay) is a sleep after its CPU work."""
+    exactly evenly); ``head``: how much of a link the transfer longest on it takes against each other one (the
+    default :data:`HEAD_SHARE`, as raw TCP measured; 1: none), ``arrival_factor``: how much more of it each transfer
+    keeps than the one that entered after it (default 1: none; :data:`ARRIVAL_FACTOR` fits 4 transfers); transfers
+    that enter at once are ranked in the order the simulator takes them. ``cores``: the CPU the workers share
+    (``None``: each its own), and ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is
+    its fixed cost (``None``: all of it), as a free run of these workers on these cores measures it:
+    :func:`cpu_seconds` of it is the CPU work that shares them; the rest of a step's seconds (its injected delay) is
+    a sleep after its CPU work."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
-                 cpu_s: float | None = None, arrival_factor: float = ARRIVAL_FACTOR) -> None:
+                 cpu_s: float | None = None, arrival_factor: float = 1.0, head: float = HEAD_SHARE) -> None:
         self.delay = network.delay_s
         rates: list[float] = []
 
@@ -282,7 +296,7 @@ class Links:
         self.core = [link(1.0) if cores else None for _ in range(workers)]  # a worker's thread: one core at most
         self.cpu_s = cpu_s
         self.cpu_share = cpu_seconds(1.0, workers, cores) if cores else 1.0  # CPU work per second of a free step
-        self.fluid = Fluid(rates, arrival_factor)
+        self.fluid = Fluid(rates, arrival_factor, head)
         self.entries = [0] * len(rates)  # per link: how many transfers have entered it (each one's rank)
         self.sigma = share_sigma
         self.rng = random.Random(seed)
