@@ -85,6 +85,7 @@ def shared_fork_server() -> Iterator[str | None]:
     import tempfile
 
     import ssptk
+    from ssptk.runtime import fork_server
 
     if os.environ.get("SSPTK_TEST_SHARED_FORK_SERVER", "1") == "0" or "SSPTK_FORK_SERVER" in os.environ:
         yield None
@@ -97,7 +98,7 @@ def shared_fork_server() -> Iterator[str | None]:
                                   env=fork_server_env(PYTHONPATH=package_root, SSPTK_FORK_SERVER_IDLE_S="1200"),
                                   stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 10
-    while not os.path.exists(path + ".json") and server.poll() is None and time.monotonic() < deadline:
+    while not os.path.exists(path + fork_server.DESCRIPTION) and server.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)  # it listens before it imports TensorFlow (a launcher that comes first starts its own)
     os.environ["SSPTK_FORK_SERVER"] = path
     try:

@@ -15,6 +15,7 @@ from conftest import assert_gone, cluster_processes
 import ssptk
 from ssptk.core.errors import RunFailed
 from ssptk.launch import forking
+from ssptk.runtime import fork_server
 
 pytestmark = pytest.mark.slow
 
@@ -163,12 +164,15 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
     server = subprocess.Popen(listening_fork_server(path), env=fork_server_env(), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
 
+    clis: list[subprocess.Popen[bytes]] = []
+
     def launch(name: str) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
         (tmp_path / name).mkdir()
         cli = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--workers", "2", "--steps", "100000",
                                 "--out", str(tmp_path / name / "run")], cwd=tmp_path / name,
                                env=dict(os.environ, SSPTK_FORK_SERVER=path), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
+        clis.append(cli)
         deadline = time.monotonic() + 90
         while len(cluster_processes(str(tmp_path / name))) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -180,7 +184,7 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
 
     try:
         deadline = time.monotonic() + 30
-        while not os.path.exists(path + ".json") and time.monotonic() < deadline:
+        while not os.path.exists(path + fork_server.DESCRIPTION) and time.monotonic() < deadline:
             time.sleep(0.05)
         # it suits launchers whose tasks start as it started, in the files it sees; not others
         tasks_env = fork_server_env()
@@ -198,7 +202,11 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
         assert_gone(str(tmp_path / "b"), within=10)
         assert second.wait(60) != 0
     finally:
+        for cli in clis:  # a failed check leaves no run behind
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait(10)
         if server.poll() is None:
             server.kill()
             server.wait(10)
-    assert not os.path.exists(path) and not os.path.exists(path + ".json")
+    assert not os.path.exists(path) and not os.path.exists(path + fork_server.DESCRIPTION)

@@ -227,7 +227,7 @@ def suits(path: str, env: dict[str, str]) -> bool:
     """Whether the shared fork server listening at ``path`` can fork tasks whose environment is ``env``: it sees the
     files this process sees (the same mount and user namespaces: ``unshare -rm`` makes others) and started with the
     same settings of what a process reads as it starts (``LD_PRELOAD``, ``PYTHON*``, ``TF_*``, ...: its description,
-    ``PATH.json``, says them)."""
+    ``PATH.server``, says them)."""
     try:
         with open(path + DESCRIPTION) as f:
             about = json.load(f)

@@ -46,8 +46,8 @@ __all__ = ["AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_ME
 FORK_SERVER_FLAG = "--fork-server"
 #: ``--fork-server --listen PATH``: a server any launcher whose ``SSPTK_FORK_SERVER`` is ``PATH`` uses
 LISTEN_FLAG = "--listen"
-#: the listening server's description beside its socket (``PATH.json``)
-DESCRIPTION = ".json"
+#: the listening server's description beside its socket (``PATH.server``)
+DESCRIPTION = ".server"
 #: prefixes of the environment variables a process reads as it starts (see :func:`at_start`)
 AT_START = ("LD_", "PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "KMP_", "MALLOC_", "GLIBC_", "SSPTK_EAGER_KERAS")
 MAX_MESSAGE = 1 << 20
@@ -68,15 +68,8 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
 
     from ssptk.runtime.tf_import import skip_eager_keras
 
-    listener = None
-    if path is not None:  # listening before the import: a launcher that comes meanwhile waits for its first reply
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        listener.bind(path)
-        listener.listen(64)
-        _describe(path)
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its tasks go with it (the finally below)
+    # listening before the import: a launcher that comes meanwhile waits for its first reply
+    listener = None if path is None else _listen(path)
     setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
     skip_eager_keras()
     import tensorflow  # noqa: F401  (the point of this process: every task forked from here has it)
@@ -147,8 +140,20 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
                         os.unlink(made)
 
 
+def _listen(path: str) -> socket.socket:
+    """The listening socket at ``path``, its description beside it, and SIGTERM to end the server (and its tasks)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener.bind(path)
+    listener.listen(64)
+    _describe(path)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # raised in serve's loop: its finally ends the tasks
+    return listener
+
+
 def _describe(path: str) -> None:
-    """Beside a listening server's socket, what a launcher must share with it to use it (``PATH.json``): its
+    """Beside a listening server's socket, what a launcher must share with it to use it (``PATH.server``): its
     namespaces (the files it sees) and the settings a process reads as it starts (:data:`AT_START`), as it started."""
     about = {"pid": os.getpid(), "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")},
              "env": {k: v for k, v in os.environ.items() if at_start(k)}}
