@@ -165,15 +165,16 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
                                     network=PREDICTED_NETWORK, **opts)
         os.makedirs(base, exist_ok=True)
         with open(made_before, "w") as f:  # what the predictions were made from
-            json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step")}
-                       for label in labels}, f)
+            json.dump({label: {k: free[label].get(k) for k in ("overhead_ms", "steps_per_s", "cpu_ms_per_step",
+                                                                 "gap_ms")} for label in labels}, f)
     plans, planned = [], []
     for tag, cores in (("predicted", None), ("predicted-own", 0)):  # --cores default (this machine's), --cores 0
         for label in labels:
-            overhead = free[label].get("overhead_ms")
+            overhead, gap = free[label].get("overhead_ms"), free[label].get("gap_ms")
             if overhead and shaped[label].get("kept"):
                 mode, k = label.split(" ps=")
                 plans.append(plan(overhead / 1000.0, run_dir=os.path.join(base, tag, label), mode=mode, ps=int(k),
+                                  gap=None if gap is None or os.environ.get("SSPTK_BENCH_NO_GAP") else gap / 1000.0,
                                   network=PREDICTED_NETWORK, gpus="none", stall_timeout=0, cores=cores,
                                   **{**common, "layout": "processes"}))
                 planned += [label] if cores is None else []
@@ -190,8 +191,9 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
              "*--cores 0*: predicted / measured steps/s with each worker on a CPU of its own (the model before).")
     ctx.note("")
     ctx.note("| run | free steps/s | overhead ms | shaped steps/s | PS link busy | predicted | predicted / measured | "
-             "minibatches to target, measured | predicted | predicted / measured | --cores 0 |")
-    ctx.note("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+             "minibatches to target, measured | predicted | predicted / measured | --cores 0 | gap ms | "
+             "staleness, measured | predicted |")
+    ctx.note("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows: list[Row] = []
     for label in planned:
         r, p = real.set_index("label").loc[label], pred.set_index("label").loc[label]
@@ -201,7 +203,8 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
         line = (f"| {label} | {_f(free[label].get('steps_per_s'))} | {_f(free[label].get('overhead_ms'))} | "
                 f"{_f(r['steps_per_s'])} | {_f(r['link_busy'], '.2f')} | {_f(p['steps_per_s'])} | {_f(speed, '.2f')} | "
                 f"{_f(r['steps_to_target'], '.0f')} | {_f(p['steps_to_target'], '.0f')} | {_f(to_target, '.2f')} | "
-                f"{_f(own_speed, '.2f')} |")
+                f"{_f(own_speed, '.2f')} | {_f(free[label].get('gap_ms'))} | {_f(r['mean_staleness'], '.2f')} | "
+                f"{_f(p['mean_staleness'], '.2f')} |")
         ctx.note(line)
         print(f"    {line}", flush=True)
         name = f"network_predicted: {workers} {layout} {label}"

@@ -70,7 +70,7 @@ def main(size: int, n: int, gap: float) -> list[float]:
 def predicted(size: int, n: int, gap: float, factor: float, head: float = 1.0) -> list[float]:
     """The ends :class:`ssptk.sim.links.Fluid` gives the same transfers (one link, each transfer ranked by when it
     entered, weights ``factor ** -rank``; no random draw), in the same unit."""
-    from ssptk.sim.links import Fluid
+    from ssptk.sim.fluid import Fluid
 
     fluid, ends, ids = Fluid([RATE], factor, head), [0.0] * n, {}
     starts = [gap * i for i in range(n)]

@@ -167,19 +167,20 @@ def _add_notebook_flags(run: argparse.ArgumentParser, *comparisons: argparse.Arg
 def _add_sim(sub: Any, codes: str | None) -> None:
     s = sub.add_parser("sim", help="predict a run with the discrete-event simulator, no cluster: its timing; with "
                                    "--model also its loss (the schedule replayed with the model's real gradients)",
-                       description="Without --model: the timing only (steps/s, waiting, skew, staleness), in "
-                                   "milliseconds, nothing written. With --model: a predicted run, loss included: "
-                                   "the schedule replayed with the model's real gradients in one TensorFlow process "
-                                   "(seconds), left in --out like a real run (summary.json says predicted).",
+                       description="Without --model: the timing only (steps/s, waiting, skew, staleness), in ms, "
+                                   "nothing written. With --model: a predicted run, loss included: the schedule "
+                                   "replayed with the model's real gradients in one TensorFlow process (seconds), "
+                                   "left in --out like a real run (summary.json says predicted).",
                        epilog=codes)
     add_run_arguments(s, skip=("gpus", "no_log", "layout", "restart_failed", "stall_timeout"))
     s.add_argument("--target", type=float, default=None, metavar="LOSS",
                    help="with --model: also predict the time and minibatches to this loss (held-out with "
                         "--eval-every, else the smoothed training loss)")
-    s.add_argument("--overhead", type=float, default=None, metavar="SECONDS",
-                   help="fixed per-step cost in seconds: a real run's overhead_ms / 1000 from its summary times your "
-                        "machine (default: 0.005, what a step of the built-in models costs on a 2-core machine, "
-                        "2-8 ms; 0 makes undelayed steps take no time)")
+    s.add_argument("--overhead", type=float, default=None, metavar="SECONDS", help="fixed per-step cost in seconds: "
+                   "a real run's overhead_ms / 1000 from its summary times your machine (default: 0.005, what a step "
+                   "of the built-in models costs on a 2-core machine, 2-8 ms; 0 makes undelayed steps take no time)")
+    s.add_argument("--gap", type=float, default=None, metavar="SECONDS", help="async, ssp: seconds of --overhead "
+                   "between an update landing and the next read (a real run's gap_ms / 1000; default 0)")
 
 
 def _kwargs(opts: RunOptions) -> dict[str, Any]:
@@ -386,11 +387,11 @@ class Timing:
     result: SimResult
 
     def __str__(self) -> str:
-        r = self.result
+        r, read = self.result, f", its read {1000 * self.result.gap:.2f} ms in (--gap)" if self.result.gap else ""
         return (f"simulated {self.label}: {r.total_steps} minibatches in {r.wall_s:.3f} s = {r.steps_per_s:.1f} "
                 f"steps/s, {r.updates_per_s:.1f} updates/s\nmax skew {r.max_skew}, waiting "
                 f"{100 * r.wait_fraction:.1f}% of worker time, staleness mean {r.steps['staleness'].mean():.2f} max "
-                f"{int(r.steps['staleness'].max())}\nclock: each step {1000 * r.overhead:.2f} ms plus its delays "
+                f"{int(r.steps['staleness'].max())}\nclock: each step {1000 * r.overhead:.2f} ms plus its delays{read} "
                 "(--overhead SECONDS: a real run's overhead_ms / 1000 times your machine)")
 
 
@@ -405,8 +406,7 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
     from ssptk import api
 
     if args.model is None:
-        given = [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]
-        if given:
+        if given := [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]:
             raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only "
                              "the timing (add --model linear, keras, digits or your own to predict the loss too)")
         opts = sim_options(args)  # the overhead's default is ssptk.simulate's
@@ -414,7 +414,7 @@ def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = 
                          staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
                          backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
                          seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps,
-                         cores=opts.cores)
+                         cores=opts.cores, gap=args.gap)
         return Timing(opts.label, r)
     return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
-                        overhead=args.overhead, target=args.target, **_kwargs(sim_options(args)))
+                        overhead=args.overhead, target=args.target, gap=args.gap, **_kwargs(sim_options(args)))

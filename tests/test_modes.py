@@ -47,6 +47,17 @@ def test_async_linear_budget_convergence_and_logs(run_dir: Path) -> None:
     assert config["options"]["mode"] == "async" and len(config["cluster"]["worker"]) == 3
     assert config["versions"]["tensorflow"] and config["versions"]["ssptk"] == ssptk.__version__
     assert r.df.shape[0] == 450  # the API's DataFrame is the same records
+    # each step's read on ps:0 (t - read_s) comes after its worker's previous landing, and the updates that landed
+    # between its read and its own are its staleness (ps:0's clock and counter, not atomic together: nearly always)
+    assert (df["read_s"] >= 0).all()
+    read = df["t"] - df["read_s"]
+    for _w, g in df.groupby("worker"):
+        g = g.sort_values("step")
+        assert ((g["t"] - g["read_s"]).to_numpy()[1:] >= g["t"].to_numpy()[:-1] - 1e-3).all()
+    t = np.sort(df["t"].to_numpy())
+    landed_between = np.searchsorted(t, df["t"].to_numpy(), "left") - np.searchsorted(t, read.to_numpy(), "right")
+    assert (landed_between == df["staleness"].to_numpy()).mean() > 0.8
+    assert r.summary["gap_ms"] is not None and r.summary["gap_ms"] >= 0
 
 
 def test_checkpoint_loads_with_plain_tensorflow(run_dir: Path) -> None:
@@ -87,6 +98,7 @@ def test_sync_is_lock_step(run_dir: Path) -> None:
     assert list(per_update.index) == list(range(1, 41)) and all(v == [0, 1, 2] for v in per_update)
     assert df[df["worker"] != 1]["wait_s"].sum() > 0.2
     assert r.summary["params"]["b"] > 5  # 40 averaged steps move b most of the way
+    assert "read_s" not in df and r.summary["gap_ms"] is None  # sync's steps read together: no window to measure
 
 
 def _linear_batch(opts: RunOptions, mb: int) -> tuple[np.ndarray, np.ndarray]:

@@ -235,5 +235,9 @@ def test_compare_predict_records_and_uses_the_cores_the_runs_had(tmp_path: Path)
     predicted = RunDir(pred.run_dir).config()["predicted"]
     assert predicted["cores"] == float(had)
     assert predicted["overhead_s"] == pytest.approx(run.summary["overhead_ms"] / 1000.0)
+    # and where its steps read: the run's gap, measured from its records' read_s, which the prediction's summary says
+    assert run.summary["gap_ms"] is not None and "read_s" in run.df
+    assert predicted.get("gap_s", 0.0) == pytest.approx(min(run.summary["gap_ms"], run.summary["overhead_ms"]) / 1000)
+    assert pred.summary["gap_ms"] == pytest.approx(1000 * predicted.get("gap_s", 0.0))
     assert f"the workers sharing {had:g} cores" in format_summary(pred.summary)
     assert_gone(str(tmp_path))

@@ -12,7 +12,7 @@ from ssptk.core.errors import TaskFailure
 from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir, load_run
-from ssptk.sim import ideal_for
+from ssptk.sim import calibrate_gap, ideal_for
 from ssptk.sim.links import recorded_cores, shared_cores
 
 __all__ = ["run_summary"]
@@ -46,11 +46,13 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     predicted = config.get("predicted") if isinstance(config, dict) else None
     if predicted is None:
         s.update(_ideal(steps, opts, config))
+        gap = None if steps.empty else calibrate_gap(steps, opts.workers)
+        s["gap_ms"] = None if gap is None else 1000.0 * gap
         ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
         s["measured_over_ideal"] = measured / ideal if ideal and measured else None
     else:  # the simulator's own clock: nothing measured to hold against it
         s.update({"overhead_ms": 1000.0 * float(predicted.get("overhead_s") or 0.0), "ideal_steps_per_s": None,
-                  "measured_over_ideal": None})
+                  "measured_over_ideal": None, "gap_ms": 1000.0 * float(predicted.get("gap_s") or 0.0)})
         s["predicted"] = dict(predicted)
     s["final_loss"] = final.get("eval_loss")
     s["final_accuracy"] = final.get("eval_accuracy")

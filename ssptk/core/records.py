@@ -54,6 +54,8 @@ class StepRecord:
     dc_correction: float | None = None
     #: only on a sample of steps under ``--network`` (ssptk.runtime.step_trace): seconds its tensors were on the wire
     transfer_s: float | None = None
+    #: only in ssp and async (PS modes): seconds from ps:0's read of the step's global step to its update's landing
+    read_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as its JSON object: keys in :data:`STEP_COLUMNS` order (then ``lr_scale`` if set), plain
@@ -71,6 +73,8 @@ class StepRecord:
             record["dc_correction"] = float(self.dc_correction)
         if self.transfer_s is not None:
             record["transfer_s"] = round(float(self.transfer_s), 6)
+        if self.read_s is not None:
+            record["read_s"] = round(float(self.read_s), 6)
         return record
 
     def json_line(self) -> str:
@@ -79,7 +83,7 @@ class StepRecord:
 
 
 #: Step-record keys that only some runs have.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round", "dc_correction", "transfer_s")
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round", "dc_correction", "transfer_s", "read_s")
 #: The step-record keys every record has, in order: the columns of step DataFrames, real, predicted or simulated.
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in OPTIONAL_STEP_COLUMNS)
 #: The integer ones among them.

@@ -155,13 +155,14 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
 
 def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *, out: str | None = None,
                        overhead: float | None = None, progress: Callable[[str, int, int], None] | None = None,
-                       target: float | None = None, **common: Any) -> CompareResult:
+                       target: float | None = None, gap: float | None = None, **common: Any) -> CompareResult:
     """``ssptk.predict``: a comparison without a cluster. Every label is predicted (the simulator's schedule
     replayed with the model's real gradients, :mod:`ssptk.experiment.predicted_runs`) in one process, into
     ``out/<label>/`` (default ``runs/<timestamp>-predicted``), and gets the table, ``metrics.csv`` and report of
     :func:`compare`. ``overhead``: the per-step cost the clocks are simulated with (default
     :data:`ssptk.experiment.predicted_runs.DEFAULT_OVERHEAD_S`; a real run's ``overhead_ms`` / 1000 for times that
-    mean something on that machine). A prediction whose loss became NaN stays in the result, failed."""
+    mean something on that machine); ``gap``: where in that cost a step reads (a real run's ``gap_ms`` / 1000; default
+    0: as it starts). A prediction whose loss became NaN stays in the result, failed."""
     from ssptk.experiment.predicted_runs import plan, predict
 
     labelled = parse_labels(labels)
@@ -169,7 +170,8 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
     for _label, kw in labelled:  # every option checked before anything is created
         resolve(**{"stall_timeout": 0, **common, **kw, "out": None})
     base = RunDir.create(out, "predicted").path
-    plans = [plan(overhead, run_dir=ComparisonDir(base).run_path(label), **{"stall_timeout": 0, **common, **kw})
+    plans = [plan(overhead, run_dir=ComparisonDir(base).run_path(label), gap=gap,
+                  **{"stall_timeout": 0, **common, **kw})
              for label, kw in labelled]
     names = [label for label, _ in labelled]
 
@@ -183,18 +185,21 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
 
 def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
                     progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
-    """Each label predicted with its options, its clock from the median calibrated overhead of its runs, its
-    workers sharing the cores the runs had (``cores`` given, else recorded; neither: each its own machine, as the
-    runs' summaries' ideal took them), so the overhead means what it meant there."""
+    """Each label predicted with its options, its clock from the median calibrated overhead of its runs (and the
+    median of their ``gap_ms``: where a step's read comes), its workers sharing the cores the runs had (``cores``
+    given, else recorded; neither: each its own machine, as the runs' summaries' ideal took them), so the overhead
+    means what it meant there."""
     from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S, plan, predict
     cd = ComparisonDir(base)
     plans = []
     for label, kw in options.items():
         measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
         overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
+        gaps = [float(r.summary["gap_ms"]) for r in runs[label] if r.summary.get("gap_ms") is not None]
         had = next((c for c in (recorded_cores(r.config) for r in runs[label]) if c is not None), None)
         cores = kw.get("cores") if kw.get("cores") is not None else had or 0
-        plans.append(plan(overhead, run_dir=cd.predicted_path(label), **{**kw, "out": None, "cores": cores}))
+        plans.append(plan(overhead, run_dir=cd.predicted_path(label), gap=float(np.median(gaps)) / 1000.0 if gaps
+                          else None, **{**kw, "out": None, "cores": cores}))
     labels = list(options)
 
     def heard(job: int, done: int, total: int) -> None:

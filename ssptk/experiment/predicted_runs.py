@@ -38,12 +38,15 @@ DEFAULT_OVERHEAD_S = 0.005
 @dataclass(frozen=True)
 class Prediction:
     """A predicted run, planned: its checked options, its claimed directory, the per-step overhead (a free run's
-    step with these workers on these cores) and the cores its workers share (``None``: each its own machine)."""
+    step with these workers on these cores), the cores its workers share (``None``: each its own machine) and the
+    seconds of the overhead between a worker's update landing and its next read (``gap``: a real run's
+    ``gap_ms``, :func:`ssptk.sim.simulate`'s ``gap``; 0: none known)."""
 
     opts: RunOptions
     run_dir: str
     overhead: float
     cores: float | None = None
+    gap: float = 0.0
 
     @property
     def shown_cores(self) -> dict[str, float | None]:
@@ -53,20 +56,22 @@ class Prediction:
         return {"cores": self.cores} if net is not None and net.shaped else {}
 
 
-def plan(overhead: float | None = None, run_dir: str | None = None, **options: Any) -> Prediction:
+def plan(overhead: float | None = None, run_dir: str | None = None, gap: float | None = None,
+         **options: Any) -> Prediction:
     """Resolve and check ``options`` (those of ``ssptk run``; a model is required), claim the run directory
     (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``); ``cores`` (``--cores``) not given:
-    this machine's (:func:`ssptk.sim.links.machine_cores`). Raises :class:`UsageError`."""
-    if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float))
-                                 or not 0 <= overhead < float("inf")):
-        raise UsageError(f"--overhead must be a number of seconds >= 0, got {overhead!r}")
+    this machine's (:func:`ssptk.sim.links.machine_cores`); ``gap`` (:class:`Prediction`'s) at most the overhead.
+    Raises :class:`UsageError`."""
+    for name, x in (("--overhead", overhead), ("gap", gap)):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < float("inf")):
+            raise UsageError(f"{name} must be a number of seconds >= 0, got {x!r}")
     opts = resolve(**options)
     check_model(opts)
     check_memory(opts, predicted=True)
     run_dir = new_run_dir(run_dir if run_dir is not None else opts.out, f"{opts.mode}-predicted")
     opts.out = run_dir
-    return Prediction(opts, run_dir, DEFAULT_OVERHEAD_S if overhead is None else float(overhead),
-                      shared_cores(opts.cores, machine_cores()))
+    step = DEFAULT_OVERHEAD_S if overhead is None else float(overhead)
+    return Prediction(opts, run_dir, step, shared_cores(opts.cores, machine_cores()), min(float(gap or 0.0), step))
 
 
 def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: PredictProgress | None = None,
@@ -80,9 +85,10 @@ def predict(plans: list[Prediction], *, log_dir: str | None = None, progress: Pr
     t0 = time.time()
     for p in plans:
         RunDir(p.run_dir).write_config(p.opts, {}, {}, launched=t0, tasks={"warm": False, "layout": "predicted"},
-                                       predicted={"overhead_s": p.overhead, **p.shown_cores})
-    jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0, "cores": p.cores}
-                                     for p in plans]
+                                       predicted={"overhead_s": p.overhead, **p.shown_cores,
+                                                  **({"gap_s": p.gap} if p.gap else {})})
+    jobs: list[dict[str, object]] = [{"run_dir": p.run_dir, "overhead": p.overhead, "t0": t0, "cores": p.cores,
+                                      "gap": p.gap} for p in plans]
     try:
         failure = run_predictor(log_dir or plans[0].run_dir, jobs, progress, cancel)
     except KeyboardInterrupt as e:  # Ctrl-C, a signal or ``cancel``: the process is stopped; summaries say so
@@ -127,7 +133,8 @@ def stopped(run_dir: str) -> TaskFailure | None:
 
 def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str | None = None,
              overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
-             raise_on_failure: bool = True, target: float | None = None, **options: Any) -> Any:
+             raise_on_failure: bool = True, target: float | None = None, gap: float | None = None,
+             **options: Any) -> Any:
     """``ssptk.simulate``. ``mode``: ``sync``, ``ssp:S``, ``async``, ``allreduce`` or ``local:H`` (local SGD; with a
     model its outer step from ``outer_lr`` and ``outer_momentum``; ``lr_staleness="dc"`` for delay-compensated async
     and ssp). Without ``model``: the timing-only discrete-event simulator (:func:`ssptk.sim.simulate`, a
@@ -139,7 +146,9 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
     ``cores`` cores (``--cores``; default this machine's, 0: each worker its own machine, whose step is its CPU work;
     they matter only under a shaped ``network``); ``target`` (a loss: held-out with
     ``eval_every``, else smoothed training loss) adds the predicted time and minibatches to it to the summary
-    (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
+    (``time_to_target_s``, ``steps_to_target``; ``None``: not reached). ``gap`` (async and ssp; seconds, at most the
+    overhead; default 0): how much of the step comes after a worker's update landed and before its next read (a real
+    run's ``gap_ms`` / 1000): updates that land then are seen, so the predicted staleness is lower."""
     if model is None:
         if target is not None:
             raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
@@ -147,10 +156,11 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
 
         check_sim(workers, steps)
         options["cores"] = shared_cores(options.get("cores"), machine_cores())
-        return timing(mode, workers, steps, overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead, **options)
+        return timing(mode, workers, steps, overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead,
+                      gap=gap or 0.0, **options)
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
     target = check_target(target)
-    p = plan(overhead, mode=mode, workers=workers, steps=steps, model=model, **options)
+    p = plan(overhead, gap=gap, mode=mode, workers=workers, steps=steps, model=model, **options)
     result = predict([p], progress=progress, raise_on_failure=raise_on_failure)[0]
     if target is not None:
         _to_target(result, target)

@@ -18,7 +18,8 @@ from ssptk.rundir import ComparisonDir, RunDir
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
 
-__all__ = ["PREDICTED", "STEADY_RATE_SPREAD", "calibrated_overhead", "predict_staleness", "steady_straggler_note"]
+__all__ = ["PREDICTED", "STEADY_RATE_SPREAD", "calibrated_gap", "calibrated_overhead", "predict_staleness",
+           "steady_straggler_note"]
 
 #: Predicted steps/s that differ by less than this share across the staleness values are "the same pace".
 STEADY_RATE_SPREAD = 0.1
@@ -34,13 +35,21 @@ def calibrated_overhead(runs: Iterable[RunResult]) -> float | None:
     return float(np.median(measured)) if measured else None
 
 
+def calibrated_gap(runs: Iterable[RunResult]) -> float | None:
+    """The median ``gap_ms`` of real runs in seconds (where their steps read: :func:`ssptk.sim.calibrate_gap`), for
+    a prediction's staleness (``None`` without any)."""
+    measured = [float(r.summary["gap_ms"]) / 1000.0 for r in runs
+                if r.summary.get("gap_ms") is not None and not r.summary.get("predicted")]
+    return float(np.median(measured)) if measured else None
+
+
 def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhead: float | None = None,
-                      out: str | None = None, progress: Callable[[int, int], None] | None = None
-                      ) -> dict[Key, RunResult]:
+                      out: str | None = None, progress: Callable[[int, int], None] | None = None,
+                      gap: float | None = None) -> dict[Key, RunResult]:
     """Predict ``options`` at every value of ``values`` not predicted yet: its staleness S (mode ssp, the default) or
     its local steps H (mode local); returns every prediction of those values, by cache key. Runs go to
     ``out/predicted-<n>/ssp-S`` (``local-H``; default under ``runs/``). ``progress(done, of)``: predicted runs
-    written so far. A prediction that fails (a NaN loss) is kept."""
+    written so far. ``gap``: :func:`calibrated_gap`'s. A prediction that fails (a NaN loss) is kept."""
     from ssptk.experiment.predicted_runs import plan, predict
 
     knob = knob_of(options.get("mode"))
@@ -57,7 +66,7 @@ def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhea
     if todo:
         parent = RunDir.create(out if out is None else os.path.join(out, f"predicted-{len(PREDICTED)}"),
                                "predicted").path
-        plans = [plan(overhead, run_dir=ComparisonDir(parent).run_path(label_of(knob.mode, o[knob.option])),
+        plans = [plan(overhead, run_dir=ComparisonDir(parent).run_path(label_of(knob.mode, o[knob.option])), gap=gap,
                       **{"stall_timeout": 0, **o}) for o in todo.values()]
 
         def heard(job: int, done: int, total: int) -> None:

@@ -231,7 +231,7 @@ class Explorer(StaticView):
         return self._predict_all(reraise=True)
 
     def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
-        from ssptk.notebook.slider_predictions import calibrated_overhead, predict_staleness
+        from ssptk.notebook.slider_predictions import calibrated_gap, calibrated_overhead, predict_staleness
 
         def progress(done: int, total: int) -> None:
             self.progress.max, self.progress.value = total, done
@@ -240,8 +240,9 @@ class Explorer(StaticView):
         self._busy(True)
         self._status.value = f"predicting every {self.knob.noun} ({len(self._values)} runs, one process)"
         try:
-            made = predict_staleness(self.options(), self._values, calibrated_overhead(self.results.values()),
-                                     self._extra.get("out"), progress)
+            real = self.results.values()
+            made = predict_staleness(self.options(), self._values, calibrated_overhead(real), self._extra.get("out"),
+                                     progress, gap=calibrated_gap(real))
         except BaseException as e:  # predict() raises it again; the button shows one line
             self._busy(False)
             self._status.value = f"prediction: {_error_line(e)}"

@@ -233,7 +233,7 @@ def _left_out(bad: list[str]) -> str:
 # --- summary.json, model/final.json, traffic.json ---------------------------------------------------
 
 _NUMBERS = ("wall_s", "steps_per_s", "train_loss_last", "loss_smoothed_last", "wait_fraction", "mean_staleness",
-            "first_step_s", "train_cpu_s", "cpu_ms_per_step", "overhead_ms", "ideal_steps_per_s",
+            "first_step_s", "train_cpu_s", "cpu_ms_per_step", "overhead_ms", "gap_ms", "ideal_steps_per_s",
             "measured_over_ideal", "final_loss", "final_accuracy", "target", "time_to_target_s")
 _INTS = ("backup", "steps", "total_steps", "max_skew", "max_staleness", "staleness", "local_steps", "diverged_at_step",
          "steps_to_target")
@@ -298,8 +298,9 @@ def check_traffic(obj: Any) -> tuple[dict[str, Any], str]:
 
 _RECORD_INTS = frozenset({"step", "global_step", "staleness", "minibatch", "steps", "safety_timeouts",
                           "duplicate_reruns", "attempt", "after_step"})
-_RECORD_NUMBERS = frozenset({"loss", "wait_s", "delay_s", "lr_scale", "cpu_s", "process_cpu_s", "record_cpu_s",
-                             "eval_loss", "eval_accuracy", "eval_s"})  # or null; what figures can draw (_plotted)
+# or null; what figures can draw (_plotted), and what the simulator's calibration reads (read_s)
+_RECORD_NUMBERS = frozenset({"loss", "wait_s", "delay_s", "lr_scale", "read_s", "cpu_s", "process_cpu_s",
+                             "record_cpu_s", "eval_loss", "eval_accuracy", "eval_s"})
 _RECORD_TEXT = frozenset({"event", "message", "task"})
 
 

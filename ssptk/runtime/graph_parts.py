@@ -43,6 +43,7 @@ class GraphParts:
     # worker's step waits for the other shards' parts itself (see _update_and_claim); the worker's device for that
     count_on_ps0: str | None = None
     all_updates: list[Any] | None = None  # with count_on_ps0: every shard's part of the update
+    read_stamp: Any = None        # ps:0's clock once it read g_read (async/ssp: a step record's read_s)
 
 
 

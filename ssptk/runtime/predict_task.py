@@ -39,8 +39,9 @@ MAX_COPIES = 64
 
 
 def predict_jobs(path: str) -> int:
-    """Carry out the jobs in ``path`` (JSON ``{"jobs": [{"run_dir", "overhead", "t0", "cores"}, ...]}``; ``cores``:
-    those the workers share, ``None`` or absent: each its own); exit code 0."""
+    """Carry out the jobs in ``path`` (JSON ``{"jobs": [{"run_dir", "overhead", "t0", "cores", "gap"}, ...]}``;
+    ``cores``: those the workers share, ``None`` or absent: each its own; ``gap``: :func:`ssptk.sim.simulate`'s,
+    absent: 0); exit code 0."""
     with open(path) as f:
         jobs = json.load(f)["jobs"]
     runs = [(job, RunOptions.from_dict(RunDir(job["run_dir"]).config()["options"])) for job in jobs]
@@ -65,7 +66,8 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
                    staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
                    backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
                    seed=opts.seed, overhead=float(job["overhead"]), network=opts.network,
-                   ps=opts.ps if opts.mode != "allreduce" else 1, model_bytes=model_bytes, cores=job.get("cores"))
+                   ps=opts.ps if opts.mode != "allreduce" else 1, model_bytes=model_bytes, cores=job.get("cores"),
+                   gap=float(job.get("gap") or 0.0))
     sources = [data_source(spec, opts.seed, opts.batch, opts.data_split, w, opts.workers) for w in range(opts.workers)]
 
     def data(worker: int, index: int) -> tuple[np.ndarray, np.ndarray]:

@@ -135,6 +135,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             # would cost a worker -> PS message before every step's reads (one round trip, measured).
             with v1.device(PS), tf.control_dependencies([] if dc is None else dc.taken):  # dc: w_read first
                 g_read = global_step.read_value()
+                with tf.control_dependencies([g_read]):  # when ps:0 read it: the step's window starts
+                    read_stamp = tf.timestamp()
             # With shards (and no dc, whose w_read must precede the reads), the other shards' reads are not ordered
             # after it, as in TensorFlow's own PS training: the order costs a message from ps:0 to every shard before
             # each pull, and under a shaped link that message queues behind ps:0's traffic (measured 5-170 ms per
@@ -166,7 +168,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                                 after_compute, claimed, clock, want, v1.train.GradientDescentOptimizer(lr),
                                 inverse_staleness, fence, x, y, dc,
                                 count_on_ps0=device if shards > 1 and mode == "async" and dc is None
-                                and incarnation is None else None)
+                                and incarnation is None else None, read_stamp=read_stamp)
             if mode in ("async", "ssp"):
                 extra = _free_ops(shared, ssp=mode == "ssp")
             else:
@@ -226,7 +228,7 @@ def _free_ops(s: GraphParts, ssp: bool) -> dict[str, Any]:
         # returns, which lags whenever the worker waits for a core).
         with tf.control_dependencies([g_after]):
             stamp = tf.timestamp()
-        parts = [g_after, claim, s.g_read, tf.bitcast(stamp, tf.int64)]
+        parts = [g_after, claim, s.g_read, tf.bitcast(stamp, tf.int64), tf.bitcast(s.read_stamp, tf.int64)]
         woke: list[Any] = []
         if ssp:
             # The tick follows the stamp, so a step that a peer's tick allowed always logs a later `t` than

@@ -236,20 +236,21 @@ class Trainer:
             meta, loss = self._watched(step_clear_fn if clear else step_fn, inputs, delay)[:2]
             step += 1
             g_after, claim, g_read = int(meta[0]), int(meta[1]), int(meta[2])
-            t = float(meta[3:4].view(np.float64)[0])
+            t, t_read = (float(v) for v in meta[3:5].view(np.float64))
             tail = float(meta[-1:].view(np.float64)[0])  # --lr-staleness inverse: lr_scale; dc: dc_correction
             lr_scale = tail if self.opts.lr_staleness == "inverse" else None
             dc = tail if self.opts.dc_lambda is not None else None
             self.rec.step(StepRecord(t=t, worker=self.index, step=step, global_step=g_after, loss=loss, wait_s=wait_s,
                                      staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale,
-                                     dc_correction=dc, transfer_s=getattr(step_fn, "transfer_s", None)))
+                                     dc_correction=dc, transfer_s=getattr(step_fn, "transfer_s", None),
+                                     read_s=max(0.0, t - t_read)))
             check_loss(float(loss), self.opts.allow_nan, step, self.index, g_after)
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
             # The step's own run woke the peers its tick satisfied; this worker blocks only when it is
             # more than `staleness` steps ahead of the slowest.
             if ssp and claim <= budget:
-                clocks = meta[4:4 + n]
+                clocks = meta[5:5 + n]
                 if clocks[self.index] - clocks.min() > staleness:
                     wait_s = self._ssp_wait(int(clocks[self.index]) - staleness)
         if ssp:

@@ -7,6 +7,7 @@ Pure Python on a heap, no pandas inside: the DataFrame is built once at the end.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from itertools import count
@@ -134,38 +135,51 @@ class InFlight(Protocol):
 
     def next(self) -> tuple[float, int]: ...
 
+    def read_at(self, worker: int) -> float: ...
+
     def __bool__(self) -> bool: ...
 
 
 class Free:
-    """Steps without a network: each lands when its compute ends; ties in the order they started."""
+    """Steps without a network: each lands when its compute ends; ties in the order they started. A step reads the
+    parameters ``gap`` seconds after it starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, workers: int = 0, gap: float = 0.0) -> None:
         self.heap: list[tuple[float, int, int]] = []
         self.order = count()
+        self.gap = gap
+        self.reads = [0.0] * workers
 
     def __bool__(self) -> bool:
         return bool(self.heap)
 
     def start(self, worker: int, t: float, compute: float) -> None:
+        if self.reads:
+            self.reads[worker] = t + self.gap
         heapq.heappush(self.heap, (t + compute, next(self.order), worker))
 
     def next(self) -> tuple[float, int]:
         t, _, worker = heapq.heappop(self.heap)
         return t, worker
 
+    def read_at(self, worker: int) -> float:
+        return self.reads[worker]
+
 
 def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float,
-             flight: InFlight | None = None) -> tuple[Log, int]:
+             flight: InFlight | None = None, gap: float = 0.0) -> tuple[Log, int]:
     """``async`` (``staleness=None``) or ``ssp``: workers share ``total`` minibatches; each update applies at once.
 
     A worker that completed ``c`` steps starts the next one only when ``c - min(unfinished counts) <=
     staleness``; it checks the gate, then claims a minibatch (none left: it finishes), then reads the
-    parameters and computes. Returns the log and the number of updates.
+    parameters and computes. With ``gap`` > 0 the read comes ``gap`` seconds into the step (``flight`` says
+    when: :meth:`InFlight.read_at`), and the updates landed by then are not stale. Returns the log and the
+    number of updates.
     """
     log = Log(n)
     cnt = log.counts
-    heap = Free() if flight is None else flight
+    heap = Free(n, gap) if flight is None else flight
+    landed: list[float] | None = [] if gap > 0 else None  # when each update landed, in order
     gs = 0
     claimed = 0
     read = [0] * n
@@ -197,6 +211,9 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
             blocked.append(i)
     while heap:
         t, i = heap.next()
+        if landed is not None:
+            read[i] = bisect.bisect_right(landed, heap.read_at(i))
+            landed.append(t)
         stale = gs - read[i]
         gs += 1
         log.record(t, i, gs, wait[i], stale, mb[i], delay[i], True)

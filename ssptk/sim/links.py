@@ -52,8 +52,9 @@ from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
 from ssptk.core.options import check_cores
 from ssptk.core.resources import cgroup_cpus
+from ssptk.sim.fluid import Fluid
 
-__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Fluid", "Links",
+__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Links",
            "cpu_seconds", "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
 
 #: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
@@ -77,7 +78,7 @@ ARRIVAL_FACTOR = 1.5
 HEAD_SHARE = 2.0
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
-_PULL, _PUSH, _LAND, _COMPUTE = 0, 1, 2, 3
+_PULL, _PUSH, _LAND, _COMPUTE, _GAP = 0, 1, 2, 3, 4
 
 
 def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
@@ -136,130 +137,6 @@ def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
     return held
 
 
-class Fluid:
-    """Transfers in flight over links of fixed rates (bits per second), sharing them weighted max-min fairly.
-
-    On one link each transfer's rate is the link's rate times its weight over the weights in flight (all 1:
-    processor sharing, what TCP flows through one queue do on average). A transfer added with an ``order``
-    ``(key, rank)`` also weighs ``factor ** -rank`` against the others of its key in flight (the oldest of them
-    weighs 1, times ``head``), so that ranks can grow without bound. Over several links: the link that gives
-    the least per unit of weight fixes the rates of its transfers, the rest of the other links they cross goes
-    to the others there (progressive filling), so a transfer goes at the pace of the slowest link it crosses.
-
-    :meth:`add` a transfer of ``bits`` over some links; :meth:`next_end` says when the next one ends at the
-    present rates; :meth:`advance` moves the clock (never past that); :meth:`pop_done` takes the ended ones off.
-    Rates are worked out again only after the set of transfers changed.
-    """
-
-    def __init__(self, rates: Sequence[float], factor: float = 1.0, head: float = 1.0) -> None:
-        self.cap = [float(r) for r in rates]
-        self.factor = float(factor)
-        self.head = float(head)
-        self.members: list[set[int]] = [set() for _ in self.cap]
-        self.flows: dict[int, list] = {}  # id -> [bits left, links, rate, weight, order]
-        self.now = 0.0
-        self._ids = count()
-        self._stale = False
-        self._end: tuple[float, int | None] | None = None
-
-    def add(self, bits: float, links: Sequence[int], weight: float = 1.0,
-            order: tuple[int, int] | None = None) -> int:
-        """A transfer of ``bits`` (> 0) over ``links`` (at least one), starting now, weighing ``weight`` (and, with
-        ``order`` ``(key, rank)``, ``factor ** -rank`` against the others of ``key``); returns its id."""
-        fid = next(self._ids)
-        self.flows[fid] = [float(bits), tuple(links), 0.0, float(weight), order]
-        for link in links:
-            self.members[link].add(fid)
-        self._stale = True
-        return fid
-
-    def rate(self, fid: int) -> float:
-        """Transfer ``fid``'s present rate, bits per second."""
-        if self._stale:
-            self._share()
-        return float(self.flows[fid][2])
-
-    def next_end(self) -> tuple[float, int | None]:
-        """When the next transfer ends at the present rates, and which (``(inf, None)`` if none is in flight)."""
-        if self._stale:
-            self._share()
-        if self._end is None:  # rates hold until the transfers change: so does when the next one ends
-            best, who = math.inf, None
-            for fid, f in self.flows.items():
-                if f[2] > 0 and f[0] < best * f[2]:
-                    best, who = f[0] / f[2], fid
-            self._end = (self.now + best, who)
-        return self._end
-
-    def advance(self, t: float) -> None:
-        """Move the clock to ``t``: every transfer sends ``rate * (t - now)`` bits."""
-        dt = t - self.now
-        if dt > 0:
-            if self._stale:
-                self._share()
-            for f in self.flows.values():
-                f[0] -= f[2] * dt
-            self.now = t
-
-    def pop_done(self, fid: int | None = None) -> list[int]:
-        """Take off the transfers that have ended (``fid`` counts as ended: :meth:`next_end` named it)."""
-        done = [k for k, f in self.flows.items() if k == fid or f[0] <= 1e-6]
-        for k in done:
-            for link in self.flows.pop(k)[1]:
-                self.members[link].discard(k)
-        self._stale = self._stale or bool(done)
-        return done
-
-    def _share(self) -> None:
-        """Weighted max-min fair rates by progressive filling."""
-        self._stale = False
-        left: dict[int, float] = {}
-        weight: dict[int, float] = {}
-        unfixed: dict[int, int] = {}
-        heap: list[tuple[float, int]] = []
-        w = {fid: f[3] for fid, f in self.flows.items()}
-        if self.factor != 1.0 or self.head != 1.0:  # ranks counted from the oldest of each key in flight
-            oldest: dict[int, int] = {}
-            for f in self.flows.values():
-                if f[4] is not None:
-                    key, rank = f[4]
-                    oldest[key] = min(rank, oldest.get(key, rank))
-            for fid, f in self.flows.items():
-                if f[4] is not None:
-                    w[fid] *= self.factor ** (oldest[f[4][0]] - f[4][1])
-                    if f[4][1] == oldest[f[4][0]]:
-                        w[fid] *= self.head
-        for link, m in enumerate(self.members):
-            if m:
-                left[link], unfixed[link] = self.cap[link], len(m)
-                weight[link] = sum(w[fid] for fid in m)
-                heap.append((left[link] / weight[link], link))
-        heapq.heapify(heap)
-        fixed: set[int] = set()
-        while heap:
-            level, link = heapq.heappop(heap)
-            if not unfixed[link] or level != left[link] / weight[link]:  # an older entry: the level grew since
-                continue
-            touched = set()
-            for fid in self.members[link]:
-                if fid in fixed:
-                    continue
-                fixed.add(fid)
-                f = self.flows[fid]
-                f[2] = level * w[fid]
-                for other in f[1]:
-                    if other != link:
-                        left[other] = max(0.0, left[other] - f[2])
-                        unfixed[other] -= 1
-                        weight[other] = max(weight[other] - w[fid], 1e-12)
-                        touched.add(other)
-            unfixed[link] = 0
-            for other in touched:
-                if unfixed[other]:
-                    heapq.heappush(heap, (left[other] / weight[other], other))
-        self._end = None
-
-
 class Links:
     """Every link of a simulated cluster (``shards`` PS tasks, 0 for ``allreduce``, and ``workers`` workers under
     ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
@@ -276,8 +153,10 @@ class Links:
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
-                 cpu_s: float | None = None, arrival_factor: float = 1.0, head: float = HEAD_SHARE) -> None:
+                 cpu_s: float | None = None, arrival_factor: float = 1.0, head: float = HEAD_SHARE,
+                 gap: float = 0.0) -> None:
         self.delay = network.delay_s
+        self.gap = float(gap) if shards else 0.0
         rates: list[float] = []
 
         def link(rate: float | None) -> int | None:
@@ -310,6 +189,7 @@ class Links:
         self.phase = [_PULL] * workers
         self.pending = [0] * workers  # pieces of the worker's transfer still in the links
         self.owner: dict[int, int] = {}
+        self.reads = [0.0] * workers  # when each worker's step in flight read the parameters (its pull's start)
         self.in_flight = 0
 
     def __bool__(self) -> bool:
@@ -319,10 +199,16 @@ class Links:
         """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds."""
         self.compute[worker] = compute
         self.in_flight += 1
-        if self.pieces:
-            self._at(t + self.delay, _PULL, worker)
-        else:  # all-reduce: compute, then the ring
+        if not self.pieces:  # all-reduce: compute, then the ring
             self._compute(worker, t)
+        elif self.gap:  # the step's first seconds come before its read
+            self._gap(worker, t)
+        else:
+            self._at(t + self.delay, _PULL, worker)
+
+    def read_at(self, worker: int) -> float:
+        """When ``worker``'s step in flight read the parameters: its pull's start."""
+        return self.reads[worker]
 
     def next(self) -> tuple[float, int]:
         """The next step to land: ``(when, worker)``; everything in flight moves on to then."""
@@ -360,6 +246,8 @@ class Links:
         else:
             parts = [(b, (self.w_out[w], self.ps_in[s])) for s, b in enumerate(self.pieces)]
         self.phase[w] = what
+        if what == _PULL:
+            self.reads[w] = t
         n = 0
         for bits, crossed in parts:
             links = [x for x in crossed if x is not None]
@@ -373,24 +261,41 @@ class Links:
         if not n:
             self._arrived(w, t)
 
+    def _cpu_links(self, w: int) -> list[int]:
+        """The shared cores and worker ``w``'s own core: what its CPU work goes through."""
+        return [x for x in (self.cpu, self.core[w]) if x is not None]
+
+    def _gap(self, w: int, t: float) -> None:
+        """Worker ``w`` spends its step's first ``gap`` seconds of fixed cost before its pull: a timer, or that CPU
+        work through the shared cores."""
+        self.phase[w] = _GAP
+        if self.cpu is None:
+            self._at(t + self.gap + self.delay, _PULL, w)
+            return
+        self.owner[self.fluid.add(self.cpu_share * self.gap, self._cpu_links(w))] = w
+        self.pending[w] = 1
+
     def _compute(self, w: int, t: float) -> None:
-        """Worker ``w`` computes from ``t``: on its own CPU, a timer; on the shared cores, its CPU work a transfer
-        through them (then its sleep)."""
+        """Worker ``w`` computes from ``t`` (the rest of its step after its gap): on its own CPU, a timer; on the
+        shared cores, its CPU work a transfer through them (then its sleep)."""
         self.phase[w] = _COMPUTE
         if self.cpu is None:
-            self._at(t + self.compute[w] + self.delay, _PUSH, w)
+            self._at(t + self.compute[w] - self.gap + self.delay, _PUSH, w)
             return
-        work = self.cpu_share * (self.compute[w] if self.cpu_s is None else min(self.cpu_s, self.compute[w]))
+        fixed = self.compute[w] if self.cpu_s is None else min(self.cpu_s, self.compute[w])
+        work = self.cpu_share * max(0.0, fixed - self.gap)
         if work <= 0:
             self._arrived(w, t)
             return
-        self.owner[self.fluid.add(work, [x for x in (self.cpu, self.core[w]) if x is not None])] = w
+        self.owner[self.fluid.add(work, self._cpu_links(w))] = w
         self.pending[w] = 1
 
     def _arrived(self, w: int, t: float) -> None:
         """Worker ``w``'s transfer left the links at ``t``: it computes (a pull), pushes (its CPU work done, the
         sleep after it), or lands (a push)."""
-        if self.phase[w] == _PULL:
+        if self.phase[w] == _GAP:
+            self._at(t + self.delay, _PULL, w)
+        elif self.phase[w] == _PULL:
             if self.cpu is None or not self.delay:
                 self._compute(w, t + self.delay)
             else:  # the shared cores are taken from when the pull has arrived

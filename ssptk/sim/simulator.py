@@ -50,7 +50,10 @@ in ``sync`` without backup; ``K`` updates in ``sync`` with backup (however many 
 local steps per worker in ``local``: ``ceil(K / H)`` rounds (with backup, however many minibatches they take).
 
 ``staleness`` of a record: updates from other workers applied between its parameter read and its
-own update (0 for applied ``sync`` gradients; in ``local``, the local steps since the last average). Ties in
+own update (0 for applied ``sync`` gradients; in ``local``, the local steps since the last average). In ``async`` and
+``ssp`` the read comes as the step starts, or ``gap`` seconds into it: what a real run spends between an update's
+landing and the next read (its ``gap_ms``) sees the updates that land meanwhile, and equal workers are then about
+``(N-1)(1 - gap/step)`` stale, not ``N-1``. Ties in
 time are broken by the order events were scheduled, so equal workers without jitter finish in index order
 (and, in ``sync`` with backup, the same B workers are then always the late ones).
 """
@@ -68,12 +71,13 @@ from ssptk.core.errors import UsageError
 from ssptk.core.labels import LabelError, parse_label
 from ssptk.core.network import Network, parse_network
 from ssptk.core.options import DEFAULT_LOCAL_STEPS
+from ssptk.sim.calibrate import calibrate_overhead
 from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
 from ssptk.sim.links import Links
 from ssptk.sim.local import run_local
 
 __all__ = [
-    "SimResult", "simulate", "ideal_for", "calibrate_overhead", "harmonic", "expected_sync_update_time", "COLUMNS"]
+    "SimResult", "simulate", "ideal_for", "harmonic", "expected_sync_update_time", "COLUMNS"]
 
 LATE = ("drop", "abandon")
 
@@ -91,7 +95,8 @@ class SimResult:
     simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other modes).
     ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the parameters: one
     per step, one per round in ``local`` (what a shaped ``network`` carries). ``cores``: the cores the workers
-    shared (``None``: each its own CPU, or no shaped ``network``, where cores change nothing).
+    shared (``None``: each its own CPU, or no shaped ``network``, where cores change nothing). ``gap``: the seconds of
+    each step before its read (``async`` and ``ssp``; 0 in the other modes).
     """
 
     mode: str
@@ -111,6 +116,7 @@ class SimResult:
     local_steps: int | None = None
     pushes: int = 0
     cores: float | None = None
+    gap: float = 0.0
     _skew: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t": [0.0], "skew": [0]}), repr=False)
 
     def skew_timeline(self) -> pd.DataFrame:
@@ -209,7 +215,7 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
              jitter: str | Jitter | None = None, seed: int = 0, overhead: float = 0.0,
              compute: float = 0.0, late: str = "drop", network: str | Network | None = None, ps: int = 1,
              model_bytes: float | Sequence[float] | None = None, cores: float | None = None,
-             local_steps: int | None = None) -> SimResult:
+             local_steps: int | None = None, gap: float = 0.0) -> SimResult:
     """Simulate one run and return its step records and summary (see the module docstring).
 
     ``mode``: ``sync``, ``async``, ``ssp`` (with ``staleness``) or ``ssp:S``, ``local`` (with ``local_steps``,
@@ -227,7 +233,10 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     shaped ``network``; without one they change nothing): the workers share that many cores, ``overhead +
     compute`` being what a free run of these workers on these cores measures a step to take (a run's calibrated
     overhead: its CPU work is :func:`ssptk.sim.links.cpu_seconds` of it, taken here); ``None``: each its own CPU,
-    whose step is its CPU work.
+    whose step is its CPU work. ``gap`` (``async`` and ``ssp``; the other modes ignore it): seconds of ``overhead +
+    compute`` a worker spends after its update landed and before its next step reads the parameters (the result's
+    way back, its bookkeeping, the next run's dispatch: a real run's ``gap_ms``, :func:`ssptk.sim.calibrate_gap`);
+    updates that land then are seen, not stale. 0 (the default): the read comes as the step starts.
     Raises :class:`UsageError` on bad input.
     """
     name, s, h = _parse_mode(mode, staleness, local_steps)
@@ -240,20 +249,23 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         raise UsageError(f"backup must be in [0, workers-1] = [0, {n - 1}], got {b}")
     if late not in LATE:
         raise UsageError(f"late must be 'drop' or 'abandon', got {late!r}")
-    for label, x in (("overhead", overhead), ("compute", compute)):
+    for label, x in (("overhead", overhead), ("compute", compute), ("gap", gap)):
         if not isinstance(x, (int, float, np.number)) or not np.isfinite(x) or x < 0:
             raise UsageError(f"{label} must be a number of seconds >= 0, got {x!r}")
     strag = _parse_stragglers(straggler, n)
     jit = parse_jitter(jitter)
     base = float(overhead) + float(compute)
+    if gap > base:
+        raise UsageError(f"gap must be at most the step's fixed seconds (overhead + compute = {base:g}), got {gap!r}")
+    gap = float(gap) if name in ("async", "ssp") else 0.0
     models = [DelayModel(i, strag, jit, seed, own_s=base) for i in range(n)]  # own_s: a replayed trace's pace
     # a local round's CPU work is its H steps' (the cores then shared as in H steps of sync)
-    links = _links(network, n, ps, model_bytes, name, seed, cores, base * (h or 1))
+    links = _links(network, n, ps, model_bytes, name, seed, cores, base * (h or 1), gap)
     kw = {} if links is None else {"flight": links}
 
     pushes, local_round = None, None
     if name in ("async", "ssp"):
-        log, updates = run_free(n, n * k, s, models, base, **kw)
+        log, updates = run_free(n, n * k, s, models, base, gap=gap, **kw)
     elif name == "local":
         log, updates, pushes, local_round = run_local(n, k, h or 1, b, models, base, **kw)
     elif b and late == "abandon":
@@ -276,12 +288,13 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
         wait_fraction=wait_fraction, max_skew=int(log.max_skew()),
         late=late if (name == "sync" and b) else None, overhead=base, local_steps=h,
-        pushes=records if pushes is None else pushes, cores=None if links is None else links.cores, _skew=skew,
+        pushes=records if pushes is None else pushes, cores=None if links is None else links.cores, gap=gap, _skew=skew,
     )
 
 
 def _links(network: str | Network | None, workers: int, ps: int, model_bytes: float | Sequence[float] | None,
-           mode: str, seed: int = 0, cores: float | None = None, cpu_s: float | None = None) -> Links | None:
+           mode: str, seed: int = 0, cores: float | None = None, cpu_s: float | None = None,
+           gap: float = 0.0) -> Links | None:
     """The simulated links, or ``None`` where transfers take no time (no network, or nothing shaped)."""
     net = parse_network(network)
     if net is None or not net.shaped:
@@ -295,7 +308,8 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
                                  else [float(b) for b in sizes])
     if cores is not None and (isinstance(cores, bool) or not isinstance(cores, (int, float)) or not cores > 0):
         raise UsageError(f"cores must be a number > 0, got {cores!r}")
-    return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed, cores=cores, cpu_s=cpu_s)
+    return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed, cores=cores, cpu_s=cpu_s,
+                 gap=gap)
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
@@ -339,44 +353,3 @@ def _without_transfers(measured: float, mode: str, workers: int, steps: int, kw:
         else:
             hi = mid
     return (lo + hi) / 2
-
-
-def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
-    """Estimate the fixed per-step overhead (seconds) from a REAL run's step records.
-
-    The time between two consecutive records of one worker is that step's duration: overhead
-    (including the model's real compute) plus its injected ``delay_s`` plus the time the mode kept it
-    waiting (``wait_s``, 0 in async; subtracted when the column is there). For each worker with at
-    least two records (ordered by ``step`` if present, else ``t``) take the median of
-    ``t[j] - t[j-1] - delay_s[j] - wait_s[j]``; return the median over workers, clipped at 0. Median,
-    not mean, so a few hiccups (GC, scheduling) do not move it. Pass the result as ``overhead=`` with
-    ``compute=0``. Needs columns ``t``, ``worker``, ``delay_s``; rows with an ``event`` are ignored.
-
-    Local SGD's records (a ``local_round`` column): a local step has no PS traffic, the round's last one pushes,
-    waits and pulls; so the gaps are averaged within each round first (the round's traffic spread over its
-    steps, which is how :func:`simulate` then charges it) and the median taken over rounds.
-    """
-    missing = [c for c in ("t", "worker", "delay_s") if c not in steps_df.columns]
-    if missing:
-        raise UsageError(f"calibrate_overhead needs step records with columns t, worker, delay_s; missing {missing}")
-    df = steps_df
-    if "event" in df.columns:
-        df = df[df["event"].isna()]
-    df = df.dropna(subset=["t", "worker", "delay_s"])
-    order = "step" if "step" in df.columns else "t"
-    per_worker = []
-    for w in range(int(workers)):
-        rows = df[df["worker"] == w].sort_values(order)
-        if len(rows) < 2:
-            continue
-        t = rows["t"].to_numpy(dtype=float)
-        d = rows["delay_s"].to_numpy(dtype=float)
-        if "wait_s" in rows.columns:
-            d = d + rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
-        gaps = np.diff(t) - d[1:]
-        if "local_round" in rows.columns and rows["local_round"].notna().all():
-            gaps = pd.Series(gaps).groupby(rows["local_round"].to_numpy()[1:]).mean().to_numpy()
-        per_worker.append(float(np.median(gaps)))
-    if not per_worker:
-        raise UsageError("calibrate_overhead needs at least one worker with two or more step records")
-    return max(0.0, float(np.median(per_worker)))
