@@ -170,11 +170,11 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
     plans, planned = [], []
     for tag, cores in (("predicted", None), ("predicted-own", 0)):  # --cores default (this machine's), --cores 0
         for label in labels:
-            overhead, gap = free[label].get("overhead_ms"), free[label].get("gap_ms")
+            overhead, gap = free[label].get("overhead_ms"), _gap(free[label], shaped[label])
             if overhead and shaped[label].get("kept"):
                 mode, k = label.split(" ps=")
                 plans.append(plan(overhead / 1000.0, run_dir=os.path.join(base, tag, label), mode=mode, ps=int(k),
-                                  gap=None if gap is None or os.environ.get("SSPTK_BENCH_NO_GAP") else gap / 1000.0,
+                                  gap=None if gap is None else gap / 1000.0,
                                   network=PREDICTED_NETWORK, gpus="none", stall_timeout=0, cores=cores,
                                   **{**common, "layout": "processes"}))
                 planned += [label] if cores is None else []
@@ -212,6 +212,19 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
                      note=f"--cores 0: {_f(own_speed, '.2f')}"),
                  Row(f"{name}: predicted / measured minibatches to target", to_target, _within(0.20))]
     return rows
+
+
+def _gap(free: dict[str, Any], shaped: dict[str, Any]) -> float | None:
+    """The gap (ms) a prediction takes: the free run's (``SSPTK_BENCH_GAP=none``: none; ``=shaped``: the shaped run's
+    own, a diagnosis of what the staleness costs, not a prediction)."""
+    import json
+    import os
+
+    how = os.environ.get("SSPTK_BENCH_GAP", "free")
+    if how == "shaped" and shaped.get("kept"):
+        with open(os.path.join(shaped["kept"], "summary.json")) as f:
+            return json.load(f).get("gap_ms")
+    return None if how == "none" else free.get("gap_ms")
 
 
 def _num(x: Any) -> float | None:

@@ -83,11 +83,24 @@ def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Pa
     if r_isolated(tmp_path / "a"):  # one namespace per cluster (the kernel may reuse a freed one's number)
         assert len(nets["a"]) == len(nets["b"]) == 1
         assert not ({mine, its} & (nets["a"] | nets["b"]))
+    # a prediction's one process forks from the server that is up (its TensorFlow import made): the server reaps it
+    reaped = _children_cpu(server)
+    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p1")).ok
+    assert _children_cpu(server) > reaped + 0.1, "the prediction's process was not the server's child"
     ssptk.shutdown()
     deadline = time.monotonic() + 10
     while _servers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _servers(), "ssptk.shutdown() left the fork server"
+    # with none up, it starts by itself: a server started for one task would save nothing (and would stay up)
+    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p2")).ok
+    assert not _servers()
+
+
+def _children_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid``'s children that it has reaped."""
+    t = psutil.Process(pid).cpu_times()
+    return float(t.children_user + t.children_system)
 
 
 def test_an_idle_server_ends_by_itself_and_the_next_cluster_starts_another(tmp_path: Path,

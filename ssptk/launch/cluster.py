@@ -149,15 +149,19 @@ class LocalCluster:
 
     def _fork_server(self, base_env: dict[str, str]) -> ForkServer | None:
         """The server that forks this cluster's tasks after one TensorFlow import (:mod:`ssptk.launch.forking`):
-        for a CPU cluster of several processes, unless ``SSPTK_FORK_SERVER=0``."""
-        if not forking.enabled() or len(self.task_names) < 2 or \
+        for a CPU cluster of several processes, or of one (a prediction's) where a server has made that import
+        already (``SSPTK_FORK_SERVER=PATH``, or an earlier cluster's of this process), unless
+        ``SSPTK_FORK_SERVER=0``."""
+        env = dict(base_env, CUDA_VISIBLE_DEVICES="")
+        if not forking.enabled() or \
+                (len(self.task_names) < 2 and forking.address() is None and not forking.running(env)) or \
                 any(self.gpu_assignment.get(n) for n in self.task_names) or self.task_tmp is None:
             return None
         log = os.path.join(self.task_tmp, "fork-server.log")  # the server keeps writing after this cluster's end
 
         def start(server: ForkServer) -> None:  # outside the namespace: each task enters its cluster's own
             server.start(lambda argv, fds: start_helper(argv, server.env, log, None, fds))
-        return forking.acquire(sys.executable, dict(base_env, CUDA_VISIBLE_DEVICES=""), start)
+        return forking.acquire(sys.executable, env, start)
 
     def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:
         """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``;

@@ -33,7 +33,8 @@ from ssptk.core.network import LINKS_ENV
 from ssptk.rundir.task_status import STATUS_DIR_ENV
 from ssptk.runtime.fork_server import DESCRIPTION, FORK_SERVER_FLAG, MAX_MESSAGE, at_start
 
-__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "shutdown", "suits"]
+__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "running", "shutdown",
+           "suits"]
 
 ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
@@ -287,6 +288,14 @@ def acquire(python: str, env: dict[str, str],
             held = (server, 0)
         _SHARED.servers[key] = (held[0], held[1] + 1)
         return held[0]
+
+
+def running(env: dict[str, str]) -> bool:
+    """Whether this process has a server up for clusters whose tasks share ``env`` (an earlier cluster's, kept for
+    the next): a single task forks from it at no cost, where starting one for it would save nothing."""
+    with _SHARED.lock:
+        held = _SHARED.servers.get(_key(env))
+        return held is not None and not held[0].broken
 
 
 def release(server: ForkServer) -> None:

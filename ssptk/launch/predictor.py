@@ -40,6 +40,7 @@ class Predictor(LocalCluster):
     def start_jobs(self, jobs: list[dict[str, object]]) -> None:
         """Start the process on ``jobs`` (``{"run_dir", "overhead", "t0"}`` each; each ``config.json`` written)."""
         env = self._prepare(False)
+        self.forks = self._fork_server(env)
         path = RunDir(self.run_dir).predict_jobs_path
         with open(path, "w") as f:
             json.dump({"jobs": jobs}, f)

@@ -7,10 +7,7 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from matplotlib.colors import to_hex
-
 from ssptk.analysis.traffic import link_capacity, step_split
-from ssptk.render.style import STEP_SPLIT_COLORS
 
 __all__ = ["CAPACITY_SENTENCE", "SPLIT_SENTENCE", "network_section", "split_text", "status_text"]
 
@@ -76,10 +73,18 @@ def status_text(summary: Mapping[str, Any]) -> str:
     return " \u00b7 ".join(parts)
 
 
+def _color(part: str) -> str:
+    """A step part's colour as CSS (matplotlib imported here: the text forms above do without it)."""
+    from matplotlib.colors import to_hex
+
+    from ssptk.render.style import STEP_SPLIT_COLORS
+    return str(to_hex(STEP_SPLIT_COLORS[part]))
+
+
 def _bar(split: Mapping[str, float | None]) -> str:
     """A worker's step as one stacked bar (inline CSS: the report stays one self-contained file)."""
     cells = "".join(f'<span title="{key} {_pct(split.get(key))}" style="display:inline-block;height:10px;'
-                    f'width:{100 * (split.get(key) or 0):.1f}%;background:{to_hex(STEP_SPLIT_COLORS[key])}"></span>'
+                    f'width:{100 * (split.get(key) or 0):.1f}%;background:{_color(key)}"></span>'
                     for key in _PARTS if split.get(key))
     return f'<span style="display:flex;width:120px;background:#eee">{cells}</span>'
 
@@ -152,7 +157,7 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     measured = {label: s for label, s in summaries.items() if isinstance(s, Mapping) and s.get("traffic")}
     if not measured:
         return ""
-    legend = " ".join(f'<span style="color:{to_hex(STEP_SPLIT_COLORS[k])}">\u25a0</span> {k}' for k in _PARTS)
+    legend = " ".join(f'<span style="color:{_color(k)}">\u25a0</span> {k}' for k in _PARTS)
     return "\n".join([
         "<h2>Network</h2>", _runs_table(measured),
         f'<p class="notes">{html.escape(CAPACITY_SENTENCE)}</p>',
