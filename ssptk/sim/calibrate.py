@@ -2,6 +2,8 @@
 many of them lie between an update's landing and the worker's next read (:func:`calibrate_gap`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -28,24 +30,16 @@ def calibrate_overhead(steps_df: pd.DataFrame, workers: int) -> float:
     missing = [c for c in ("t", "worker", "delay_s") if c not in steps_df.columns]
     if missing:
         raise UsageError(f"calibrate_overhead needs step records with columns t, worker, delay_s; missing {missing}")
-    df = steps_df
-    if "event" in df.columns:
-        df = df[df["event"].isna()]
-    df = df.dropna(subset=["t", "worker", "delay_s"])
-    order = "step" if "step" in df.columns else "t"
-    per_worker = []
-    for w in range(int(workers)):
-        rows = df[df["worker"] == w].sort_values(order)
-        if len(rows) < 2:
-            continue
-        t = rows["t"].to_numpy(dtype=float)
+    def gaps(rows: pd.DataFrame, t: np.ndarray) -> np.ndarray:
         d = rows["delay_s"].to_numpy(dtype=float)
         if "wait_s" in rows.columns:
             d = d + rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
-        gaps = np.diff(t) - d[1:]
+        between = np.diff(t) - d[1:]
         if "local_round" in rows.columns and rows["local_round"].notna().all():
-            gaps = pd.Series(gaps).groupby(rows["local_round"].to_numpy()[1:]).mean().to_numpy()
-        per_worker.append(float(np.median(gaps)))
+            between = pd.Series(between).groupby(rows["local_round"].to_numpy()[1:]).mean().to_numpy()
+        return between
+
+    per_worker = _per_worker_medians(steps_df, workers, "delay_s", gaps)
     if not per_worker:
         raise UsageError("calibrate_overhead needs at least one worker with two or more step records")
     return max(0.0, float(np.median(per_worker)))
@@ -64,19 +58,28 @@ def calibrate_gap(steps_df: pd.DataFrame, workers: int) -> float | None:
     """
     if "read_s" not in steps_df.columns or not steps_df["read_s"].notna().any():
         return None
+    def gaps(rows: pd.DataFrame, t: np.ndarray) -> np.ndarray:
+        read = t - rows["read_s"].to_numpy(dtype=float)
+        if "wait_s" in rows.columns:
+            read = read - rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
+        return read[1:] - t[:-1]
+
+    per_worker = _per_worker_medians(steps_df, workers, "read_s", gaps)
+    return max(0.0, float(np.median(per_worker))) if per_worker else None
+
+
+def _per_worker_medians(steps_df: pd.DataFrame, workers: int, column: str,
+                        gaps: Callable[[pd.DataFrame, np.ndarray], np.ndarray]) -> list[float]:
+    """For each worker with two or more step records that have ``column`` (in ``step`` order, else ``t``; event rows
+    left out), the median of ``gaps(its rows, their t)``."""
     df = steps_df
     if "event" in df.columns:
         df = df[df["event"].isna()]
-    df = df.dropna(subset=["t", "worker", "read_s"])
+    df = df.dropna(subset=["t", "worker", column])
     order = "step" if "step" in df.columns else "t"
     per_worker = []
     for w in range(int(workers)):
         rows = df[df["worker"] == w].sort_values(order)
-        if len(rows) < 2:
-            continue
-        t = rows["t"].to_numpy(dtype=float)
-        read = t - rows["read_s"].to_numpy(dtype=float)
-        if "wait_s" in rows.columns:
-            read = read - rows["wait_s"].fillna(0.0).to_numpy(dtype=float)
-        per_worker.append(float(np.median(read[1:] - t[:-1])))
-    return max(0.0, float(np.median(per_worker))) if per_worker else None
+        if len(rows) >= 2:
+            per_worker.append(float(np.median(gaps(rows, rows["t"].to_numpy(dtype=float)))))
+    return per_worker
