@@ -204,6 +204,9 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
         assert forking.suits(path, tasks_env)
         assert not forking.suits(path, dict(tasks_env, LD_PRELOAD="/no/such.so"))
         assert not forking.suits(path, dict(tasks_env, TF_CPP_MIN_LOG_LEVEL="3"))
+        # what TensorFlow's import set in a launcher that imported it (a test process, a kernel) is the server's too
+        assert forking.suits(path, dict(tasks_env, KMP_INIT_AT_FORK="FALSE", KMP_DUPLICATE_LIB_OK="True"))
+        assert not forking.suits(path, dict(tasks_env, KMP_INIT_AT_FORK="TRUE"))
         first, _ = launch("a")
         first.kill()
         first.wait(10)

@@ -341,4 +341,4 @@ def test_a_command_that_prints_text_does_not_import_matplotlib() -> None:
     assert sorted(render._HOMES) == sorted(render.__all__)
     assert all(getattr(render, name) is not None for name in render.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        render.nothing  # noqa: B018
+        render.nothing

@@ -90,7 +90,7 @@ def test_a_local_sweep_scrubs_over_h(fake: FakeRunner, tmp_path: Path) -> None:
 def test_the_explorer_slides_over_h(fake: FakeRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[dict] = []
 
-    def predict_staleness(options: dict, values: list, overhead=None, out=None, progress=None) -> dict:
+    def predict_staleness(options: dict, values: list, overhead=None, out=None, progress=None, gap=None) -> dict:
         asked.append({"mode": options["mode"], "values": list(values)})
         made = {}
         for h in values:

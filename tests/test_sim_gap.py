@@ -60,3 +60,16 @@ def test_calibrate_gap_from_read_times() -> None:
     assert calibrate_gap(df.drop(columns="read_s"), 2) is None
     assert calibrate_gap(df.assign(read_s=np.nan), 2) is None
     assert calibrate_gap(df[df["step"] == 1], 2) is None  # no worker with two records
+
+
+def test_the_explorer_predicts_with_the_real_runs_gap() -> None:
+    from types import SimpleNamespace as Run
+
+    from ssptk.notebook.slider_predictions import calibrated_gap, calibrated_overhead
+
+    runs = [Run(summary={"overhead_ms": 40.0, "gap_ms": 10.0}), Run(summary={"overhead_ms": 60.0, "gap_ms": 20.0}),
+            Run(summary={"overhead_ms": 50.0, "gap_ms": None}),  # a sync run: no gap
+            Run(summary={"overhead_ms": 5.0, "gap_ms": 1.0, "predicted": {"overhead_s": 0.005}})]  # not measured
+    assert calibrated_gap(runs) == pytest.approx(0.015)
+    assert calibrated_overhead(runs) == pytest.approx(0.05)
+    assert calibrated_gap([Run(summary={"overhead_ms": 40.0})]) is None

@@ -307,8 +307,8 @@ def test_the_explorer_predicts_every_staleness_and_marks_what_was_run(fake: Fake
     asked: list[dict] = []
 
     def predict_staleness(options: dict, values: list, overhead: Any = None, out: Any = None,
-                          progress: Any = None) -> dict:
-        asked.append({"values": list(values), "overhead": overhead})
+                          progress: Any = None, gap: Any = None) -> dict:
+        asked.append({"values": list(values), "overhead": overhead, "gap": gap})
         made = {}
         for s in values:
             key = widgets.cache_key({**options, "staleness": s})
@@ -321,7 +321,7 @@ def test_the_explorer_predicts_every_staleness_and_marks_what_was_run(fake: Fake
     assert ex.predicted_image.layout.display == "none"
     ex.run(2)
     made = ex.predict()
-    assert asked == [{"values": [0, 2, 4], "overhead": None}]  # fake runs have no calibrated overhead
+    assert asked == [{"values": [0, 2, 4], "overhead": None, "gap": None}]  # fake runs have no calibrated overhead
     assert len(made) == 3 and ex.predicted_image.layout.display == ""
     assert bytes(ex.predicted_image.value).startswith(PNG_MAGIC)
     lines = {ln.get_label(): ln for ln in loss_lines(ex.figure())}

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from ssptk.core.network import LINKS_ENV
 from ssptk.rundir.task_status import STATUS_DIR_ENV
-from ssptk.runtime.fork_server import DESCRIPTION, FORK_SERVER_FLAG, MAX_MESSAGE, at_start
+from ssptk.runtime.fork_server import DESCRIPTION, FORK_SERVER_FLAG, MAX_MESSAGE, at_start, started_with
 
 __all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "running", "shutdown",
            "suits"]
@@ -228,7 +228,7 @@ def suits(path: str, env: dict[str, str]) -> bool:
     """Whether the shared fork server listening at ``path`` can fork tasks whose environment is ``env``: it sees the
     files this process sees (the same mount and user namespaces: ``unshare -rm`` makes others) and started with the
     same settings of what a process reads as it starts (``LD_PRELOAD``, ``PYTHON*``, ``TF_*``, ...: its description,
-    ``PATH.server``, says them)."""
+    ``PATH.server``, says them), those TensorFlow's import sets counted as set (:func:`started_with`)."""
     try:
         with open(path + DESCRIPTION) as f:
             about = json.load(f)
@@ -237,7 +237,7 @@ def suits(path: str, env: dict[str, str]) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         return False
     theirs = about.get("env") or {}
-    return all(theirs.get(k) == env.get(k) for k in {*theirs, *env} if at_start(k))
+    return all(started_with(theirs, k) == started_with(env, k) for k in {*theirs, *env} if at_start(k))
 
 
 def _cwd() -> str | None:

@@ -41,7 +41,8 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "at_start", "serve"]
+__all__ = ["AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "SET_BY_TF_IMPORT", "at_start",
+           "serve", "started_with"]
 
 FORK_SERVER_FLAG = "--fork-server"
 #: ``--fork-server --listen PATH``: a server any launcher whose ``SSPTK_FORK_SERVER`` is ``PATH`` uses
@@ -50,6 +51,9 @@ LISTEN_FLAG = "--listen"
 DESCRIPTION = ".server"
 #: prefixes of the environment variables a process reads as it starts (see :func:`at_start`)
 AT_START = ("LD_", "PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "KMP_", "MALLOC_", "GLIBC_", "SSPTK_EAGER_KERAS")
+#: what TensorFlow's import sets in ``os.environ`` where it is unset (2.21: a process that imported it has these, and
+#: so, in effect, has a server that did)
+SET_BY_TF_IMPORT = {"KMP_DUPLICATE_LIB_OK": "True", "KMP_INIT_AT_FORK": "FALSE"}
 MAX_MESSAGE = 1 << 20
 #: a server with no task and no request for this long ends (a notebook's idle kernel keeps no TensorFlow process);
 #: ``SSPTK_FORK_SERVER_IDLE_S`` sets another
@@ -160,6 +164,14 @@ def _describe(path: str) -> None:
     with open(path + DESCRIPTION + ".tmp", "w") as f:
         json.dump(about, f)
     os.replace(path + DESCRIPTION + ".tmp", path + DESCRIPTION)
+
+
+def started_with(env: dict[str, str], key: str) -> str | None:
+    """What a process whose environment is ``env`` has of ``key`` once TensorFlow is imported (a server's tasks are
+    forked after that import): ``env``'s value, else the one TensorFlow's import sets (:data:`SET_BY_TF_IMPORT`). A
+    launcher that imported TensorFlow itself (a test process, a kernel) has those set and still suits a server
+    described before its own import (measured: the test processes' commands started a server each for this)."""
+    return env.get(key, SET_BY_TF_IMPORT.get(key))
 
 
 def at_start(key: str) -> bool:
