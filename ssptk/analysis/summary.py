@@ -46,7 +46,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     predicted = config.get("predicted") if isinstance(config, dict) else None
     if predicted is None:
         s.update(_ideal(steps, opts, config))
-        gap = None if steps.empty else calibrate_gap(steps, opts.workers)
+        gap = calibrate_gap(steps, opts.workers)
         s["gap_ms"] = None if gap is None else 1000.0 * gap
         ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
         s["measured_over_ideal"] = measured / ideal if ideal and measured else None
