@@ -226,3 +226,48 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
             server.kill()
             server.wait(10)
     assert not os.path.exists(path) and not os.path.exists(path + fork_server.DESCRIPTION)
+
+
+_PID_REUSE = r"""
+import os, subprocess, sys
+from ssptk.launch import forking
+
+env = {k: v for k, v in os.environ.items() if k != forking.ENV}
+server = forking.ForkServer(sys.executable, env)
+server.start(lambda argv, fds: subprocess.Popen(argv, pass_fds=fds, env=env, start_new_session=True))
+log = open(os.devnull, "wb")
+try:
+    first = server.fork([sys.executable, "-m", "ssptk.worker", "--help"], env, log, False, None)
+    assert first is not None and first.wait(60) == 0
+    for _ in range(20):  # the next task gets the first one's pid (as after pids wrap at pid_max)
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first.pid - 1))
+        second = server.fork([sys.executable, "-m", "ssptk.worker", "--no-such-option"], env, log, False, None)
+        assert second is not None
+        if second.pid == first.pid:
+            break
+        second.wait(60)
+    else:
+        sys.exit("no pid was reused")
+    print(second.poll(), second.wait(60))
+finally:
+    server.close()
+"""
+
+
+def test_a_task_with_an_ended_tasks_pid_is_not_taken_for_ended(tmp_path: Path) -> None:
+    """Pids wrap at pid_max (32768 here, and a TensorFlow task's threads take dozens each): a task forked with the pid
+    of one that ended earlier is running, not ended with that one's exit code (which made a run fail with "worker:4
+    exited without finishing"). Reproduced in a private pid namespace, where the next pid can be set."""
+    import subprocess
+    import sys
+
+    probe = subprocess.run(["unshare", "-rpf", "--mount-proc", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private pid namespace here: {probe.stderr.decode().strip()}")
+    out = subprocess.run(["unshare", "-rpf", "--mount-proc", sys.executable, "-c", _PID_REUSE], capture_output=True,
+                         text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    right_after, at_end = out.stdout.split()
+    assert right_after in ("None", "2"), "the new task was taken for the old one, ended"  # 2: it ended already
+    assert at_end == "2"

@@ -188,7 +188,9 @@ class ForkServer:
                 message = json.loads(data)
                 if "exit" in message:
                     self._exits[int(message["exit"])] = int(message["code"])
-                else:
+                else:  # a new task's pid may be an old one's (pids wrap at pid_max): its old exit is not its own
+                    if "pid" in message:
+                        self._exits.pop(int(message["pid"]), None)
                     self._replies.append(message)
                 self._changed.notify_all()
 
