@@ -152,3 +152,39 @@ def test_the_overhead_of_a_shaped_run_leaves_its_transfers_out() -> None:
     compute_bound = simulate("async", 4, 20, overhead=0.2, network="ps=100mbit", model_bytes=size, seed=1)
     found = ideal_for(compute_bound.steps, "async", 4, 20, seed=1, network="ps=100mbit", model_bytes=size)
     assert found["overhead_ms"] == pytest.approx(200, rel=0.1)
+
+
+def test_an_async_update_counts_once_ps0s_part_is_in_and_an_ssp_one_once_every_shard_told_ps0() -> None:
+    """As the engine does: async counts an update (its `global_step`, its landing) once its part on ps:0 is in, while
+    the worker's step ends when every shard has its part; ssp's count (and tick) waits for every shard."""
+    t = 8 * MB * PROTOCOL_OVERHEAD / 8e6  # one MB through 8 Mbit/s
+    landed = {}
+    for mode in ("async", "ssp"):
+        # the first variable goes to ps:1 (ps:0 holds the global step), the second, small one to ps:0
+        links = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB, 1e3], share_sigma=0.0,
+                      mode=mode)
+        links.start(0, 0.0, 0.0)
+        first, _ = links.next()
+        links.start(0, first, 0.0)  # at once: the next step starts when the last one's result is back
+        landed[mode] = [first / t, links.next()[0] / t]
+    assert landed["async"] == [pytest.approx(1.0, abs=0.01), pytest.approx(3.0, abs=0.01)]
+    assert landed["ssp"] == [pytest.approx(2.0), pytest.approx(4.0)]
+
+
+def test_a_steps_result_comes_back_behind_what_the_ps_link_out_holds() -> None:
+    """The result of a step (a few bytes from the PS) waits in the PS's link out behind the pulls queued there: the
+    worker reads again only then, so the updates that land meanwhile are not stale (a link-bound async run's
+    staleness: below N-1, as the real runs measure it)."""
+    t = 8 * MB * PROTOCOL_OVERHEAD / 8e6
+    links = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0)
+    links.start(0, 0.0, 0.0)
+    links.start(1, 1.5 * t, 0.0)
+    assert links.next() == (pytest.approx(2 * t), 0)  # worker 0's push lands as worker 1's pull is half done
+    links.start(0, 2 * t, 0.0)  # its result is back at 2.5 t, behind the rest of that pull: its pull starts then
+    assert links.next() == (pytest.approx(3.5 * t), 1)
+    links.start(1, 3.5 * t, 0.0)
+    assert links.next() == (pytest.approx(4.5 * t), 0)
+    size = 4.0 * builtin_parameters("mlp:256")
+    for k in (1, 4):  # 8 workers at ps=20mbit: real runs measured 5.7 (--ps 1) and 4.4 (--ps 4)
+        run = simulate("async", 8, 30, overhead=0.04, network="ps=20mbit", ps=k, model_bytes=size)
+        assert 5.0 < run.steps["staleness"].mean() < 6.4

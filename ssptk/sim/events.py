@@ -172,14 +172,15 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
 
     A worker that completed ``c`` steps starts the next one only when ``c - min(unfinished counts) <=
     staleness``; it checks the gate, then claims a minibatch (none left: it finishes), then reads the
-    parameters and computes. With ``gap`` > 0 the read comes ``gap`` seconds into the step (``flight`` says
-    when: :meth:`InFlight.read_at`), and the updates landed by then are not stale. Returns the log and the
+    parameters and computes. With ``gap`` > 0 the read comes ``gap`` seconds into the step, and through links
+    (``flight``) when the pull starts (:meth:`InFlight.read_at` says when): the updates landed by then are not
+    stale. Returns the log and the
     number of updates.
     """
     log = Log(n)
     cnt = log.counts
     heap = Free(n, gap) if flight is None else flight
-    landed: list[float] | None = [] if gap > 0 else None  # when each update landed, in order
+    landed: list[float] | None = [] if gap > 0 or flight is not None else None  # when each update landed, in order
     gs = 0
     claimed = 0
     read = [0] * n

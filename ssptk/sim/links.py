@@ -19,7 +19,17 @@ A step of worker ``i`` is
    computes once the last shard's piece has arrived;
 2. **compute**: the step's own seconds (overhead, compute, injected delay);
 3. **push**: the gradient's bytes back the same way, into each shard's link in; the update lands when the last
-   piece has.
+   piece has (``sync``, ``local``). In ``async`` and ``ssp`` as the engine runs them: with shards, async counts
+   the update (its landing) once ``ps:0``'s part is in, and ssp once every other shard's message reached
+   ``ps:0``, that message waiting behind what the shard's link out holds;
+4. **the result back** (``async``, ``ssp``): a few bytes from each shard, each waiting in the shard's link out
+   behind the bits queued there (one FIFO queue: the pulls in flight) before the worker can start its next step.
+   Under a PS-bound link that wait is most of the time between an update's landing and the worker's next read,
+   which makes async's staleness below N-1 (8 workers at ``ps=20mbit``: measured 5.7, predicted 5.6; without the
+   wait 6.9). A wait for the next step's request behind the pushes in the PS's link in as well predicted 19 of 23
+   shaped runs' steps/s within 15% (too slow; the requests pass that link in a class that only requests use,
+   :mod:`ssptk.launch.links`), and so did ssp's messages waiting in ``ps:0``'s link in too (``benchmarks/FINDINGS.md``,
+   stop 31).
 
 Each transfer also takes the one-way ``delay`` twice (its request and its reply): it enters the links ``delay``
 after it is ready and counts as arrived ``delay`` after its last bit left the links. The bytes are the
@@ -78,7 +88,7 @@ ARRIVAL_FACTOR = 1.5
 HEAD_SHARE = 2.0
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
-_PULL, _PUSH, _LAND, _COMPUTE, _GAP = 0, 1, 2, 3, 4
+_PULL, _PUSH, _LAND, _COMPUTE, _GAP, _BACK = 0, 1, 2, 3, 4, 5
 
 
 def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
@@ -154,8 +164,16 @@ class Links:
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
                  cpu_s: float | None = None, arrival_factor: float = 1.0, head: float = HEAD_SHARE,
-                 gap: float = 0.0) -> None:
+                 gap: float = 0.0, mode: str = "async") -> None:
         self.delay = network.delay_s
+        self.free = mode in ("async", "ssp") and shards > 0  # a step's result comes back behind the queues out
+        self.early = mode == "async" and shards > 1  # the update counts once ps:0's part is in
+        self.tick = mode == "ssp" and shards > 1  # the update counts once every shard's message reached ps:0
+        self.returning = [False] * workers  # its update landed, its step's result not back yet
+        self.deferred: list[float | None] = [None] * workers  # a step started meanwhile: its seconds
+        self.shard_of: dict[int, int] = {}  # a push's piece -> its shard
+        self.land_at = [0.0] * workers
+        self.back_at = [0.0] * workers
         self.gap = float(gap) if shards else 0.0
         rates: list[float] = []
 
@@ -196,9 +214,16 @@ class Links:
         return self.in_flight > 0
 
     def start(self, worker: int, t: float, compute: float) -> None:
-        """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds."""
-        self.compute[worker] = compute
+        """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds (once its last step's
+        result is back, where it landed before that: async and ssp)."""
         self.in_flight += 1
+        if self.returning[worker]:  # its last step's result is still on its way back: the step starts then
+            self.deferred[worker] = compute
+            return
+        self._begin(worker, t, compute)
+
+    def _begin(self, worker: int, t: float, compute: float) -> None:
+        self.compute[worker] = compute
         if not self.pieces:  # all-reduce: compute, then the ring
             self._compute(worker, t)
         elif self.gap:  # the step's first seconds come before its read
@@ -219,7 +244,10 @@ class Links:
                 fluid.advance(t_flow)
                 for k in fluid.pop_done(fid):
                     w = self.owner.pop(k)
+                    shard = self.shard_of.pop(k, None)
                     self.pending[w] -= 1
+                    if shard is not None:
+                        self._push_piece(w, shard, t_flow)
                     if not self.pending[w]:
                         self._arrived(w, t_flow)
                 continue
@@ -228,7 +256,12 @@ class Links:
             if what == _LAND:
                 self.in_flight -= 1
                 return t, w
-            if what == _COMPUTE:
+            if what == _BACK:
+                self.returning[w] = False
+                compute, self.deferred[w] = self.deferred[w], None
+                if compute is not None:
+                    self._begin(w, t, compute)
+            elif what == _COMPUTE:
                 self._compute(w, t)
             else:
                 self._enter(w, what, t)
@@ -236,30 +269,61 @@ class Links:
     def _at(self, t: float, what: int, worker: int) -> None:
         heapq.heappush(self.timers, (t, next(self._order), what, worker))
 
+    def _queued(self, link: int | None) -> float:
+        """Seconds a message of a few bytes waits behind the bits in flight on ``link`` (one FIFO queue)."""
+        if link is None:
+            return 0.0
+        fluid = self.fluid
+        return sum(fluid.flows[f][0] for f in fluid.members[link]) / fluid.cap[link]
+
+    def _add(self, w: int, bits: float, crossed: tuple[int | None, ...], what: int) -> int | None:
+        links = [x for x in crossed if x is not None]
+        if not (bits > 0 and links):
+            return None
+        weight = self.rng.lognormvariate(0.0, self.sigma) if self.sigma else 1.0
+        key = links[-1] if what == _PUSH and self.pieces else links[0]  # the PS's side where it is shaped
+        self.entries[key] += 1
+        fid = self.fluid.add(bits, links, weight, (key, self.entries[key]))
+        self.owner[fid] = w
+        return fid
+
     def _enter(self, w: int, what: int, t: float) -> None:
         """Worker ``w``'s pull or push enters the links at ``t``, one piece per shard (or the ring's two)."""
         parts: list[tuple[float, tuple[int | None, ...]]]
+        self.phase[w] = what
         if not self.pieces:
             parts = [(self.ring, (self.w_out[w],)), (self.ring, (self.w_in[w],))]
         elif what == _PULL:
             parts = [(b, (self.ps_out[s], self.w_in[w])) for s, b in enumerate(self.pieces)]
         else:
             parts = [(b, (self.w_out[w], self.ps_in[s])) for s, b in enumerate(self.pieces)]
-        self.phase[w] = what
         if what == _PULL:
             self.reads[w] = t
+        if what == _PUSH and self.free:
+            self.returning[w] = True
+            self.land_at[w] = self.back_at[w] = t
         n = 0
-        for bits, crossed in parts:
-            links = [x for x in crossed if x is not None]
-            if bits > 0 and links:
-                weight = self.rng.lognormvariate(0.0, self.sigma) if self.sigma else 1.0
-                key = links[-1] if what == _PUSH and self.pieces else links[0]  # the PS's side where it is shaped
-                self.entries[key] += 1
-                self.owner[self.fluid.add(bits, links, weight, (key, self.entries[key]))] = w
+        for s, (bits, crossed) in enumerate(parts):
+            fid = self._add(w, bits, crossed, what)
+            if fid is not None:
                 n += 1
+                if what == _PUSH and self.free:
+                    self.shard_of[fid] = s
+            elif what == _PUSH and self.free:
+                self._push_piece(w, s, t)
         self.pending[w] = n
         if not n:
             self._arrived(w, t)
+
+    def _push_piece(self, w: int, s: int, t: float) -> None:
+        """Shard ``s`` has worker ``w``'s piece of a push at ``t`` and applies it: when the update counts on ps:0
+        (``land_at``) and when the step's result is back (``back_at``) move on."""
+        behind = self._queued(self.ps_out[s])  # what a message from shard s waits behind on its link out
+        if s == 0 and self.early:
+            self._at(t + self.delay, _LAND, w)
+        else:
+            self.land_at[w] = max(self.land_at[w], t + (behind if s and self.tick else 0.0))
+        self.back_at[w] = max(self.back_at[w], t + behind)
 
     def _cpu_links(self, w: int) -> list[int]:
         """The shared cores and worker ``w``'s own core: what its CPU work goes through."""
@@ -303,5 +367,11 @@ class Links:
         elif self.phase[w] == _COMPUTE:
             sleep = 0.0 if self.cpu_s is None else max(0.0, self.compute[w] - self.cpu_s)
             self._at(t + sleep + self.delay, _PUSH, w)
-        else:
+        elif not self.free:
             self._at(t + self.delay, _LAND, w)
+        else:
+            land = self.land_at[w]
+            if not self.early:
+                self._at(land + self.delay, _LAND, w)
+            back = max(self.back_at[w], land + self._queued(self.ps_out[0]))  # ps:0 answers once it counted
+            self._at(back + self.delay, _BACK, w)

@@ -309,7 +309,7 @@ def _links(network: str | Network | None, workers: int, ps: int, model_bytes: fl
     if cores is not None and (isinstance(cores, bool) or not isinstance(cores, (int, float)) or not cores > 0):
         raise UsageError(f"cores must be a number > 0, got {cores!r}")
     return Links(net, workers, 0 if mode == "allreduce" else shards, size, seed=seed, cores=cores, cpu_s=cpu_s,
-                 gap=gap)
+                 gap=gap, mode=mode)
 
 
 def ideal_for(steps_df: pd.DataFrame, mode: str, workers: int, steps: int, staleness: int | None = None,
