@@ -87,16 +87,24 @@ def _variable_bytes() -> list[float]:
 
 
 def _sim_rate(mode: str, workers: int, rate: str, ps: int, overhead_ms: float | None, seed: int,
-              cores: int) -> float:
-    """Predicted steps/s from the free run's per-step ``overhead_ms``: ``cores`` 0, each worker its own CPU (the
-    model before the shared CPU); else the workers sharing ``cores`` cores (``--cores``: the overhead's CPU work,
-    :func:`ssptk.sim.links.cpu_seconds`, is taken by the simulator)."""
+              cores: int, gap_ms: float | None = None) -> float:
+    """Predicted steps/s from the free run's per-step ``overhead_ms`` and ``gap_ms`` (async, ssp: its landing to
+    next read): ``cores`` 0, each worker its own CPU (the model before the shared CPU); else the workers sharing
+    ``cores`` cores (``--cores``: the overhead's CPU work, :func:`ssptk.sim.links.cpu_seconds`, is taken by the
+    simulator)."""
     from ssptk import simulate
 
     if not overhead_ms:
         return float("nan")
     return float(simulate(mode, workers, STEPS, overhead=overhead_ms / 1000.0, network=f"ps={rate}", ps=ps,
-                          model_bytes=_variable_bytes(), seed=seed, cores=cores).steps_per_s)
+                          model_bytes=_variable_bytes(), seed=seed, cores=cores,
+                          gap=_gap_s(gap_ms, overhead_ms)).steps_per_s)
+
+
+def _gap_s(gap_ms: float | None, overhead_ms: float) -> float:
+    """A free run's gap, in seconds, as a prediction takes it (at most the step's overhead; none where it has
+    none: sync)."""
+    return min(float(gap_ms or 0.0), float(overhead_ms)) / 1000.0
 
 
 def _spread(xs: list[float], fmt: str) -> str:
@@ -153,6 +161,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
     ctx.note("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows: list[Row] = []
     cal: dict[tuple[str, int], list[float]] = {}
+    gaps: list[float] = []  # the free async and ssp runs' gaps (ms)
     for rate, mode, ps in configs:
         key = _key(rate, mode, ps)
         got = [(seed, table.loc[f"{key} s{seed}"]) for seed in seeds if f"{key} s{seed}" in table.index]
@@ -160,11 +169,13 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
         acc: dict[str, list[float]] = {"abs0": [], "abs1": [], "rel0": [], "rel1": []}
         for seed, r in got:
             free = runs.get((_key(rates_[0], mode, ps), seed), {})
-            o = free.get("overhead_ms")
+            o, g = free.get("overhead_ms"), free.get("gap_ms")
             if rate == rates_[0] and o:
                 cal.setdefault((mode, ps), []).append(float(o))
+                if g is not None:
+                    gaps.append(float(g))
             for tag, c in (("0", 0), ("1", cores)):
-                p, p_free = (_sim_rate(mode, WORKERS, x, ps, o, seed, c) for x in (rate, rates_[0]))
+                p, p_free = (_sim_rate(mode, WORKERS, x, ps, o, seed, c, g) for x in (rate, rates_[0]))
                 acc["abs" + tag].append(p / _num(r["steps_per_s"]))
                 acc["rel" + tag].append((p_free / p) / (_num(free.get("steps_per_s")) / _num(r["steps_per_s"])))
         ctx.note(f"| {rate} | {mode} | {ps} | {_spread(speed, '.1f')} | "
@@ -183,24 +194,30 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
                 before = [x for x in acc[k.replace("1", "0")] if x == x]
                 rows.append(Row(f"{name}: {what} (4 workers, shared CPU)", median(ok), aim,
                                 fmt=".2f", note=f"seeds {_spread(ok, '.2f')}; before {_spread(before, '.2f')}"))
-    rows += _big(ctx, rates_, median([x for v in cal.values() for x in v]), cores)
-    rows += _big_loss(ctx, rates_, median([x for v in cal.values() for x in v]), cores, target)
+    overhead = median([x for v in cal.values() for x in v])
+    gap = median(gaps) if gaps else 0.0
+    rows += _big(ctx, rates_, overhead, cores, gap)
+    rows += _big_loss(ctx, rates_, overhead, cores, target, gap)
     return rows
 
 
-def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores: int) -> list[Row]:
+def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores: int,
+         gap_ms: float = 0.0) -> list[Row]:
     """The same grid's steps/s predicted at :data:`BIG_WORKERS` workers (the timing-only simulator): each worker
     on a machine of its own, so a step's overhead is the CPU work of the 4-worker free runs' step here, one figure
-    for every mode and shard count (the median over all of them), so that the grid shows the network and the mode."""
+    for every mode and shard count (the median over all of them), so that the grid shows the network and the mode;
+    async and ssp read ``gap_ms`` (the free async and ssp runs' median, as CPU work) into the step."""
     from ssptk import simulate
     from ssptk.sim.links import cpu_seconds
 
     if not overhead_ms:
         return []
     work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
+    gap = cpu_seconds(_gap_s(gap_ms, overhead_ms), WORKERS, cores)
     ctx.note("")
     ctx.note(f"**Predicted at {BIG_WORKERS} workers** (`ssptk.simulate(mode, {BIG_WORKERS}, {BIG_STEPS}, "
-             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=..., cores=0)`, median of seeds 0 and 1): "
+             f"overhead={work:.4f}, network='ps=RATE', ps=K, model_bytes=..., cores=0, gap={gap:.4f})`, median of "
+             "seeds 0 and 1; the gap, async's and ssp's only: the free async and ssp runs' median, as CPU work): "
              "each "
              f"worker on a machine of its own, its step's overhead the CPU work of the 4-worker {rates_[0]} runs' "
              f"steps on {cores} cores ({overhead_ms:.1f} ms a step with 4 workers, median over all of them: "
@@ -217,7 +234,8 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
         for ps in _shards():
             for mode in MODES:
                 sims = [simulate(mode, BIG_WORKERS, BIG_STEPS, overhead=work, network=f"ps={rate}", ps=ps,
-                                 model_bytes=_variable_bytes(), seed=seed, cores=0) for seed in (0, 1)]
+                                 model_bytes=_variable_bytes(), seed=seed, cores=0,
+                                 gap=gap if mode != "sync" else 0.0) for seed in (0, 1)]
                 speed = float(median([x.steps_per_s for x in sims]))  # type: ignore[arg-type]
                 wait = float(median([x.wait_fraction for x in sims]))  # type: ignore[arg-type]
                 got[(rate, mode, ps)] = speed
@@ -230,7 +248,7 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
 
 
 def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores: int,
-              target: float | None) -> list[Row]:
+              target: float | None, gap_ms: float = 0.0) -> list[Row]:
     """Minibatches and seconds to the 4-worker runs' held-out ``target`` at :data:`BIG_WORKERS` workers, predicted
     (``predict``, one process) with the learning rate scaled by :data:`BIG_LR_SCALE`, each worker on a machine of
     its own (``cores=0``) with :func:`_big`'s CPU work a step."""
@@ -247,12 +265,14 @@ def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, 
     if not overhead_ms or target is None or not rates_:
         return []
     work = cpu_seconds(overhead_ms / 1000.0, WORKERS, cores)
+    gap = cpu_seconds(_gap_s(gap_ms, overhead_ms), WORKERS, cores)
     lr = load_model(MODEL).lr * BIG_LR_SCALE
     keys = [_key(rate, mode, ps) for rate in rates_ for ps in _shards() for mode in MODES]
     plans = []
     for key in keys:
         rate, mode, ps = key.split(" ")
-        plans.append(plan(work, run_dir=os.path.join(ctx.tmp, "big-loss", _dir("", key, 0)), model=MODEL, mode=mode,
+        plans.append(plan(work, gap=gap if mode != "sync" else None,
+                          run_dir=os.path.join(ctx.tmp, "big-loss", _dir("", key, 0)), model=MODEL, mode=mode,
                           workers=BIG_WORKERS, steps=BIG_LOSS_STEPS, lr=lr, network=f"ps={rate}", ps=int(ps[3:]),
                           eval_every=1 if mode == "sync" else BIG_WORKERS, cores=0, seed=0, stall_timeout=0))
     t0 = time.perf_counter()
@@ -262,7 +282,8 @@ def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, 
     ctx.note("")
     ctx.note(f"**Loss at {BIG_WORKERS} workers, predicted** (`ssptk.predict`: the schedule at {BIG_WORKERS} workers "
              f"replayed with {MODEL}'s gradients; `--workers {BIG_WORKERS} --steps {BIG_LOSS_STEPS} --lr {lr:g} "
-             f"--cores 0 --overhead {work:.4f}`, seed 0, held-out loss every {BIG_WORKERS} minibatches): the learning "
+             f"--cores 0 --overhead {work:.4f}`, the gap {gap:.4f} s for async and ssp, seed 0, held-out loss every "
+             f"{BIG_WORKERS} minibatches): the learning "
              f"rate is the model's {load_model(MODEL).lr:g} x {WORKERS}/{BIG_WORKERS}, so that sync's update (LR x "
              f"the sum of {BIG_WORKERS} gradients) is the {WORKERS}-worker runs' and async's LR x staleness (~"
              f"{BIG_WORKERS - 1} updates) what it was at {WORKERS} workers (at the default LR they diverged); "
