@@ -370,8 +370,9 @@ class Links:
         elif not self.free:
             self._at(t + self.delay, _LAND, w)
         else:
-            land = self.land_at[w]
+            back = self.back_at[w]  # every shard answered once it had its part (async with shards)
             if not self.early:
+                land = self.land_at[w]
                 self._at(land + self.delay, _LAND, w)
-            back = max(self.back_at[w], land + self._queued(self.ps_out[0]))  # ps:0 answers once it counted
+                back = max(back, land + self._queued(self.ps_out[0]))  # ps:0 answers once it counted
             self._at(back + self.delay, _BACK, w)
