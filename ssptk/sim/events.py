@@ -174,8 +174,7 @@ def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayMo
     staleness``; it checks the gate, then claims a minibatch (none left: it finishes), then reads the
     parameters and computes. With ``gap`` > 0 the read comes ``gap`` seconds into the step, and through links
     (``flight``) when the pull starts (:meth:`InFlight.read_at` says when): the updates landed by then are not
-    stale. Returns the log and the
-    number of updates.
+    stale. Returns the log and the number of updates.
     """
     log = Log(n)
     cnt = log.counts

@@ -159,7 +159,9 @@ class Links:
     (``None``: each its own), and ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is
     its fixed cost (``None``: all of it), as a free run of these workers on these cores measures it:
     :func:`cpu_seconds` of it is the CPU work that shares them; the rest of a step's seconds (its injected delay) is
-    a sleep after its CPU work."""
+    a sleep after its CPU work. ``mode``: the simulated mode; in ``async`` and ``ssp`` (with a PS) a step's update
+    counts and its result comes back as the module docstring says (points 3 and 4), elsewhere it lands with its
+    last piece."""
 
     def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
                  share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
@@ -172,8 +174,8 @@ class Links:
         self.returning = [False] * workers  # its update landed, its step's result not back yet
         self.deferred: list[float | None] = [None] * workers  # a step started meanwhile: its seconds
         self.shard_of: dict[int, int] = {}  # a push's piece -> its shard
-        self.land_at = [0.0] * workers
-        self.back_at = [0.0] * workers
+        self.land_at = [0.0] * workers  # the step in flight: when ps:0 can count its update, so far
+        self.back_at = [0.0] * workers  # and when its result is back from every shard, so far
         self.gap = float(gap) if shards else 0.0
         rates: list[float] = []
 
