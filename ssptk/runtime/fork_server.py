@@ -116,9 +116,11 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
                         signal.set_wakeup_fd(-1)
                         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                        for k in list(sel.get_map().values()):
+                        for k in list(sel.get_map().values()):  # the server's sockets and wake pipe: not the task's
                             with contextlib.suppress(OSError):
-                                os.close(k.fd)  # the server's sockets and wake pipe: not the task's
+                                # a socket through its object: closed by number only, the object would close that
+                                # number again once freed, by then perhaps one of the task's (gRPC's epoll)
+                                k.fileobj.close() if isinstance(k.fileobj, socket.socket) else os.close(k.fd)
                         sel.close()
                         os.close(wake_w)
                         _become_task(message, fds)
