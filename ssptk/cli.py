@@ -3,7 +3,8 @@
 Front-end layer: the commands themselves, their grammar included, are :mod:`ssptk.commands`' (the ``%dtrain``
 magic calls the same); this module parses argv, shows progress, and is the only one that turns results and
 errors into text and exit codes.
-Exit codes (:data:`ssptk.commands.EXIT_CODES` says them in every command's help): 0 done, 3 (:data:`EXIT_DIVERGED`)
+Exit codes (:data:`ssptk.core.help_text.EXIT_CODES` says them in every command's help): 0 done,
+3 (:data:`EXIT_DIVERGED`)
 a run (``run``, ``sim --model``) finished but diverged: it did what was asked, but its model is not a trained one,
 so a script that chains on success stops there (a comparison exits 0 however many of its runs diverged:
 divergence is one of its findings), 1 a run failed (with the reason and the failing task's log tail), 2 bad usage,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
+from ssptk.core.help_text import EXAMPLES, EXIT_CODES, NOTEBOOK_EXAMPLES, PLATFORMS
 from ssptk.core.options import OPTIONS, RunOptions, add_run_arguments, from_namespace, given_options
 
 if TYPE_CHECKING:
@@ -28,34 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ComparePlan", "Left", "Report", "Timing", "build_parser", "compare", "compare_plan", "left_behind",
            "local_steps_list", "recording", "report", "run", "sim", "sim_options", "staleness_list", "warning"]
-
-NOTEBOOK_EXAMPLES = """examples:
-  %dtrain --model keras --mode ssp --staleness 4 --workers 3 --steps 500 --straggler 2:0.02
-  res = %dtrain --mode async --workers 3 --steps 300     (res.df: the step records)
-  %dtrain compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02
-  %dtrain sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
-  %dtrain sweep --local-steps 1,2,4,8 --workers 3 --steps 300     (local SGD: a slider over H)
-  %%dtrain --model my_model ...     (the cell defines def my_model() -> ssptk.ModelSpec)
-"""
-
-EXAMPLES = """examples:
-  ssptk run --model linear --mode ssp --staleness 2 --workers 3 --steps 300 --straggler 2:0.02
-  ssptk compare sync ssp:2 ssp:8 async --workers 3 --steps 300 --jitter exp:0.02 --out runs/cmp
-  ssptk compare sync ssp:4 async --repeat 3 --workers 3 --steps 300 --jitter pause:0.05:0.03
-  ssptk sweep --staleness 0,1,2,4,8 --workers 3 --steps 300 --straggler 2:0.02
-  ssptk sweep --local-steps 1,2,4,8 --workers 3 --steps 300 --out runs/local
-  ssptk report runs/cmp
-  ssptk sim --mode ssp --staleness 2 --workers 3 --steps 2000 --jitter exp:0.02
-"""
-
-
-#: What a command's exit code says (``ssptk run --help`` and the other commands' help end with it; :mod:`ssptk.cli`
-#: returns them).
-EXIT_CODES = ("exit codes: 0 done; 1 a run failed; 2 bad usage; 3 (run, sim --model) the run finished but diverged: "
-              "its model is not a trained one (--stop-on-divergence stops it instead, and it fails: 1); compare and "
-              "sweep exit 0 when every run finished, diverged or not (divergence is one of their findings), 1 when "
-              "one failed; 130, 143, 129: stopped by SIGINT, SIGTERM, SIGHUP.")
-
 
 class _Parser(argparse.ArgumentParser):
     """Raises :class:`UsageError` instead of exiting, where asked (the notebook magics). ``commands``: the
@@ -95,7 +68,7 @@ def build_parser(notebook: bool = False) -> _Parser:
     ``run``, ``compare`` and ``sweep`` also take the notebook's own flags, and whose errors raise."""
     prog = "%dtrain" if notebook else "ssptk"
     p = _Parser(prog=prog, description="Sync, SSP and async distributed training, side by side.",
-                epilog=EXAMPLES if not notebook else NOTEBOOK_EXAMPLES,
+                epilog=EXAMPLES + "\n" + PLATFORMS if not notebook else NOTEBOOK_EXAMPLES,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True

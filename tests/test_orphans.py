@@ -129,12 +129,13 @@ def test_without_a_cgroup_the_proc_way_is_used_and_said_once(monkeypatch: pytest
         raise OSError("cgroup2 is not mounted")
 
     monkeypatch.setattr(tracking, "_own_cgroup", no_cgroup)
-    with caplog.at_level(logging.WARNING, logger="ssptk"):
+    with caplog.at_level(logging.INFO, logger="ssptk"):
         made = [tracking.tracker(f"worker:{i}") for i in range(2)]
     assert [type(m) for m in made] == [tracking.TreeTracker] * 2
     assert made[0].how == "none (cgroup2 is not mounted)" and made[0].tag != made[1].tag
     said = [r.getMessage() for r in caplog.records if "no cgroup" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("ssptk: no cgroup for the tasks (cgroup2 is not mounted): "), said
+    assert all(r.levelno == logging.INFO for r in caplog.records if "no cgroup" in r.getMessage())
 
 
 def test_the_cgroups_of_a_launcher_that_is_gone_are_emptied_and_removed(tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ def compare_table(
     prepared: dict[str, tuple[pd.DataFrame, int]] = {}
     smoothed: dict[str, float | None] = {}
     curves: dict[str, tuple[pd.DataFrame | None, float | None]] = {}
+    unmeasured: dict[str, str] = {}
     for label, run in runs.items():
         steps, events, config, summary = run
         summary = dict(summary or {})
@@ -125,6 +126,8 @@ def compare_table(
         if steps is not None and not steps.empty:
             prepared[str(label)] = (prepare_steps(steps, start_time(events)),
                                     smoothing_window(workers or steps["worker"].nunique()))
+        if summary.get("traffic_not_measured"):
+            unmeasured[str(label)] = str(summary["traffic_not_measured"])
         smoothed[str(label)] = logs["loss_smoothed_last"]
         curves[str(label)] = (held_out_curve(events, steps, summary), start_time(events))
     auto = target is None
@@ -138,6 +141,7 @@ def compare_table(
     table["diverged"] = table["diverged"].astype(bool)
     table.attrs["target"] = None if target is None else float(target)
     table.attrs["target_auto"] = auto
+    table.attrs["traffic_not_measured"] = unmeasured  # label -> why (summary.json's traffic_not_measured)
     table.attrs["target_on"] = "held-out" if held_out else "training"
     table.attrs["first_to_target"] = first_to_target(table)
     # predicted runs (ssptk.predict): say so wherever the table is shown; their clock is simulated

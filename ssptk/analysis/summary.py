@@ -42,6 +42,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     s.update(_startup(steps, config))
     s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s"), opts.workers,
                              s.get("wait_fraction"), worker_cpu_s(events), steps.get("transfer_s")))
+    s["traffic_not_measured"] = _why_no_traffic(config) if "traffic" not in s else None
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     predicted = config.get("predicted") if isinstance(config, dict) else None
     if predicted is None:
@@ -109,3 +110,13 @@ def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | Non
         return out
     total = float((by["done"] - by["start"]).sum()) + ps_cpu_s
     return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
+
+
+def _why_no_traffic(config: Any) -> str | None:
+    """Why a run has no traffic (config.json's ``tasks.traffic``: ``"not measured (<why>)"``): ``<why>``; ``None``
+    for a predicted run, and for a run that says nothing of it (before ssptk recorded it)."""
+    tasks = config.get("tasks") if isinstance(config, dict) else None
+    note = tasks.get("traffic") if isinstance(tasks, dict) else None
+    if not isinstance(note, str) or not note.startswith("not measured"):
+        return None
+    return note[len("not measured"):].strip().removeprefix("(").removesuffix(")") or "not measured"

@@ -113,11 +113,17 @@ def check_model(opts: RunOptions) -> None:
 
 
 def check_before_start(opts: RunOptions) -> dict[str, str]:
-    """What resolving cannot check alone: the model (:func:`check_model`), and ``--gpus`` fits the machine.
+    """What resolving cannot check alone: the model (:func:`check_model`), ``--gpus`` fits the machine, and the
+    commands ``--network`` needs are here.
     Returns :func:`ssptk.launch.gpus.assign_gpus`'s task -> GPU map; raises :class:`UsageError`."""
     check_model(opts)
-    # before any process starts: what this machine cannot hold is refused in one line
+    # before any process starts: what this machine cannot hold, or lacks for the links asked for, is refused in one line
     check_memory(opts, sized=not opts.model.startswith(USER_MODEL_FILE + ":"))
+    if opts.network_spec is not None:
+        from ssptk.launch import tools
+
+        for command in ("tc", "ip"):
+            tools.require(command, f"--network {opts.network}")
     from ssptk.launch.gpus import assign_gpus
 
     return assign_gpus(opts.gpus, opts.workers)
@@ -224,7 +230,7 @@ def _run_cold(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
             # inside the `with`: whatever fails from here on, the cluster's namespace and tasks are let go
             RunDir(run_dir).write_config(opts, cluster.spec, dict(gpus), launched=launched,
                                          tasks={"warm": False, "layout": _layout(opts), "cores": machine_cores(),
-                                                "isolation": cluster.isolation})
+                                                **cluster.conditions()})
             cluster.start(to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
             failure = cluster.wait_ready(cancel=cancel, progress=lambda r, p: notify_starting(observers, r, p))
             if failure is None:
@@ -255,13 +261,13 @@ def _run_warm(opts: RunOptions, run_dir: str, gpus: dict[str, str], observers: l
         if attempt + 1 == PORT_RETRIES or not _port_taken(failure):
             rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
                             tasks={"warm": True, "reused": False, "layout": _layout(opts), "cores": machine_cores(),
-                                   "isolation": cluster.isolation})
+                                   **cluster.conditions()})
             return Outcome(failure)
     ok = False
     try:
         rd.write_config(opts, cluster.spec, dict(gpus), launched=launched,
                         tasks={"warm": True, "reused": reused, "runs_served": cluster.runs_served + 1,
-                               "layout": _layout(opts), "cores": machine_cores(), "isolation": cluster.isolation})
+                               "layout": _layout(opts), "cores": machine_cores(), **cluster.conditions()})
         before = cluster.traffic()
         cluster.submit(run_dir, to_argv(opts), run_id=f"run{uuid.uuid4().hex[:12]}")
         outcome = supervise(cluster, run_dir, total, observers, opts, cancel)

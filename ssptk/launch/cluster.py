@@ -25,7 +25,7 @@ from ssptk.core.errors import TaskFailure, UsageError, raise_if_stopped
 from ssptk.core.network import LINKS_ENV, Network, task_order
 from ssptk.launch import forking, netns, tracking
 from ssptk.launch.forking import ForkServer
-from ssptk.launch.links import Links
+from ssptk.launch.links import Links, LinksRefused, link_error
 from ssptk.launch.process import TaskProcess, preexec, start_helper
 from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
@@ -83,7 +83,7 @@ class LocalCluster:
         if with_ps:
             self.spec = {"ps": [f"{host}:{p}" for p in ports[:shards]], **self.spec}
         self.network = network
-        self.links: Links | None = None  # every task's link, built in the namespace at start
+        self.links: Links | None = None  # every task's link, built in the namespace (none where it cannot be)
         self.gpu_assignment = gpu_assignment
         self.tasks: list[TaskProcess] = []
         self.serving = False  # warm: the workers serve one run after another (see submit)
@@ -102,6 +102,35 @@ class LocalCluster:
             raise UsageError(f"--network {network} shapes links inside the cluster's private network namespace, and "
                              f"this cluster has none (isolation: {self.isolation}): unset SSPTK_NO_NETNS, or leave "
                              "--network out")
+        #: ``"measured"``, or ``"not measured (<why>)"``: whether the links count what each task sends and receives
+        self.traffic_note = "not measured (no private network namespace: its links count the bytes)"
+        if self.namespace is not None:
+            try:
+                self._build_links()
+            except BaseException:
+                self.namespace.close()
+                raise
+
+    def _build_links(self) -> None:
+        """Every task's link, shaped by ``--network`` or not, and counted. A run that shapes nothing goes on without
+        them (its traffic not measured); one that asked for ``--network`` is refused in one line."""
+        assert self.namespace is not None
+        links = Links(self.task_names, self.network, self.namespace.wrap([]), self.namespace.fds)
+        try:
+            links.build()
+        except LinksRefused as e:
+            if self.network is not None:
+                raise UsageError(link_error(e.why, self.network)) from None
+            self.traffic_note = f"not measured ({e.why})"
+            return
+        self.links = links
+        self.traffic_note = "measured"
+
+    def conditions(self) -> dict[str, str]:
+        """What config.json's ``tasks`` records of how this cluster's tasks run: ``isolation`` (see above),
+        ``traffic`` (:attr:`traffic_note`) and ``tracking`` (``"cgroup"``, or ``"none (<why>)"``: how what the tasks'
+        code starts is followed, :func:`ssptk.launch.tracking.method`)."""
+        return {"isolation": self.isolation, "traffic": self.traffic_note, "tracking": tracking.method()}
 
     @property
     def task_names(self) -> list[str]:
@@ -134,9 +163,6 @@ class LocalCluster:
         os.makedirs(self.status_dir)
         base_env["TMPDIR"] = os.path.join(self.task_tmp, "tmp")
         base_env[STATUS_DIR_ENV] = self.status_dir
-        if self.namespace is not None and self.links is None:  # every task's link: shaped, and counted
-            self.links = Links(self.task_names, self.network, self.namespace.wrap([]), self.namespace.fds)
-            self.links.build()
         if self.links is not None:
             base_env[LINKS_ENV] = "1"
         base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

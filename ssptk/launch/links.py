@@ -10,7 +10,10 @@ link, a transfer is held to the slower of the two links it crosses, and N worker
 
 The same classes count what crossed them (``tc -s class show``): every run measures each task's bytes sent
 and received, shaped or not (an unshaped link is a class at 100 Gbit/s). Nothing here touches the host's own
-loopback: every command runs through ``nsenter`` inside the cluster's namespace.
+loopback: every command runs through ``nsenter`` inside the cluster's namespace, by the absolute path
+:mod:`ssptk.launch.tools` finds (an ordinary user's PATH lacks ``/usr/sbin``), never through a shell. Where the
+links cannot be built (no iproute2, no ``ifb`` module), :meth:`Links.build` raises :class:`LinksRefused`: a run that
+shapes nothing then goes on with its traffic not measured (:class:`~ssptk.launch.cluster.LocalCluster`).
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
+from ssptk.launch import tools
 
 UNSHAPED_BIT_S = 100e9
 IFB = "ssptk-ifb0"
@@ -69,9 +72,21 @@ def tc_batch(tasks: list[str], network: Network | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run(wrap: list[str], script: str, fds: tuple[int, ...], timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*wrap, "sh", "-c", script], pass_fds=fds, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+class LinksRefused(Exception):
+    """The links could not be built here; ``why``: one line (a missing command, what the kernel said)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _run(wrap: list[str], argv: list[str], fds: tuple[int, ...],
+         timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*wrap, *argv], pass_fds=fds, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "no message")
 
 
 @dataclass
@@ -83,26 +98,43 @@ class Links:
     wrap: list[str]  # the namespace's nsenter prefix
     fds: tuple[int, ...]
 
+    tc: str = ""  # the commands' absolute paths, found by build()
+    ip: str = ""
+
     def build(self) -> None:
-        """Add the ifb device and both passes' qdiscs, classes and filters; one line of error if the kernel
-        refuses (a qdisc it lacks, as netem on kernels without ``sch_netem``)."""
+        """Add the ifb device and both passes' qdiscs, classes and filters. Raises :class:`LinksRefused` where a
+        command is missing or the kernel refuses (a device or qdisc it lacks, as netem without ``sch_netem``)."""
+        for name in ("tc", "ip"):
+            found = tools.find(name)
+            if found is None:
+                raise LinksRefused(f"{name} is not on PATH, in /usr/sbin or /sbin; package {tools.PACKAGES[name]} "
+                                   "has it")
+            setattr(self, name, found)
+        for argv in ([self.ip, "link", "add", IFB, "type", "ifb"], [self.ip, "link", "set", IFB, "up"]):
+            out = _run(self.wrap, argv, self.fds)
+            if out.returncode != 0:
+                raise LinksRefused(f"no ifb device: {_first_line(out.stderr)}")
         fd, path = tempfile.mkstemp(prefix="ssptk-tc-", suffix=".batch")
         with os.fdopen(fd, "w") as f:
             f.write(tc_batch(self.tasks, self.network))
         try:
-            script = f"ip link add {IFB} type ifb && ip link set {IFB} up && tc -batch {path}"
-            out = _run(self.wrap, script, self.fds)
+            out = _run(self.wrap, [self.tc, "-batch", path], self.fds)
         finally:
             os.unlink(path)
         if out.returncode != 0:
-            raise UsageError(link_error(out.stderr, self.network))
+            why = _first_line(out.stderr)
+            for dev in ("lo", IFB):  # nothing half-built may slow the tasks: the run goes on unshaped
+                _run(self.wrap, [self.tc, "qdisc", "del", "dev", dev, "root"], self.fds)
+            _run(self.wrap, [self.tc, "qdisc", "del", "dev", "lo", "ingress"], self.fds)
+            raise LinksRefused(f"tc: {why}")
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Bytes and packets each task sent and received so far: ``{task: {"sent": B, "received": B,
         "sent_packets": P, "received_packets": P}}``."""
-        out = _run(self.wrap, f"tc -s class show dev lo; tc -s class show dev {IFB}", self.fds)
+        text = "".join(_run(self.wrap, [self.tc, "-s", "class", "show", "dev", dev], self.fds).stdout
+                       for dev in ("lo", IFB))
         counts: dict[tuple[int, str], tuple[int, int]] = {
-            (int(m.group(1)), m.group(2)): (int(m.group(3)), int(m.group(4))) for m in _CLASS.finditer(out.stdout)}
+            (int(m.group(1)), m.group(2)): (int(m.group(3)), int(m.group(4))) for m in _CLASS.finditer(text)}
         result: dict[str, dict[str, int]] = {}
         for v, task in enumerate(self.tasks):
             row = {"sent": 0, "received": 0, "sent_packets": 0, "received_packets": 0}
@@ -115,19 +147,24 @@ class Links:
         return result
 
 
-def link_error(stderr: str, network: Network | None) -> str:
-    """One line for a kernel that refused the links."""
-    if "netem" in stderr or ("unknown" in stderr and network is not None and network.delay_s):
+def link_error(why: str, network: Network) -> str:
+    """One line for links that ``--network`` asked for and could not have (``why``: :class:`LinksRefused`'s)."""
+    if "netem" in why or ("unknown" in why.lower() and network.delay_s):
         return ("--network delay= needs the kernel's netem qdisc (sch_netem), which this kernel does not have: "
                 "leave delay= out, or run on a kernel that ships sch_netem (stock distribution kernels do)")
-    first = next((line for line in stderr.splitlines() if line.strip()), "no message")
-    return f"--network: the kernel refused the cluster's links ({first.strip()}); leave --network out"
+    if why.startswith("no ifb device"):
+        return (f"--network needs the kernel's ifb device to shape what tasks receive ({why}): load it (sudo modprobe "
+                "ifb), or leave --network out")
+    return f"--network: the cluster's links could not be built ({why}); leave --network out"
 
 
 def kernel_has_netem(unshare: str = "unshare") -> bool:
     """Whether a private namespace here can add a netem qdisc (checked in a throwaway namespace)."""
+    tc = tools.find("tc")
+    if tc is None:
+        return False
     try:
-        out = subprocess.run([unshare, "-rn", "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+        out = subprocess.run([unshare, "-rn", tc, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
                              capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False

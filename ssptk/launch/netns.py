@@ -47,8 +47,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ssptk.launch import tools
+
 ENV_OFF = "SSPTK_NO_NETNS"
-UNSHARE = "unshare"  # the commands (looked up on PATH); tests point UNSHARE at a fake one
+UNSHARE = "unshare"  # the commands (looked up by ssptk.launch.tools); tests point UNSHARE at a fake one
 NSENTER = "nsenter"
 READY = "SSPTK_NETNS_READY"  # the helper's ready line
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_netns_helper.py")
@@ -144,12 +146,8 @@ def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None
     return None, f"none ({why})"
 
 
-def _which(cmd: str) -> str | None:
-    return cmd if os.path.isabs(cmd) and os.access(cmd, os.X_OK) else shutil.which(cmd)
-
-
 def _make(preexec: Callable[[], None] | None) -> tuple[Namespace | None, str]:
-    unshare, nsenter = _which(UNSHARE), _which(NSENTER)
+    unshare, nsenter = tools.find(UNSHARE), tools.find(NSENTER)
     if unshare is None or nsenter is None:
         return None, f"{os.path.basename(UNSHARE if unshare is None else NSENTER)} not found (util-linux)"
     helper = subprocess.Popen([unshare, "--user", "--map-root-user", "--net", "--",

@@ -14,11 +14,13 @@ Two ways, the first this machine allows:
    delegated to the user (systemd's ``user@UID.service``). The cluster's user namespace changes nothing (the
    launcher moves the task, from outside it). A launcher killed outright cannot remove its cgroups: the next
    one kills what is left in them and removes them.
-2. **Otherwise /proc**, said once per process as a warning (as a missing network namespace is;
-   ``SSPTK_NO_CGROUP=1`` asks for it). The task's environment carries a tag (``SSPTK_TASK_TAG``) that what it
-   starts inherits, and its descendants are noted every :data:`SNAPSHOT_S` while it lives. When it ends, every
-   process that carries its tag or was noted (same pid and start time) is killed, with its descendants.
-   A process that both replaced its environment and was started within the last interval escapes.
+2. **Otherwise /proc** (an ordinary user outside a delegated cgroup; ``SSPTK_NO_CGROUP=1`` asks for it). It is
+   no fault of the run, so it is not a warning: each run's config.json says which way it used (``tasks.tracking``,
+   :func:`method`), and the ``ssptk`` logger notes it once per process at INFO. The task's environment carries a
+   tag (``SSPTK_TASK_TAG``) that what it starts inherits, and its descendants are noted every :data:`SNAPSHOT_S`
+   while it lives. When it ends, every process that carries its tag or was noted (same pid and start time) is
+   killed, with its descendants. A process that both replaced its environment and was started within the last
+   interval escapes.
 
 The launcher is not made a child subreaper (``PR_SET_CHILD_SUBREAPER``, which would bring a killed task's
 orphans to it): the launcher may be a notebook kernel, whose other children's orphans would then become its
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from ssptk.runtime.reaper import proc_stat  # one reader of /proc/<pid>/stat for the task and its launcher
 
 __all__ = ["ENV_OFF", "SNAPSHOT_S", "TAG_ENV", "CgroupTracker", "ProcTable", "TreeTracker", "Tracker",
-           "proc_table", "sweep_stale", "tracker"]
+           "method", "proc_table", "sweep_stale", "tracker"]
 
 ENV_OFF = "SSPTK_NO_CGROUP"
 TAG_ENV = "SSPTK_TASK_TAG"
@@ -230,7 +232,8 @@ def _has_in_environ(pid: int, needle: bytes) -> bool:
 class _State:
     base: str | None = None       # the launcher's own cgroup directory, once found
     refused: str | None = None    # why cgroups cannot be used in this process, once known
-    said: bool = False            # the warning was given
+    said: bool = False            # the /proc way was noted on the logger
+    probed: bool = False          # method() made and removed a task cgroup
     seq: int = 0
     me: str = ""                  # this process's pid and start time
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -239,33 +242,60 @@ class _State:
 _state = _State()
 
 
+def _why_not() -> str:
+    """Under the lock: why cgroups cannot follow the tasks (``""``: they can, below ``_state.base``)."""
+    off = os.environ.get(ENV_OFF, "").strip()
+    if off.lower() not in ("", "0", "false", "no"):
+        return f"{ENV_OFF}={off}"
+    if _state.refused is None and _state.base is None:
+        try:
+            _state.base = _own_cgroup()
+            sweep_stale(_state.base)
+        except OSError as e:
+            _state.refused = _why(e)
+    return _state.refused or ""
+
+
+def _tag() -> str:
+    """Under the lock: a tag no other task of any launcher has (this process's pid and start time, a count)."""
+    if not _state.me.startswith(f"{os.getpid()}-"):  # also in a child forked from a launcher
+        _state.me = f"{os.getpid()}-{(proc_stat(os.getpid()) or (0, b'0'))[1].decode()}"
+    _state.seq += 1
+    return f"{_state.me}-{_state.seq}"
+
+
 def tracker(task: str) -> Tracker:
-    """A tracker for one task's process (a cgroup where this machine allows it, else the /proc way, said once
-    as a warning on the ``ssptk`` logger). Never raises."""
+    """A tracker for one task's process (a cgroup where this machine allows it, else the /proc way, noted once on the
+    ``ssptk`` logger at INFO: a run's config.json says which, :func:`method`). Never raises."""
     with _state.lock:
-        if not _state.me.startswith(f"{os.getpid()}-"):  # also in a child forked from a launcher
-            _state.me = f"{os.getpid()}-{(proc_stat(os.getpid()) or (0, b'0'))[1].decode()}"
-        _state.seq += 1
-        tag = f"{_state.me}-{_state.seq}"
-        off = os.environ.get(ENV_OFF, "").strip()
-        if off.lower() not in ("", "0", "false", "no"):
-            why = f"{ENV_OFF}={off}"
-        else:
-            why = _state.refused or ""
-            if not why:
-                try:
-                    if _state.base is None:
-                        _state.base = _own_cgroup()
-                        sweep_stale(_state.base)
-                    path = os.path.join(_state.base, f"ssptk-{tag}")
-                    try:
-                        os.mkdir(path)
-                    except OSError as e:
-                        raise OSError(f"cannot make a cgroup in {_state.base}: {e.strerror or e}") from e
-                    return CgroupTracker(tag, path=path)
-                except OSError as e:
-                    why = _state.refused = _why(e)
+        tag = _tag()
+        why = _why_not()
+        if not why:
+            assert _state.base is not None
+            path = os.path.join(_state.base, f"ssptk-{tag}")
+            try:
+                os.mkdir(path)
+                return CgroupTracker(tag, path=path)
+            except OSError as e:
+                why = _state.refused = f"cannot make a cgroup in {_state.base}: {e.strerror or e}"
     return _refused(tag, why)
+
+
+def method() -> str:
+    """How what the tasks started from now on start is followed: ``"cgroup"``, or ``"none (<why>)"`` (the /proc way;
+    config.json's ``tasks.tracking``). Tries once per process whether a task cgroup can be made. Never raises."""
+    with _state.lock:
+        why = _why_not()
+        if not why and not _state.probed:
+            assert _state.base is not None
+            path = os.path.join(_state.base, f"ssptk-{_tag()}")
+            try:
+                os.mkdir(path)
+                os.rmdir(path)
+                _state.probed = True
+            except OSError as e:
+                why = _state.refused = f"cannot make a cgroup in {_state.base}: {e.strerror or e}"
+    return "cgroup" if not why else f"none ({why})"
 
 
 def _refused(tag: str, why: str) -> TreeTracker:
@@ -273,10 +303,10 @@ def _refused(tag: str, why: str) -> TreeTracker:
         if not why.startswith(ENV_OFF):
             _state.refused = _state.refused or why
         said, _state.said = _state.said, True
-    if not said:
-        log.warning("ssptk: no cgroup for the tasks (%s): what their code starts is followed through /proc "
-                    "instead, and a process that replaced its environment within %g s of its task's end can "
-                    "outlive it", why, SNAPSHOT_S)
+    if not said:  # not a warning: it is no fault of the run, and config.json's tasks.tracking says it in every run
+        log.info("ssptk: no cgroup for the tasks (%s): what their code starts is followed through /proc instead, and "
+                 "a process that replaced its environment within %g s of its task's end can outlive it", why,
+                 SNAPSHOT_S)
     return TreeTracker(tag, how=f"none ({why})")
 
 

@@ -264,7 +264,15 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
             if "repeats" in table.columns else ""
         legend.append(f"min\u2013max: under a mean, its range over the {counts + ' ' if counts else ''}repeats")
     legend.append(f"Every figure ({len(cells.columns)} columns): metrics.csv and the report.")
-    return "\n".join([text, "", *legend])
+    return "\n".join([text, "", *legend, *unmeasured_lines(table)])
+
+
+def unmeasured_lines(table: pd.DataFrame) -> list[str]:
+    """One line per reason a run's traffic was not measured (the table's ``traffic_not_measured``: label -> why)."""
+    whys: dict[str, list[str]] = {}
+    for label, why in (table.attrs.get("traffic_not_measured") or {}).items():
+        whys.setdefault(why, []).append(label)
+    return [f"Traffic not measured ({', '.join(labels)}): {why}." for why, labels in whys.items()]
 
 
 def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame | None = None) -> str:

@@ -39,10 +39,10 @@ def _bound_note(s: dict[str, Any]) -> str:
     return f" (SSP bound: at most S+1 = {skew_bound(s['staleness'])})"
 
 
-def _network_lines(t: dict[str, Any]) -> list[str]:
-    """The run's measured traffic in one line (nothing for a run that measured none)."""
+def _network_lines(t: dict[str, Any], not_measured: str | None = None) -> list[str]:
+    """The run's measured traffic in one line; for a run that measured none, why (``not_measured``), or nothing."""
     if not t:
-        return []
+        return [f"network   traffic not measured: {not_measured}"] if not_measured else []
     line = (f"network   {t.get('network') or 'free loopback (no --network)'}   "
             f"{_fmt(t.get('mb_per_minibatch'), '.3g')} MB per minibatch to and from the workers")
     if t.get("busiest"):
@@ -91,7 +91,7 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
                      f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead{_cores_note(s.get('ideal_cores'))}: "
                      f"measured / ideal {_fmt(s.get('measured_over_ideal'), '.2f')}")
-    lines += _network_lines(s.get("traffic") or {})
+    lines += _network_lines(s.get("traffic") or {}, s.get("traffic_not_measured"))
     if s.get("target") is not None:
         reached = (f"reached in {_fmt(s.get('time_to_target_s'), '.2f')} s, "
                    f"{_fmt(s.get('steps_to_target'))} minibatches" if s.get("steps_to_target") is not None

@@ -152,11 +152,14 @@ def _tasks_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
 def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     """The report's network section for runs' summaries (label -> ``summary.json``): per run, the bytes per
     minibatch, the busiest shaped link and how close the run came to its capacity, a worker's step split into
-    compute, transfer, wait and other; then each task's bytes per minibatch. ``""`` when no run measured its
-    traffic (no private network namespace, or older runs)."""
+    compute, transfer, wait and other; then each task's bytes per minibatch; and why a run measured none (its
+    ``traffic_not_measured``). ``""`` when no run says anything of its traffic (older runs)."""
     measured = {label: s for label, s in summaries.items() if isinstance(s, Mapping) and s.get("traffic")}
+    unmeasured = "".join(f'<p class="notes">{html.escape(label)}: traffic not measured: {html.escape(str(why))}</p>'
+                         for label, s in summaries.items() if label not in measured and isinstance(s, Mapping)
+                         and (why := s.get("traffic_not_measured")))
     if not measured:
-        return ""
+        return f"<h2>Network</h2>{unmeasured}" if unmeasured else ""
     legend = " ".join(f'<span style="color:{_color(k)}">\u25a0</span> {k}' for k in _PARTS)
     return "\n".join([
         "<h2>Network</h2>", _runs_table(measured),
@@ -165,4 +168,4 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         _tasks_table(measured),
         '<p class="notes">MB/minibatch: what the workers sent and received per minibatch. Bytes are IP packets on '
         "each task's link, headers included, counted by the kernel (traffic.json); a worker sends its gradients (push) "
-        "and receives the parameters (pull).</p>"])
+        "and receives the parameters (pull).</p>", unmeasured])

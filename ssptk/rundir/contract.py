@@ -246,7 +246,8 @@ _TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
 }
 _SUMMARY: dict[str, Callable[[Any], bool]] = {
     **{k: _opt(_finite) for k in _NUMBERS}, **{k: _opt(_is_int) for k in _INTS},
-    **{k: _opt(_is_str) for k in ("reason", "failed_task", "signal", "mode", "model", "run_dir", "target_on")},
+    **{k: _opt(_is_str) for k in ("reason", "failed_task", "signal", "mode", "model", "run_dir", "target_on",
+                                  "traffic_not_measured")},
     "status": lambda v: v in ("ok", "failed", "interrupted"),
     "workers": _opt(lambda v: _is_int(v) and 1 <= v <= MAX_WORKERS),
     "diverged": _is_bool, "warm_reused": _is_bool,
