@@ -258,6 +258,23 @@ def test_inverse_staleness_scales_each_update(tmp_path: Path) -> None:
     assert_gone(str(tmp_path))
 
 
+def test_inverse_staleness_scales_each_update_by_its_own_recorded_staleness(tmp_path: Path) -> None:
+    """Four busy async workers: every update's scale is 1 / (its logged staleness + 1). The scale was once read from
+    the global step before the update, and another worker's update counted in between left it scaled for less
+    staleness than its record says (155 of 400 records here; the intermittent [1.0, 1.0] of the test above)."""
+    from conftest import assert_gone
+
+    import ssptk
+
+    r = ssptk.run(mode="async", workers=4, steps=100, lr=0.01, lr_staleness="inverse", model="mlp:64",
+                  out=str(tmp_path / "r"), gpus="none")
+    records = r.df
+    assert len(records) == 400 and (records["staleness"] > 0).any()
+    mismatched = records[(records["lr_scale"] - 1.0 / (records["staleness"] + 1)).abs() > 1e-12]
+    assert mismatched.empty, mismatched[["worker", "global_step", "staleness", "lr_scale"]].head().to_string()
+    assert_gone(str(tmp_path))
+
+
 # --- the digits model -----------------------------------------------------------------------------------
 
 def test_digits_has_a_fixed_held_out_split() -> None:

@@ -211,15 +211,18 @@ def _free_ops(s: GraphParts, ssp: bool) -> dict[str, Any]:
     tf, v1 = s.tf, s.v1
     extra: dict[str, Any] = {}
     grads, tail = s.grads, []
-    if s.inverse_staleness:  # lr / (staleness + 1): the updates that landed since this step read the parameters
-        with v1.device(PS), tf.control_dependencies(s.after_compute):
-            scale = 1.0 / (tf.cast(s.global_step.read_value() - s.g_read, tf.float64) + 1.0)
-        grads = [None if g is None else g * tf.cast(scale, g.dtype) for g in s.grads]
-        tail = [tf.bitcast(scale, tf.int64)]  # back to the worker, to be logged (lr_scale)
+    scales: list[Any] = []
+
+    def inverse(g_after: Any) -> Any:  # lr / (staleness + 1): the updates counted since this step read the parameters
+        scales.append(1.0 / tf.cast(g_after - s.g_read, tf.float64))
+        return scales[-1]
+
     if s.dc is not None:  # g + lambda g*g*(w_now - w_read), on each variable's shard
         grads, share = s.dc.corrected(tf, grads, PS)
         tail = [tf.bitcast(share, tf.int64)]  # logged as dc_correction
-    g_after, claim = _update_and_claim(s, grads)
+    g_after, claim = _update_and_claim(s, grads, inverse if s.inverse_staleness else None)
+    if scales:
+        tail = [tf.bitcast(scales[0], tf.int64)]  # back to the worker, to be logged (lr_scale)
     # Everything after the update runs on the PS and comes back as ONE tensor: in TF's distributed runtime
     # every fetched tensor and every cross-task control edge is an RPC of its own, and those RPCs, not the
     # tiny ops, are what a step costs here.
@@ -254,16 +257,32 @@ def _free_ops(s: GraphParts, ssp: bool) -> dict[str, Any]:
     return extra
 
 
-def _update_and_claim(s: GraphParts, grads: list[Any]) -> tuple[Any, Any]:
+def _update_and_claim(s: GraphParts, grads: list[Any],
+                      scale: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
     """async/ssp: apply the update, then count it (the global step after it) and claim the next minibatch (1-based).
-    With a fence (:mod:`ssptk.runtime.fence`) all of it is one fact under the worker's lock, with its ledger row."""
+    With a fence (:mod:`ssptk.runtime.fence`) all of it is one fact under the worker's lock, with its ledger row.
+
+    ``scale`` (``--lr-staleness inverse``): the update is counted first, and ``scale(global step after it)`` multiplies
+    its gradients. A scale read from the global step before the update, as it once was, missed any update another
+    worker counted in between, so the update was scaled for less staleness than its record says (lr_scale 1.0 logged
+    beside staleness 1, seen on a busy machine); counted first, the two are one number."""
     tf, v1 = s.tf, s.v1
     grads = received_on_shards(s, grads)
 
     def body() -> tuple[Any, Any]:
+        counted = None
+        scaled = grads
+        if scale is not None:
+            with v1.device(PS), tf.control_dependencies(s.after_compute):
+                counted = fetch_add(tf, s.global_step)
+                factor = scale(counted)
+            scaled = []
+            for g, var in zip(grads, s.model_vars):
+                with on_its_shard(v1, var):
+                    scaled.append(None if g is None else g * tf.cast(factor, g.dtype))
         # The gradients are its inputs; on the PS (each variable's shard), its learning rate is no message per step.
         updates = []
-        for g, var in zip(grads, s.model_vars):
+        for g, var in zip(scaled, s.model_vars):
             with on_its_shard(v1, var):
                 updates.append(s.opt.apply_gradients([(g, var)]))
         if s.count_on_ps0 is not None:
@@ -274,7 +293,7 @@ def _update_and_claim(s: GraphParts, grads: list[Any]) -> tuple[Any, Any]:
             updates = [u for u, var in zip(updates, s.model_vars) if tf.DeviceSpec.from_string(var.device).task == 0]
         with v1.device(PS):
             with tf.control_dependencies([tf.group(*updates)]):
-                g_after = fetch_add(tf, s.global_step)
+                g_after = fetch_add(tf, s.global_step) if counted is None else tf.identity(counted)
             # The claim follows the update: then nothing on the PS changes before the worker's gradient arrives,
             # and a step TensorFlow rejected as a duplicate request can be run again (ssptk.runtime.retry).
             with tf.control_dependencies([g_after]):
