@@ -4,6 +4,7 @@ cannot hold refused in one line before any process starts (``--workers 500`` gre
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,23 @@ def test_runs_and_simulations_too_big_for_this_machine_start_nothing(tmp_path: P
     helped = {o.name: o.help for o in OPTIONS}  # what --help says, run and sim alike
     assert "a run is refused before it starts when its memory" in helped["workers"]
     assert f"the simulator every step it simulates ({SIM_RECORD_BYTES} bytes each)" in helped["steps"]
+
+
+def test_a_momentary_dip_in_available_memory_is_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy machine's MemAvailable dips for a moment; a run that fits the machine waits for it, up to
+    MEMORY_DIP_S, and is refused only if memory does not come back (or could never fit)."""
+    from ssptk.core import resources
+
+    seen = iter([GB // 2, GB // 2, 3 * GB])
+    monkeypatch.setattr(resources, "available_bytes", lambda: next(seen, 3 * GB))
+    resources.check_fits(run_estimate(3, 16, 200), "--workers 3")  # fits after the dip: no error
+    monkeypatch.setattr(resources, "available_bytes", lambda: GB // 2)
+    monkeypatch.setattr(resources, "MEMORY_DIP_S", 0.6)
+    started = time.monotonic()
+    with pytest.raises(UsageError, match=r"^--workers 3 needs about 1\.6 GB .* more than the 0\.5 GB this machine"):
+        resources.check_fits(run_estimate(3, 16, 200), "--workers 3")
+    assert 0.5 < time.monotonic() - started < 5
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="lower --workers"):  # beyond the whole machine: refused at once
+        resources.check_fits(run_estimate(10**6, 16, 200), "--workers 1000000")
+    assert time.monotonic() - started < 0.5

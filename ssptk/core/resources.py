@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,6 +198,37 @@ def available_bytes() -> int | None:
     return min(found) if found else None
 
 
+#: How long a run that would fit this machine's memory, but not what is available at the moment, waits for memory to
+#: come back before it is refused: a busy machine's MemAvailable dips for a moment (0.6-1.1 GB seen on a laptop
+#: running another test suite, where a 3-worker run needs 1.7 GB) and a refusal then was no fault of the run's.
+MEMORY_DIP_S = 5.0
+
+
+def _room_for(need: int) -> int | None:
+    """:func:`available_bytes`, sampled again for up to :data:`MEMORY_DIP_S` while it is below ``need`` (at once when
+    ``need`` is beyond the machine's whole memory, which no wait would change); the most it saw."""
+    room = available_bytes()
+    total = _meminfo_total()
+    if room is None or need <= room or total is None or need > total:
+        return room
+    deadline = time.monotonic() + MEMORY_DIP_S
+    while room < need and time.monotonic() < deadline:
+        time.sleep(0.25)
+        room = max(room, available_bytes() or 0)
+    return room
+
+
+def _meminfo_total() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _gb(b: float) -> str:
     """``b`` bytes in words: MB below 0.1 GB, else GB, TB or PB with one decimal."""
     for unit, size in (("PB", 2**50), ("TB", 2**40), ("GB", 2**30)):
@@ -208,8 +240,8 @@ def _gb(b: float) -> str:
 def check_fits(estimate: Estimate, given: str, available: int | None = None) -> None:
     """Refuse (:class:`UsageError`, one line) an ``estimate`` over ``available`` bytes (default:
     :func:`available_bytes`). ``given``: the options as the user gave them (``--workers 500``), for the message."""
-    room = available_bytes() if available is None else available
     need = estimate.total
+    room = _room_for(need) if available is None else available
     if room is None or need <= room:
         return
     what, part, option = estimate.largest
