@@ -118,12 +118,13 @@ def unblocked_transfer(steps: pd.DataFrame | None) -> float | None:
 
 def split_of(traffic: Mapping[str, Any], unblocked: float | None) -> dict[str, float | None]:
     """The shares ``summary.json`` keeps (``traffic.split``) for a ``traffic`` section with ``step_ms``, given
-    :func:`unblocked_transfer` of the run's step records (``None``: the timed transfer as its mean over the
-    step)."""
+    :func:`unblocked_transfer` of the run's step records (``None``, a summary without its records: the timed
+    transfer as its mean over the step, at most the share the mode did not block)."""
     wait = _ms_share(traffic, "wait_ms")
     transfer = _ms_share(traffic, "transfer_ms")
-    if transfer is not None and traffic.get("transfer_timed_steps") and unblocked is not None:
-        transfer = unblocked * (1.0 - (_share(wait) or 0.0))
+    if transfer is not None and traffic.get("transfer_timed_steps"):
+        unblocked_share = 1.0 - (_share(wait) or 0.0)
+        transfer = min(transfer, unblocked_share) if unblocked is None else unblocked * unblocked_share
     t, w, c, o = partition(transfer, wait, _ms_share(traffic, "compute_ms"), _ring(traffic))
     return {"transfer": t, "wait": w, "compute": c, "other": o}
 
@@ -142,7 +143,7 @@ def _ring(traffic: Mapping[str, Any]) -> bool:
 def step_split(traffic: Mapping[str, Any] | None) -> StepSplit | None:
     """The step split of a summary's ``traffic`` section: its ``split`` shares, or for a run written before
     ``summary.json`` kept them, the same rule applied to its ``*_ms`` figures (a timed transfer as its mean over
-    the step); ``None`` for a section without ``step_ms``."""
+    the step, at most the share the mode did not block); ``None`` for a section without ``step_ms``."""
     if not isinstance(traffic, Mapping) or not traffic.get("step_ms"):
         return None
     kept = traffic.get("split")
