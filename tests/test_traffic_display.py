@@ -3,13 +3,16 @@ run came to a shaped link's capacity, and where they show (terminal summary, das
 network section). Pure functions on hand-made counters: no cluster."""
 from __future__ import annotations
 
+import html
+import re
 import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from ssptk.analysis.traffic import link_capacity, step_split, traffic_summary, worker_cpu_s
+from ssptk.analysis.step_split import step_split
+from ssptk.analysis.traffic import link_capacity, traffic_summary, worker_cpu_s
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.render.report import Report, build_report
 from ssptk.render.tables import terminal_table
@@ -41,23 +44,34 @@ def test_a_step_splits_into_measured_compute_and_wait_and_the_transfer_its_bytes
     assert t["transfer_ms"] == pytest.approx(7.3e6 * 8 / 50e6 / 10 * 1000)  # pull + push through the PS link
     assert t["compute_ms"] == pytest.approx(5.0) and t["wait_ms"] == pytest.approx(20.0)
     split = step_split(t)
-    assert split["transfer"] == pytest.approx(116.8 / 200) and split["compute"] == pytest.approx(0.025)
-    assert split["wait"] == pytest.approx(0.1) and split["other"] == pytest.approx(1 - 0.025 - 0.584 - 0.1)
-    assert t["rates"] == {"ps:0": 50e6}
+    assert split is not None and split.transfer == pytest.approx(116.8 / 200) and split.compute == pytest.approx(0.025)
+    assert split.wait == pytest.approx(0.1) and split.other == pytest.approx(1 - 0.025 - 0.584 - 0.1)
+    assert t["split"] == split.shares() and t["rates"] == {"ps:0": 50e6}
+
+
+def traced(transfer: list[float | None], wait: list[float]) -> pd.DataFrame:
+    """Step records of one worker, a step every 0.2 s, with ``transfer_s`` where given."""
+    return pd.DataFrame({"worker": 0, "step": range(1, len(wait) + 1), "t": [0.2 * (i + 1) for i in range(len(wait))],
+                         "wait_s": wait, "transfer_s": [float("nan") if x is None else x for x in transfer]})
 
 
 def test_a_timed_transfer_replaces_the_estimate_and_says_so() -> None:
-    timed = pd.Series([0.05, float("nan"), 0.07, float("nan")])  # two of four steps traced
-    section = traffic_summary(counters(), 10, 1.0, workers=2, wait_fraction=0.1, cpu_s=0.05, timed=timed)
+    # two of four steps traced: the first follows no step of its own and is left out of the share; the 4th was on
+    # the wire 0.07 s of its 0.2 - 0.06 s not blocked by the mode
+    steps = traced([0.05, None, None, 0.07], [0.0, 0.0, 0.0, 0.06])
+    section = traffic_summary(counters(), 10, 1.0, workers=2, wait_fraction=0.1, cpu_s=0.05, steps=steps)
     t = section["traffic"]
     assert t["transfer_ms"] == pytest.approx(60.0) and t["transfer_timed_steps"] == 2
-    assert step_split(t)["transfer"] == pytest.approx(0.3)
-    assert split_text(t) == "a worker's step 200 ms: compute 2%, transfer 30% (timed on 2 steps), wait 10%, other 57%"
+    split = step_split(t)
+    assert split is not None and split.timed_steps == 2 and not split.estimated
+    assert split.transfer == pytest.approx(0.07 / 0.14 * 0.9) and split.wait == pytest.approx(0.1)
+    assert split_text(t) == ("a worker's step 200 ms = transfer 45% (timed on 2 steps) + wait 10% + compute 3% + "
+                             "other 42%, each second counted once, in this order")
     s = {**summary(counters()), **section}
-    assert status_text(s).endswith(" \u00b7 transfer 30% of a step")
+    assert status_text(s).endswith(" \u00b7 a step: transfer 45%, wait 10%, compute 3%, other 42%")
     # no shaped link: no transfer share, timed or not; nothing traced: the estimate
-    assert traffic_summary(counters(ps_rate=None), 10, 1.0, 2, timed=timed)["traffic"]["transfer_ms"] is None
-    none = traffic_summary(counters(), 10, 1.0, 2, timed=pd.Series([float("nan")]))["traffic"]
+    assert traffic_summary(counters(ps_rate=None), 10, 1.0, 2, steps=steps)["traffic"]["transfer_ms"] is None
+    none = traffic_summary(counters(), 10, 1.0, 2, steps=traced([None], [0.0]))["traffic"]
     assert "transfer_timed_steps" not in none and none["transfer_ms"] == pytest.approx(116.8)
 
 
@@ -71,8 +85,11 @@ def test_a_shaped_worker_link_carries_its_own_steps_and_an_unshaped_run_has_no_t
     free = summary(counters(ps_rate=None), cpu_s=None)["traffic"]
     assert free["transfer_ms"] is None and free["compute_ms"] is None and free["link_busy"] == {}
     split = step_split(free)
-    assert split["transfer"] is None and split["other"] is None and split["wait"] == pytest.approx(0.1)
-    assert step_split({}) == {} and traffic_summary({}, 10, 1.0, 2) == {}
+    assert split is not None and split.transfer is None and split.compute is None and split.wait == pytest.approx(0.1)
+    assert split.other == pytest.approx(0.9) and split.unmeasured == ("transfer", "compute")
+    assert split_text(free).endswith("+ other 90% (with the transfer and compute: not measured), each second counted "
+                                     "once, in this order")
+    assert step_split({}) is None and traffic_summary({}, 10, 1.0, 2) == {}
 
 
 def test_capacity_is_steps_per_second_against_what_the_fuller_direction_allows() -> None:
@@ -100,10 +117,13 @@ def test_worker_cpu_is_measured_only_where_each_worker_has_its_own_clock() -> No
 def test_the_terminal_summary_and_the_status_line_say_it_in_words() -> None:
     s = summary(counters())
     line = split_text(s["traffic"])
-    assert line == "a worker's step 200 ms: compute 2%, transfer \u2265 58% (estimated), wait 10%, other 29%"
+    assert line == ("a worker's step 200 ms = transfer \u2265 58% (estimated: its bytes at the link's rate; queueing "
+                    "behind the others is in other) + wait 10% + compute 3% + other 29%, each second counted once, "
+                    "in this order")
     text = format_summary({**s, "run_dir": "r", "mode": "async", "workers": 2})
     assert "busiest link ps:0 at 59% of its rate" in text and line in text
-    assert status_text(s) == "0.73 MB/step \u00b7 ps:0 link 59% of capacity \u00b7 transfer \u2265 58% of a step"
+    assert status_text(s) == ("0.73 MB/step \u00b7 ps:0 link 59% of capacity \u00b7 a step: transfer \u2265 58%, wait 10%, "
+                              "compute 3%, other 29%")
     assert status_text({"traffic": {}}) == "" and status_text({}) == ""
 
 
@@ -115,8 +135,12 @@ def test_the_dashboard_names_the_network_while_running_and_the_traffic_at_the_en
                    "staleness": 0, "minibatch": i, "delay_s": 0.0, "applied": True} for i in range(4)], [], 4, 10)
     assert "network ps=50mbit" in dash.progress_text()
     dash.finished(types.SimpleNamespace(summary=summary(counters())))
-    assert dash.progress_text().endswith("0.73 MB/step \u00b7 ps:0 link 59% of capacity \u00b7 transfer \u2265 "
-                                         "58% of a step")
+    assert dash.progress_text().endswith("0.73 MB/step \u00b7 ps:0 link 59% of capacity \u00b7 a step: transfer "
+                                         "\u2265 58%, wait 10%, compute 3%, other 29%")
+    # as HTML: the line without the parts, and under it the step as a bar with the whole line in words
+    page = dash._progress_html()
+    assert "a step: transfer" not in page and 'class="ssptk-step-split"' in page
+    assert split_text(summary(counters())["traffic"]) in html.unescape(re.sub(r"<[^>]+>", "", page).replace("\u25a0\u00a0", ""))
 
 
 def test_the_reports_network_section() -> None:

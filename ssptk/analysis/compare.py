@@ -10,7 +10,7 @@ import pandas as pd
 
 from ssptk.analysis.held_out import held_out_curve, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
-from ssptk.analysis.traffic import step_split
+from ssptk.analysis.step_split import step_split
 from ssptk.analysis.values import clean
 
 __all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "auto_target",
@@ -42,14 +42,15 @@ _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the sta
 def _traffic_columns(traffic: Any) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
     ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``), ``transfer_share``
-    (the share of a worker's step its tensors were on the wire: timed in sync, ssp and async, else the share its own
-    bytes need at the link's rate, an estimate and a floor: :func:`ssptk.analysis.traffic.step_split`; ``None``
-    likewise)."""
+    (the transfer part of a worker's step, each second of it counted once: timed in sync, ssp and async, else the
+    share its own bytes need at the link's rate, an estimate and a floor: :func:`ssptk.analysis.step_split.step_split`;
+    ``None`` likewise)."""
     t = traffic if isinstance(traffic, Mapping) else {}
     busiest = t.get("busiest")
+    split = step_split(t)
     return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),
             "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None,
-            "transfer_share": clean(step_split(t).get("transfer"))}
+            "transfer_share": clean(None if split is None else split.transfer)}
 
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:

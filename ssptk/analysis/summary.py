@@ -41,7 +41,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     s.update(summarize(steps, events, config))
     s.update(_startup(steps, config))
     s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s"), opts.workers,
-                             s.get("wait_fraction"), worker_cpu_s(events), steps.get("transfer_s")))
+                             s.get("wait_fraction"), worker_cpu_s(events), steps))
     s["traffic_not_measured"] = _why_no_traffic(config) if "traffic" not in s else None
     s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
     predicted = config.get("predicted") if isinstance(config, dict) else None

@@ -6,7 +6,9 @@ run's training time, against the rate ``--network`` gave it; an unshaped link ha
 bytes of the start-up (initial values, the first pulls) are counted and its time is not, so a link kept full
 reads a little over 100% (up to ~105% in short runs).
 
-A worker's step is split (:func:`step_split`) into what was measured and what its bytes imply:
+A worker's step is split into what was measured and what its bytes imply (each on its own, so they may overlap:
+``step_ms``, ``compute_ms``, ``transfer_ms``, ``wait_ms``), and those into a partition of the step, each second
+counted once (``split``: :mod:`ssptk.analysis.step_split`, the rule's one owner):
 
 - **compute**: the workers' own CPU seconds per step (their processes' clocks from the ``start`` to the ``done``
   event: forward, backward and serialising the tensors), measured; only where each worker is its own process;
@@ -16,9 +18,7 @@ A worker's step is split (:func:`step_split`) into what was measured and what it
   an *estimate*, the seconds a step's own bytes (pull and push, measured per minibatch) need at the rate of the
   narrowest shaped link they cross, as if that link carried nothing else: a floor (allreduce: the fuller direction
   of a worker's link, as its ring sends while it receives). Both only under ``--network``;
-- **wait**: what the mode blocked (``wait_fraction``), measured;
-- **other**: the rest of the step: the PS's own work, waiting for a free core and, where the transfer is an
-  estimate, queueing behind other workers' transfers on a shared link and protocol round trips.
+- **wait**: what the mode blocked (``wait_fraction``), measured.
 """
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["link_capacity", "step_split", "traffic_summary", "worker_cpu_s"]
+from ssptk.analysis.step_split import split_of, unblocked_transfer
+
+__all__ = ["link_capacity", "traffic_summary", "worker_cpu_s"]
 
 
 def worker_cpu_s(events: pd.DataFrame) -> float | None:
@@ -44,17 +46,18 @@ def worker_cpu_s(events: pd.DataFrame) -> float | None:
 
 def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: float | None,
                     workers: int | None = None, wait_fraction: float | None = None,
-                    cpu_s: float | None = None, timed: pd.Series | None = None) -> dict[str, Any]:
+                    cpu_s: float | None = None, steps: pd.DataFrame | None = None) -> dict[str, Any]:
     """The summary's ``traffic`` section, or ``{}`` for a run that measured none.
 
     - ``mb_per_minibatch``: megabytes the workers sent and received per minibatch (pull + push);
     - ``ps_mb_per_minibatch``: megabytes through the PS tasks' links per minibatch (in + out, all shards);
     - ``link_busy``: each shaped link's busy share; ``busiest``: ``[task, share]`` of the fullest one;
     - ``tasks``: each task's ``sent`` and ``received`` bytes; ``rates``: each shaped link's bits per second;
-    - with ``workers``: ``step_ms`` (a worker's mean step: ``workers`` x ``wall_s`` / minibatches), and what
-      :func:`step_split` splits it into: ``transfer_ms`` (``timed``, the step records' ``transfer_s``, where any
-      step has one: their mean, with ``transfer_timed_steps`` their count; else estimated; ``None`` without a shaped
-      link on the way), ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``.
+    - with ``workers``: ``step_ms`` (a worker's mean step: ``workers`` x ``wall_s`` / minibatches), what was
+      measured of it: ``transfer_ms`` (the step records' ``transfer_s`` in ``steps``, where any step has one: their
+      mean, with ``transfer_timed_steps`` their count; else estimated; ``None`` without a shaped link on the way),
+      ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``; and ``split``, those as a
+      partition of the step (:func:`ssptk.analysis.step_split.split_of`).
     """
     tasks = traffic.get("tasks") if isinstance(traffic, dict) else None
     if not isinstance(tasks, dict) or not tasks:
@@ -77,9 +80,10 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
            "rates": {t: float(rates[t]) for t in counts if rates.get(t)}}
     if workers and n and wall_s:
         out.update(_step_parts(counts, rates, n, workers, wall_s, wait_fraction, cpu_s))
-        timed = None if timed is None else timed.dropna()
+        timed = steps["transfer_s"].dropna() if steps is not None and "transfer_s" in steps else None
         if timed is not None and len(timed) and out["transfer_ms"] is not None:
             out.update(transfer_ms=1000.0 * float(timed.mean()), transfer_timed_steps=int(len(timed)))
+        out["split"] = split_of(out, unblocked_transfer(steps))
     return {"traffic": out}
 
 
@@ -101,23 +105,6 @@ def _step_parts(counts: Mapping[str, tuple[int, int]], rates: Mapping[str, Any],
     return {"step_ms": 1000.0 * step_s, "transfer_ms": 1000.0 * max(seconds) if seconds else None,
             "compute_ms": None if cpu_s is None else 1000.0 * cpu_s / n,
             "wait_ms": None if wait_fraction is None else 1000.0 * wait_fraction * step_s}
-
-
-def step_split(traffic: Mapping[str, Any]) -> dict[str, float | None]:
-    """A worker's step as shares of its time: ``compute`` (measured), ``transfer`` (timed where the section has
-    ``transfer_timed_steps``, else estimated from the bytes and the rate: a floor), ``wait`` (the mode's, measured)
-    and ``other`` (the rest, at least 0), each ``None`` where it is not known (``other`` needs the three); ``{}``
-    for a summary's ``traffic`` section without ``step_ms``."""
-    step = traffic.get("step_ms") if isinstance(traffic, Mapping) else None
-    if not step:
-        return {}
-    parts: dict[str, float | None] = {}
-    for part in ("compute", "transfer", "wait"):
-        ms = traffic.get(f"{part}_ms")
-        parts[part] = None if ms is None else min(1.0, max(0.0, float(ms) / float(step)))
-    known = [v for v in parts.values() if v is not None]
-    parts["other"] = max(0.0, 1.0 - sum(known)) if len(known) == 3 else None
-    return parts
 
 
 def link_capacity(summary: Mapping[str, Any]) -> list[dict[str, Any]]:

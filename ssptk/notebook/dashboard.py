@@ -35,7 +35,7 @@ from typing import Any
 
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
-from ssptk.render.traffic import status_text
+from ssptk.render.traffic import split_html, status_text
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE"]
 
@@ -131,8 +131,9 @@ class LiveDashboard:
             assert self._png is not None
             return self._png
 
-    def progress_text(self) -> str:
-        """The progress line: minibatches done of the budget, steps/s, elapsed, ETA; or the outcome."""
+    def progress_text(self, split: bool = True) -> str:
+        """The progress line: minibatches done of the budget, steps/s, elapsed, ETA; or the outcome (with the
+        traffic, a worker's step split too, unless ``split`` is false: the HTML shows it as a bar under the line)."""
         s, done, total = self.state, self.done, self.total
         elapsed = duration(max(0.0, self.clock() - self._t_start)) if math.isfinite(self._t_start) else "-"
         frac = f"{done}/{total} minibatches ({100 * done / total:.0f}%)" if total else f"{done} minibatches"
@@ -144,7 +145,7 @@ class LiveDashboard:
             parts = [head] + ([f"{m['steps_per_s']:.1f} steps/s"] if m.get("steps_per_s") else [])
             parts += [f"final loss {m['final_loss']:.4g}"] if m.get("final_loss") is not None else []
             parts += [f"max skew {m['max_skew']}"] if m.get("max_skew") is not None else []
-            parts += [net] if (net := status_text(m)) else []  # what crossed the links: MB/step, link capacity
+            parts += [net] if (net := status_text(m, split)) else []  # what crossed the links: MB/step, link capacity
             return " · ".join(parts + self._diverged())
         if self.status == "failed":
             return f"failed after {frac}: {self.summary.get('reason') or 'see the run directory'}"
@@ -164,8 +165,11 @@ class LiveDashboard:
         watch = self.state.divergence
         return [f"DIVERGED at global step {watch.at}"] if watch.diverged else []
 
-    def _progress_html(self, text: str | None = None) -> str:
-        text = self.progress_text() if text is None else text
+    def _progress_html(self) -> str:
+        """The progress line as HTML; at the end of a run that measured its traffic, a worker's step under it as a
+        stacked bar with its parts in words (:func:`ssptk.render.traffic.split_html`)."""
+        panel = split_html(self.summary.get("traffic") or {}, "16em", line=True) if self.status == "ok" else ""
+        text = self.progress_text(split=not panel)
         bar = ""
         if self.total:
             value = self.total if self.status == "ok" else min(self.done, self.total)
@@ -177,7 +181,9 @@ class LiveDashboard:
         top, bound = self.state.skew_shown()
         skew = f' data-max-skew="{top}"' + (f' data-skew-bound="{bound}"' if bound is not None else "")
         return (f'<div class="ssptk-live"{skew} style="font-family:monospace;font-size:12px;color:{color}">'
-                f"{bar}{html.escape(text)}</div>")
+                f"{bar}{html.escape(text)}"
+                + (f'<div class="ssptk-step-split" style="margin-top:4px;font-family:sans-serif">{panel}</div>'
+                   if panel else "") + "</div>")
 
     def _ipython_display_(self) -> None:
         from IPython.display import Image, display
@@ -275,7 +281,7 @@ class LiveDashboard:
                 "image/png": data, "text/plain": f"<ssptk live dashboard: {self.run_dir}>"}
 
     def _text_bundle(self, text: str) -> dict[str, str]:
-        return {"text/html": self._progress_html(text), "text/plain": text}
+        return {"text/html": self._progress_html(), "text/plain": text}
 
     def _push(self, png: bytes | None, final: bool) -> None:
         text = self.progress_text()
@@ -285,7 +291,7 @@ class LiveDashboard:
             if png is not None:
                 self._img.value = png
                 self._img.layout.display = ""
-            self._html.value = self._progress_html(text)
+            self._html.value = self._progress_html()
         elif self._handles is not None:
             if png is not None:
                 self._handles[0].update(self._png_bundle(), raw=True)

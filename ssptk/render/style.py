@@ -31,7 +31,7 @@ SKEW_COLOR = "tab:purple"
 WAIT_COLOR = "tab:orange"
 DELAY_COLOR = "tab:gray"
 STALENESS_COLOR = "tab:blue"
-#: The parts of a worker's step (ssptk.analysis.traffic.step_split), in the report's network section.
+#: The parts of a worker's step (ssptk.analysis.step_split), in the report's network section and the dashboard.
 STEP_SPLIT_COLORS: dict[str, str] = {"compute": "tab:blue", "transfer": "tab:red", "wait": WAIT_COLOR, "other": "0.75"}
 #: Notes written in a panel ("no step records").
 NOTE_COLOR = "0.4"

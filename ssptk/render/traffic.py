@@ -4,38 +4,33 @@ terminal summary and the live dashboard's status line show. The figures come fro
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from ssptk.analysis.traffic import link_capacity, step_split
+from ssptk.analysis.step_split import PARTS, StepSplit, step_split
+from ssptk.analysis.traffic import link_capacity
 
-__all__ = ["CAPACITY_SENTENCE", "SPLIT_SENTENCE", "network_section", "split_text", "status_text"]
+__all__ = ["CAPACITY_SENTENCE", "SPLIT_SENTENCE", "network_section", "split_html", "split_legend", "split_text",
+           "split_words", "status_text"]
 
 #: What "of capacity" means, in one sentence (the report says it under its network table).
 CAPACITY_SENTENCE = (
     "A link of rate R whose fuller direction carries b bytes per minibatch can carry at most R / (8 b) minibatches "
     "a second, whatever the mode; the run's steps/s over that limit is how close it came to the link's capacity "
     "(100%: the link was busy the whole run, so it and not the workers set the pace).")
-#: How a worker's step is split (:func:`ssptk.analysis.traffic.step_split`), in one sentence.
+#: How a worker's step is split (:mod:`ssptk.analysis.step_split`), in a few sentences.
 SPLIT_SENTENCE = (
-    "A worker's step: compute is its process's CPU time (measured); transfer, in sync, ssp and async, is timed: "
-    "the time some tensor of the step (parameters, gradients, messages) was on the wire, queueing behind the other "
-    "workers' traffic included, from TensorFlow's step stats on every 10th step; in local SGD and allreduce it is "
-    "an estimate (\u2265), the step's own measured bytes at the rate of the narrowest shaped link they cross, as if "
-    "nothing else used it, so a floor; wait is what the mode blocked (measured); other is the rest: the PS's "
-    "work, waiting for a free core, and (where transfer is estimated) queueing on a shared link.")
-_PARTS = ("compute", "transfer", "wait", "other")
-
-
-def _word(part: str, traffic: Mapping[str, Any]) -> str:
-    """The part's name, ``transfer \u2265`` where the transfer is an estimate (a floor)."""
-    return part + (" \u2265" if part == "transfer" and not traffic.get("transfer_timed_steps") else "")
-
-
-def _how(traffic: Mapping[str, Any]) -> str:
-    """How a transfer share was had: ``(timed on N steps)`` or ``(estimated)``."""
-    timed = traffic.get("transfer_timed_steps")
-    return f" (timed on {timed} steps)" if timed else " (estimated)"
+    "A worker's step, each second counted once, in this order: transfer, the time its own tensors (parameters, "
+    "gradients, messages) were on the wire, queueing behind the other workers' traffic included; in sync, ssp and "
+    "async timed by TensorFlow's step stats on every 10th step, as a share of the time the step was not blocked by "
+    "the mode; in local SGD and allreduce estimated (\u2265), the step's own measured bytes at the rate of the "
+    "narrowest shaped link they cross as if nothing else used it, a floor. Then wait, what the mode blocked "
+    "(measured on every step; allreduce: the all-reduce call less the transfer, so the collective's time above the "
+    "floor is wait). Then compute, its process's CPU time, up to what is left (CPU spent while its tensors were "
+    "on the wire is already counted). Then other, the rest: the PS's work, waiting for a free core and, where the "
+    "transfer is estimated, queueing on a shared link. A faster network shortens transfer; fewer barriers, or "
+    "better balanced workers, shorten wait; faster workers shorten compute.")
 
 
 def _pct(v: float | None) -> str:
@@ -46,20 +41,64 @@ def _num(v: Any, spec: str = ".3g") -> str:
     return "-" if v is None else format(float(v), spec)
 
 
+def _percents(split: StepSplit) -> dict[str, int]:
+    """Each part's whole percent, rounded so that they add up to 100 (largest remainders)."""
+    shares = {p: 100.0 * v for p, v in split.shares().items() if v is not None}
+    floor = {p: math.floor(v) for p, v in shares.items()}
+    for p in sorted(shares, key=lambda p: floor[p] - shares[p])[:max(0, 100 - sum(floor.values()))]:
+        floor[p] += 1
+    return floor
+
+
+def _part(part: str, split: StepSplit, pct: int, how: bool) -> str:
+    """One part in words: ``transfer \u2265 84%``, with (``how``) what the reader needs to read it right."""
+    word = f"{part} \u2265 {pct}%" if part == "transfer" and split.estimated else f"{part} {pct}%"
+    if not how:
+        return word
+    if part == "transfer":
+        if split.timed_steps:
+            return f"{word} (timed on {split.timed_steps} steps)"
+        rest = "the rest of the all-reduce call is wait" if split.ring else "queueing behind the others is in other"
+        return f"{word} (estimated: its bytes at the link's rate; {rest})"
+    if part == "compute" and split.cpu_overlap and round(100 * (split.cpu or 0.0)) > pct:
+        return f"{word} (of {100 * (split.cpu or 0.0):.0f}% CPU: the rest overlapped)"
+    if part == "other" and split.unmeasured:
+        return f"{word} (with the {' and '.join(split.unmeasured)}: not measured)"
+    return word
+
+
+def _parts(split: StepSplit, how: bool) -> list[tuple[str, str]]:
+    """``(part, words)`` of each part shown, in the order they take their time."""
+    pcts = _percents(split)
+    return [(p, _part(p, split, pcts[p], how)) for p in PARTS if p in pcts]
+
+
+def split_words(split: StepSplit, how: bool = True, sep: str = " + ") -> str:
+    """The parts in words, in the order they take their time: ``transfer 86% (timed on 6 steps) + wait 14% +
+    compute 0% + other 0%`` (``how=False``: the bare shares)."""
+    return sep.join(words for _, words in _parts(split, how))
+
+
+def _lead(split: StepSplit) -> tuple[str, str]:
+    """What :func:`split_text` says before and after the parts."""
+    return f"a worker's step {split.step_ms:.0f} ms = ", ", each second counted once, in this order"
+
+
 def split_text(traffic: Mapping[str, Any]) -> str:
     """A worker's step and its parts in one line (``""`` where the summary has no ``step_ms``), e.g.
-    ``a worker's step 288 ms: compute 6%, transfer 41% (timed on 12 steps), wait 20%, other 33%``."""
+    ``a worker's step 288 ms = transfer 41% (timed on 12 steps) + wait 20% + compute 6% + other 33%, each second
+    counted once, in this order``."""
     split = step_split(traffic)
-    if not split:
+    if split is None:
         return ""
-    parts = [f"{_word(key, traffic)} {_pct(split[key])}" + (_how(traffic) if key == "transfer" else "")
-             for key in _PARTS if split.get(key) is not None]
-    return f"a worker's step {_num(traffic.get('step_ms'), '.0f')} ms: " + ", ".join(parts)
+    before, after = _lead(split)
+    return before + split_words(split) + after
 
 
-def status_text(summary: Mapping[str, Any]) -> str:
-    """The traffic for a status line: ``0.74 MB/step · ps:0 link 84% of capacity · transfer 56% of a step``
-    (``transfer ≥``: an estimate, :func:`ssptk.analysis.traffic.step_split`; ``""`` for a run that measured none)."""
+def status_text(summary: Mapping[str, Any], split: bool = True) -> str:
+    """The traffic for a status line: ``0.74 MB/step \u00b7 ps:0 link 84% of capacity \u00b7 a step: transfer 56%,
+    wait 10%, compute 4%, other 30%`` (``transfer \u2265``: an estimate; without the step's parts unless ``split``;
+    ``""`` for a run that measured none)."""
     t = summary.get("traffic")
     if not isinstance(t, Mapping) or not t:
         return ""
@@ -67,9 +106,9 @@ def status_text(summary: Mapping[str, Any]) -> str:
     capacity = link_capacity(summary)
     if capacity:
         parts.append(f"{capacity[0]['task']} link {_pct(capacity[0]['share'])} of capacity")
-    transfer = step_split(t).get("transfer")
-    if transfer is not None:
-        parts.append(f"{_word('transfer', t)} {_pct(transfer)} of a step")
+    parts_of = step_split(t) if split else None
+    if parts_of is not None:
+        parts.append("a step: " + split_words(parts_of, how=False, sep=", "))
     return " \u00b7 ".join(parts)
 
 
@@ -81,12 +120,35 @@ def _color(part: str) -> str:
     return str(to_hex(STEP_SPLIT_COLORS[part]))
 
 
-def _bar(split: Mapping[str, float | None]) -> str:
-    """A worker's step as one stacked bar (inline CSS: the report stays one self-contained file)."""
-    cells = "".join(f'<span title="{key} {_pct(split.get(key))}" style="display:inline-block;height:10px;'
-                    f'width:{100 * (split.get(key) or 0):.1f}%;background:{_color(key)}"></span>'
-                    for key in _PARTS if split.get(key))
-    return f'<span style="display:flex;width:120px;background:#eee">{cells}</span>'
+def _bar(split: StepSplit, width: str = "120px") -> str:
+    """A worker's step as one stacked bar, its parts in their order (inline CSS: the report stays one
+    self-contained file)."""
+    pcts = _percents(split)
+    cells = "".join(f'<span title="{p} {pcts[p]}%" style="display:inline-block;height:10px;'
+                    f'width:{100 * (split.shares()[p] or 0):.1f}%;background:{_color(p)}"></span>'
+                    for p in PARTS if split.shares()[p])
+    return f'<span style="display:flex;width:{width};min-width:120px;background:#eee">{cells}</span>'
+
+
+def split_html(traffic: Mapping[str, Any], width: str = "100%", line: bool = False) -> str:
+    """A worker's step as a stacked bar with its parts in words under it, each after its colour, as the report's
+    network table and the dashboard (``line``: the whole :func:`split_text`) show it (``""`` where the summary has
+    no ``step_ms``)."""
+    split = step_split(traffic)
+    if split is None:
+        return ""
+    words = " + ".join(f'<span style="color:{_color(p)}">\u25a0</span>\u00a0{html.escape(w)}'
+                       for p, w in _parts(split, True))
+    if line:
+        before, after = _lead(split)
+        words = html.escape(before) + words + html.escape(after)
+    return (f'{_bar(split, width)}<div style="font-size:12px;color:#444;text-align:left;margin-top:2px">'
+            f"{words}</div>")
+
+
+def split_legend() -> str:
+    """The parts' colours in their order, as HTML."""
+    return " ".join(f'<span style="color:{_color(p)}">\u25a0</span> {p}' for p in PARTS)
 
 
 def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
@@ -99,12 +161,10 @@ def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
         t = s.get("traffic") or {}
         cap = link_capacity(s)
         top = cap[0] if cap else {}
-        split = step_split(t)
         speed = _num(s.get("steps_per_s"))
         limit = (f"{speed} of <span>{_num(top.get('limit_steps_per_s'))}</span>: <span>{_pct(top.get('share'))}</span>"
                  if top else speed)
-        parts = ", ".join(f"{_word(key, t)} {_pct(split[key])}" for key in _PARTS if split.get(key) is not None)
-        step = f'{_bar(split)}<div style="font-size:11px;color:#555">{parts}</div>' if split else "-"
+        step = split_html(t) or "-"
         cells = [html.escape(label), html.escape(str(t.get("network") or "free loopback")),
                  _num(t.get("mb_per_minibatch")),
                  html.escape(f"{top['task']}, {top['rate'] / 1e6:.4g}\u00a0Mbit/s") if top else "-",
@@ -160,11 +220,10 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
                          and (why := s.get("traffic_not_measured")))
     if not measured:
         return f"<h2>Network</h2>{unmeasured}" if unmeasured else ""
-    legend = " ".join(f'<span style="color:{_color(k)}">\u25a0</span> {k}' for k in _PARTS)
     return "\n".join([
         "<h2>Network</h2>", _runs_table(measured),
         f'<p class="notes">{html.escape(CAPACITY_SENTENCE)}</p>',
-        f'<p class="notes">{legend}. {html.escape(SPLIT_SENTENCE)}</p>',
+        f'<p class="notes">{split_legend()}. {html.escape(SPLIT_SENTENCE)}</p>',
         _tasks_table(measured),
         '<p class="notes">MB/minibatch: what the workers sent and received per minibatch. Bytes are IP packets on '
         "each task's link, headers included, counted by the kernel (traffic.json); a worker sends its gradients (push) "

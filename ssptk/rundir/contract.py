@@ -242,6 +242,8 @@ _TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
     "network": _opt(_is_str), "mb_per_minibatch": _opt(_finite), "ps_mb_per_minibatch": _opt(_finite),
     "link_busy": _dict_of(_opt(_finite)), "tasks": _dict_of(_dict_of(_opt(_finite))), "rates": _dict_of(_finite),
     **{k: _opt(_finite) for k in ("step_ms", "transfer_ms", "compute_ms", "wait_ms")},
+    "transfer_timed_steps": _opt(lambda v: _is_int(v) and v >= 0),
+    "split": _dict_of(_opt(lambda v: _finite(v) and 0 <= v <= 1)),
     "busiest": _opt(lambda v: isinstance(v, list) and len(v) == 2 and _is_str(v[0]) and _finite(v[1])),
 }
 _SUMMARY: dict[str, Callable[[Any], bool]] = {
