@@ -142,3 +142,21 @@ def test_a_gather_of_two_runs_is_refused_and_a_local_sgd_run_keeps_its_label(tmp
     assert "local:4" in (gathered / "metrics.csv").read_text().splitlines()[1]
     assert "<title>ssptk run local:4 (gathered from its hosts)</title>" in (gathered / "report.html").read_text()
     assert_gone(str(tmp_path))
+
+
+def test_a_ps_that_cannot_start_says_so_in_its_status(tmp_path: Path) -> None:
+    """Its port is taken: the PS's server cannot start. Its status says failed and why (an exception no training
+    loop caught), and gRPC's line saying why is still on its stderr (an error that is not a peer's death)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        cluster = {"ps": [f"localhost:{taken.getsockname()[1]}"], "worker": ["localhost:1"]}
+        host = tmp_path / "host0"
+        p = subprocess.run([*ssptk_cmd(), "worker", "--cluster", json.dumps(cluster), "--task", "ps:0", "--out",
+                            str(host)], capture_output=True, text=True, timeout=180, env={**ENV, "CUDA_VISIBLE_DEVICES": ""})
+    assert p.returncode == 1 and "Failed to add port to server" in p.stderr, p.stderr[-3000:]
+    status = _status(host, "ps:0")
+    assert status["state"] == "failed" and status["error"]["message"] == "UnknownError: Could not start gRPC server"
+    assert "Could not start gRPC server" in (host / "logs" / "ps-0.log").read_text()

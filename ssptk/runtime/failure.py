@@ -7,6 +7,7 @@ import contextlib
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from ssptk.core.errors import DiskFull, LossNotFinite
 from ssptk.rundir import RunDir
@@ -18,7 +19,7 @@ from ssptk.runtime.quiet_stderr import to_log
 from ssptk.runtime.reaper import exit_with_descendants
 from ssptk.runtime.retry import ATTEMPTS, DUPLICATE_TEXT
 
-__all__ = ["one_line", "run_guarded", "task_error"]
+__all__ = ["one_line", "report_uncaught", "run_guarded", "task_error"]
 
 
 def run_guarded(fn: Callable[[], None], run_dir: str, index: int,
@@ -62,6 +63,19 @@ def run_guarded(fn: Callable[[], None], run_dir: str, index: int,
     with contextlib.suppress(OSError):
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def report_uncaught(task: str) -> None:
+    """An exception that ends task ``task`` uncaught (a PS whose server cannot start, say) is reported in its status
+    file before Python prints it, as :func:`run_guarded` reports a worker's."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], e: BaseException, tb: Any) -> None:
+        with contextlib.suppress(Exception):
+            report_failure(task, task_error(e, f"{kind.__name__}: {one_line(e)}"))
+        previous(kind, e, tb)
+
+    sys.excepthook = hook
 
 
 def task_error(e: BaseException, message: str) -> TaskError:

@@ -16,9 +16,10 @@ while it holds Python's GIL would wait for it. ``SSPTK_TF_LOGS=1`` turns the fil
 Once the task knows its run directory it keeps its log there (:meth:`StderrFilter.keep_log`, ``logs/<task>.log``):
 everything its fd 2 carries, unfiltered, what came before the log was opened included, and whatever :func:`to_log`
 adds (the full traceback of a failure the stderr says in one line). From then on the stderr also leaves out
-TensorFlow's own log lines (``I0000 ... grpc_server_lib.cc] Started server``, the ``W``/``E`` lines gRPC writes when
-a peer goes away) with the lines that continue them: the log has them, and the task's own line says what failed.
-Fatal ``F`` lines always show. Imports: core, runtime.
+TensorFlow's own information and warning lines (``I0000 ... grpc_server_lib.cc] Started server``) and the error lines
+gRPC writes when a call to another task breaks (``UNAVAILABLE``, ``Socket closed``, ...: a peer died), with the lines
+that continue them: the log has them, and the task's own line says what failed. Other error lines (a port it cannot
+bind) and fatal ``F`` lines always show. Imports: core, runtime.
 """
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ _PARTIAL_S = 0.5  # a line without its end yet (a prompt, a progress bar) is sho
 _EARLY_BYTES = 1 << 20  # what is kept for the log until it is opened
 #: a line of TensorFlow's C++ logging (absl): severity, date (``0000`` before absl is set up), time, thread, source
 _TF_LOG = re.compile(rb"^[IWE]\d{4} \d\d:\d\d:[\d.]+ +\d+ [\w.]+:\d+\] ")
+#: what an error line says when a call to another task broke or was called off (that task died, or this one ends):
+#: the peer's death seen from here, which the task's own line says; other errors (a port it cannot bind) still show
+_PEER_GONE = re.compile(rb"\b(?:UNAVAILABLE|CANCELLED|ABORTED)\b|Socket closed|Connection reset|failed to connect")
 #: how the lines that continue a multi-line TensorFlow log record begin (a status's details, the node it came from)
 _GOES_ON = re.compile(rb"^(?:[ \t]|Additional GRPC error information|:UNKNOWN:|\[\[)")
 _active: list[StderrFilter] = []  # this process's filter, for to_log
@@ -152,7 +156,7 @@ class StderrFilter:
     def _shown(self, line: bytes) -> bool:
         """Whether ``line`` goes to the stderr (see the module's text)."""
         if self.log_fd is not None:
-            if _TF_LOG.match(line):
+            if _TF_LOG.match(line) and (not line.startswith(b"E") or _PEER_GONE.search(line)):
                 self.in_record = True
                 return False
             if self.in_record and _GOES_ON.match(line):

@@ -22,7 +22,7 @@ from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
 from ssptk.rundir.task_status import DONE
-from ssptk.runtime.failure import one_line, run_guarded, task_error
+from ssptk.runtime.failure import one_line, report_uncaught, run_guarded, task_error
 from ssptk.runtime.fork_server import FORK_SERVER_FLAG, LISTEN_FLAG, serve
 from ssptk.runtime.host_dir import keep_in_host_dir, run_identity
 from ssptk.runtime.protocol import (
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     identity = run_identity(cluster, args.run_id, opts) if own else None
     if identity is not None:  # its status and log in its host's directory (ssptk.runtime.host_dir)
         keep_in_host_dir(run_dir, args.task, identity, log)
+        report_uncaught(args.task)
     if job == "worker" and index == 0 and not args.serve and not os.path.exists(RunDir(run_dir).config_path):
         # tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does
         RunDir(run_dir).write_config(opts, cluster, {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
