@@ -242,7 +242,7 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
 
     path = args.dir[0]
     rd = RunDir(path)
-    if len(args.dir) > 1 or args.gather or (rd.config().get("started_by") and not os.path.exists(rd.summary_path)):
+    if len(args.dir) > 1 or args.gather or rd.from_hosts():
         # several hosts' directories, or the one directory of tasks no launcher of ours started (Slurm on one node)
         return _report_gathered(args.dir, args.gather, warn)
     if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written

@@ -169,7 +169,7 @@ def test_a_refused_duplicate_is_run_again_and_anything_else_raised() -> None:
 
 
 def test_tensorflow_errors_become_one_readable_line() -> None:
-    from ssptk.runtime.task import _message
+    from ssptk.runtime.failure import one_line as _message
 
     assert _message(_Cancelled(JOINED)).startswith("TensorFlow refused a request it had seen before, 5 times")
     other = JOINED.replace("The same RunGraph (Worker) request was received twice.", "Some other failure.")

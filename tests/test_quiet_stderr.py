@@ -119,3 +119,49 @@ def test_no_gpu_lines_are_news_where_a_gpu_is_expected(tmp_path: os.PathLike[str
     with open(log, "w") as f:
         f.write("\n".join(NOISE + REAL) + "\n")
     assert log_tail(log) == REAL  # the log tails shown to users leave out the same lines
+
+
+#: what gRPC and TensorFlow wrote to a worker's stderr when its PS was killed (issue 36), and their start-up line
+TF_LOG_LINES = [
+    "I0000 00:00:1795876136.388207    5877 grpc_server_lib.cc:467] Started server with target: grpc://localhost:36333",
+    "W0000 00:00:1795876136.779944    6079 local_rendezvous.cc:412] Local rendezvous is aborting with status: "
+    "UNAVAILABLE: Socket closed",
+    "Additional GRPC error information from remote target /job:ps/replica:0/task:0 while calling "
+    "/tensorflow.WorkerService/RecvTensor:",
+    ':UNKNOWN:Error received from peer  {grpc_message:"Socket closed", grpc_status:14}',
+    "\t [[{{node step_meta_S17}}]]",
+    "E0000 00:00:1795876136.779611    5956 master_session.cc:1972] Cleanup partition error: UNAVAILABLE: "
+    "recvmsg:Connection reset by peer",
+]
+SHOWN = ["ssptk worker: error: worker:0: lost ps:0 at localhost:1 (Socket closed): ...", "  a line of the user's",
+         "E0000 00:00:1795877654.313396   15925 add_port.cc:83] Failed to add port to server: No address added out of "
+         "total 1 resolved for '0.0.0.0:43905'",  # not a peer's death: news
+         "F0000 00:00:1795791812.2 4902 cuda_platform.cc:9] Check failed: a fatal one"]
+
+LOG_SCRIPT = textwrap.dedent("""
+    import os, sys
+    from ssptk.runtime.quiet_stderr import quiet_stderr, to_log
+    f = quiet_stderr()
+    os.write(2, b"before the log\\n")
+    f.keep_log(sys.argv[1])
+    for ln in sys.argv[2].split("\\n"):
+        os.write(2, (ln + "\\n").encode())
+    to_log("Traceback (most recent call last):\\n  the peer's death in full\\n")
+""")
+
+
+def test_a_task_with_its_own_log_keeps_tensorflows_lines_and_tracebacks_there(tmp_path: os.PathLike[str]) -> None:
+    """Once the task keeps its log (a task no launcher started, in its host's directory): its stderr leaves out
+    TensorFlow's I/W lines and the E lines of a peer's death, with the lines that continue them (another error and a
+    fatal F line still show); the log has every line, those written before it was opened too, and what to_log adds."""
+    log = os.path.join(tmp_path, "logs", "worker-0.log")
+    env = {k: v for k, v in os.environ.items() if k != "SSPTK_TF_LOGS"}
+    lines = TF_LOG_LINES + SHOWN[:2] + TF_LOG_LINES[-1:] + SHOWN[2:]
+    p = subprocess.run([sys.executable, "-c", LOG_SCRIPT, log, "\n".join(lines)], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == ["before the log", *SHOWN], p.stderr
+    with open(log) as f:
+        kept = f.read()
+    assert kept == "before the log\n" + "".join(ln + "\n" for ln in lines) + \
+        "Traceback (most recent call last):\n  the peer's death in full\n", kept

@@ -279,3 +279,16 @@ def test_a_diverged_run_says_diverged_not_ok(tmp_path: Path) -> None:
     assert "[failed]" in rp.format_summary({**s, "status": "failed", "reason": "x"})
     result = RunResult(str(tmp_path), resolve(mode="async"), s)
     assert result.ok and repr(result).startswith("<RunResult async, diverged, 9 steps")
+
+
+def test_a_failed_or_interrupted_run_says_which_task_ended_it_and_why(runs) -> None:
+    """Not only its status in the table: a line naming the task that ended it and why (summary.json's reason)."""
+    steps, events, config, summary = runs["b"]
+    stopped = {**summary, "status": "interrupted", "failed_task": "ssptk", "reason": "ssptk: stopped by SIGTERM",
+               "signal": "SIGTERM"}
+    report = rp.build_report({**runs, "b": (steps, events, config, stopped)}, per_run=False)
+    ended = [n for n in report.notes if n.startswith("Run ")]
+    assert ended[0] == "Run b interrupted: ssptk: stopped by SIGTERM"
+    assert ended[1] == f"Run c failed: {runs['c'][3]['reason']}" and runs["c"][3]["reason"]
+    assert "Run b interrupted: ssptk: stopped by SIGTERM" in report.to_html()
+    assert not [n for n in rp.build_report({"a": runs["a"]}, per_run=False).notes if n.startswith("Run ")]

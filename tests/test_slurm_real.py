@@ -2,8 +2,8 @@
 slurmd in its own network namespace: tests/slurm_cluster.py), jobs submitted with sbatch, ended by `ssptk report`.
 
 Covers what a user on a department's cluster meets: two jobs at once on the same nodes (ports from the job ids, no
-collision), scancel of a running job (an interrupted run) and kill -9 of one task (that task is blamed), each
-reported from the hosts' directories. Needs root, `slurm-wlm` and `munge` (.ci/run installs them): under CI=true a
+collision), scancel of a running job (an interrupted run) and kill -9 of one task (that task is blamed, the PS too),
+each reported from the hosts' directories. Needs root, `slurm-wlm` and `munge` (.ci/run installs them): under CI=true a
 host without them fails this test instead of skipping it.
 """
 from __future__ import annotations
@@ -160,3 +160,28 @@ def test_three_jobs_at_once_end_in_reports_with_the_right_blame(slurm: SlurmClus
     assert not (ports[0] & ports[1] or ports[0] & ports[2] or ports[1] & ports[2]), [c["cluster"] for c in configs]
     print(f"three recipe jobs of 3 tasks at once on 2 Slurm nodes: {took:.1f} s to their ends, "
           f"{time.monotonic() - t0:.1f} s with the reports (load {os.getloadavg()[0]:.1f})")
+
+
+def test_a_killed_ps_is_named_and_slurm_out_says_so_in_a_few_lines(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """kill -9 of the PS (rank 0) while the job trains: the report over every node's directory names ps:0 (not the
+    worker that noticed first), its report.html says so, and slurm-N.out holds a few lines naming the cause, not
+    every task's traceback and TensorFlow's gRPC errors (those stay in each task's log file on its node)."""
+    job = slurm.sbatch(str(RECIPE), str(tmp_path), *TASKS, env=_env(LONG))
+    _wait_training(tmp_path, job)
+    pid = slurm.task_pid(job, rank=0)
+    assert pid is not None, "ps:0's process (SLURM_PROCID=0) not found"
+    os.kill(pid, signal.SIGKILL)
+    assert slurm.wait(job, timeout=300) == "FAILED"
+    out = (tmp_path / f"slurm-{job}.out").read_text()
+    said = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("SSPTK_READY")]
+    assert len(said) <= 12, out[-4000:]  # a line per worker, and srun's six or so
+    assert "Traceback" not in out and not re.search(r"^[EW]\d{4} ", out, re.M), out[-4000:]
+    assert re.search(r"lost ps:0|task 0: Killed", out), out[-4000:]
+    p, summary, hosts = _reports(tmp_path, [job])[job]
+    assert p.returncode == 0, p.stderr
+    assert summary["status"] == "failed" and summary["failed_task"] == "ps:0", summary.get("reason")
+    ps_host = next(h for h in hosts if (h / "tasks" / "ps-0.json").exists())  # rank 0's node
+    assert json.loads((ps_host / "tasks" / "ps-0.json").read_text())["state"] == "ready"  # never finished
+    assert "SSPTK_READY ps:0" in (ps_host / "logs" / "ps-0.log").read_text()
+    assert "Run ssp:2 failed: ps:0: " in (tmp_path / "runs" / str(job) / "gathered" / "report.html").read_text()
+    print(f"slurm-{job}.out after ps:0's kill -9: {len(said)} lines besides SSPTK_READY:\n" + "\n".join(said))

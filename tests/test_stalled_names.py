@@ -68,11 +68,13 @@ def test_the_last_unfinished_worker_is_blamed_not_the_ps(monkeypatch: pytest.Mon
 
 
 @pytest.mark.slow
-def test_a_stopped_ps_is_named_when_a_worker_ends_waiting_on_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [["async"], ["sync", "--restart-failed", "2"]], ids=["async", "sync-restarts"])
+def test_a_stopped_ps_is_named_when_a_worker_ends_waiting_on_it(tmp_path: Path, mode: list[str]) -> None:
     """--stall-timeout 10: a worker's step is declared hung after 5 s, before the stall watch's 10 s; the
-    message names ps:0 as stopped, not the worker."""
+    message names ps:0 as stopped, not the worker. With --restart-failed too (sync: worker:0, which holds the
+    aggregator, is not restarted, and the run ends on it): restarting cannot help while the PS is stopped."""
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", "async", "--workers", "2", "--steps", "1000000",
+    proc = subprocess.Popen([*ssptk_cmd(), "run", "--mode", *mode, "--workers", "2", "--steps", "1000000",
                              "--gpus", "none", "--stall-timeout", "10", "--out", str(run_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     ps = None

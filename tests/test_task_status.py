@@ -22,6 +22,7 @@ from ssptk.rundir.task_status import (
     TaskError,
     TaskStatus,
     read_status,
+    read_statuses,
     status_path,
     write_status,
 )
@@ -33,14 +34,29 @@ PRELUDE = ("import sys, time\nfrom ssptk.rundir.task_status import TaskError\n"
 
 def test_a_status_round_trips_and_is_written_whole(tmp_path: Path) -> None:
     error = TaskError("ValueError", "ValueError: boom", ("Traceback (most recent call last):", "ValueError: boom"))
-    status = TaskStatus("worker:1", 4711, FAILED, 1.7e9, "run1", error)
+    status = TaskStatus("worker:1", 4711, FAILED, 1.7e9, "run1", error, "slurm-7.0:0123456789ab")
     write_status(str(tmp_path), status)
     assert os.listdir(tmp_path) == ["worker-1.json"]  # no temporary file left
     assert read_status(str(tmp_path), "worker:1") == status
     assert json.loads(Path(status_path(str(tmp_path), "worker:1")).read_text()) == {
         "task": "worker:1", "pid": 4711, "state": "failed", "time": 1.7e9, "run": "run1",
         "error": {"type": "ValueError", "message": "ValueError: boom",
-                  "traceback_tail": ["Traceback (most recent call last):", "ValueError: boom"]}}
+                  "traceback_tail": ["Traceback (most recent call last):", "ValueError: boom"]},
+        "identity": "slurm-7.0:0123456789ab"}
+
+
+def test_a_hosts_status_files_are_read_without_trusting_them(tmp_path: Path) -> None:
+    """A host's tasks/ (a run directory from anywhere): well-formed files named after their task, the states of a
+    task no launcher started included; a FIFO is never waited on, a file naming another task is left out."""
+    write_status(str(tmp_path), TaskStatus("ps:0", 1, "ready", 1.0, identity="run:1"))
+    write_status(str(tmp_path), TaskStatus("worker:0", 2, "done", 2.0, identity="run:1"))
+    write_status(str(tmp_path), TaskStatus("worker:1", 3, "stopped", 3.0, identity="run:1"))
+    os.mkfifo(tmp_path / "worker-2.json")
+    (tmp_path / "worker-3.json").write_text(Path(status_path(str(tmp_path), "ps:0")).read_text())
+    found = read_statuses(str(tmp_path))
+    assert {t: s.state for t, s in found.items()} == {"ps:0": "ready", "worker:0": "done", "worker:1": "stopped"}
+    assert {s.identity for s in found.values()} == {"run:1"}
+    assert read_statuses(str(tmp_path / "missing")) == {}
 
 
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"task": "worker:0"}',

@@ -4,6 +4,7 @@ simulator (issue 23, point 4). The strict distribution check (quantiles within 1
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,26 @@ def test_bad_traces_are_refused_in_one_line(tmp_path: Path, body: str | None, ma
 def test_a_directory_that_is_no_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"not a run directory \(no workers/ step logs\) and not a CSV"):
         ssptk.sim.simulate("async", workers=2, steps=5, jitter=f"trace:{tmp_path}")
+
+
+def test_a_jobs_directory_points_to_its_gathered_run(tmp_path: Path) -> None:
+    """A Slurm job's directory (runs/<job id>: a directory per node, and `gathered` once `ssptk report` merged them)
+    is not a run: trace:JOBDIR is refused in one line that says what to give instead."""
+    import shutil
+
+    job = tmp_path / "1234"
+    (job / "sn1" / "workers").mkdir(parents=True)
+    (job / "sn1" / "tasks").mkdir()
+    j = re.escape(str(job))
+    with pytest.raises(UsageError, match=rf"^--jitter trace:{j}: not a run directory but the hosts' directories of "
+                                         rf"one: gather them first \(ssptk report {j}/\*\), then give "
+                                         rf"trace:{j}/gathered$"):
+        parse_jitter(f"trace:{job}")
+    shutil.copytree(RECORDED, job / "gathered")
+    with pytest.raises(UsageError, match=rf"^--jitter trace:{j}: not a run directory but it holds one, gathered "
+                                         rf"from its hosts: give trace:{j}/gathered$"):
+        parse_jitter(f"trace:{job}")
+    assert len(read_step_trace(str(job / "gathered"))) == 3
 
 
 def test_the_simulator_replays_a_trace_with_its_stragglers() -> None:

@@ -6,17 +6,25 @@ why), a ``stopped`` event (a signal ended it: ``scancel``, the job's time limit,
 killed outright, ``kill -9`` or the out-of-memory killer, or its host went down). The first worker to end
 without finishing, in time, is the one named (an ``error`` or a signal from its event, a silent end from its
 last record: it died after that), and the others after it. When every worker that did not finish was
-stopped by a signal, the run was interrupted (``scancel``) rather than failed. Pure: DataFrames in, a
-:class:`TaskFailure` out.
+stopped by a signal, the run was interrupted (``scancel``) rather than failed.
+
+A PS writes no such log, but its status file (``tasks/ps-<i>.json``, :mod:`ssptk.rundir.task_status`) ends
+``done``, ``failed`` or ``stopped``, or stays ``ready`` when it was killed outright. A worker that lost its connection
+to a PS says so in its ``error`` event (``lost``: ``ps:0``). Those errors are the PS's death seen from the workers, not
+causes: when a PS failed or ended silently and no worker ended on its own before the first of them (an error of its
+own, a silent end), the PS is named (``ps:0``), the workers after it; a PS stopped by a signal makes the run
+interrupted, as its workers' ``stopped`` events do. Pure: DataFrames and status files in, a :class:`TaskFailure` out.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from ssptk.core.errors import TaskFailure
+from ssptk.rundir.task_status import FAILED, READY_STATE, STOPPED, TaskStatus
 
 __all__ = ["Ending", "endings", "first_failure"]
 
@@ -31,6 +39,8 @@ class Ending:
     t: float
     detail: str = ""
     signal: str | None = None
+    #: an ``error`` that says the worker lost its connection to this task (``ps:0``): a consequence, not a cause
+    lost: str | None = None
 
 
 def endings(steps: pd.DataFrame, events: pd.DataFrame, workers: int) -> list[Ending]:
@@ -43,7 +53,8 @@ def endings(steps: pd.DataFrame, events: pd.DataFrame, workers: int) -> list[End
         last_step = int(st["step"].max()) if "step" in st and len(st) else 0
         if "error" in kinds:
             e = ev[ev["event"] == "error"].iloc[0]
-            out.append(Ending(w, "error", float(e["t"]), f"error: {e.get('message', '')}"))
+            lost = e.get("lost") if isinstance(e.get("lost"), str) else None
+            out.append(Ending(w, "error", float(e["t"]), f"error: {e.get('message', '')}", lost=lost))
         elif "done" in kinds:
             out.append(Ending(w, "done", float(ev[ev["event"] == "done"]["t"].iloc[-1])))
         elif "stopped" in kinds:
@@ -61,14 +72,18 @@ def endings(steps: pd.DataFrame, events: pd.DataFrame, workers: int) -> list[End
     return out
 
 
-def first_failure(steps: pd.DataFrame, events: pd.DataFrame, workers: int) -> TaskFailure | None:
-    """The failure of a run read from its logs: the first worker (in time) that ended without finishing, the
-    others named after it; status ``interrupted`` when signals stopped every one of them. ``None`` when every
-    worker finished."""
+def first_failure(steps: pd.DataFrame, events: pd.DataFrame, workers: int,
+                  tasks: Mapping[str, TaskStatus] | None = None) -> TaskFailure | None:
+    """The failure of a run read from its logs (and its tasks' status files ``tasks``, by task, where the hosts'
+    directories have them): the first task (in time) that ended without finishing, the others named after it;
+    status ``interrupted`` when signals stopped every one of them. ``None`` when every worker finished."""
     ends = [e for e in endings(steps, events, workers) if e.kind != "done"]
     if not ends:
         return None
     ends.sort(key=lambda e: (math.inf if math.isnan(e.t) else e.t, e.worker))
+    ps = _ps_failure(ends, tasks or {})
+    if ps is not None:
+        return ps
     first = ends[0]
     if all(e.kind == "stopped" for e in ends):
         sig = first.signal
@@ -77,6 +92,46 @@ def first_failure(steps: pd.DataFrame, events: pd.DataFrame, workers: int) -> Ta
         return replace(TaskFailure.of(f"worker:{first.worker}", why), status="interrupted", signal=sig)
     after = ("; after it: " + ", ".join(f"worker:{e.worker} {_short(e)}" for e in ends[1:])) if ends[1:] else ""
     return TaskFailure.of(f"worker:{first.worker}", first.detail + after)
+
+
+def _ps_failure(ends: list[Ending], tasks: Mapping[str, TaskStatus]) -> TaskFailure | None:
+    """The run's failure when a PS ended it (see the module's text): a PS that failed, was killed outright (its status
+    still ``ready``: named when a worker lost it or signals stopped every worker) or was stopped by a signal that its
+    workers lost; where its status is not among ``tasks``, one that the workers lost. ``None`` when no PS ended the
+    run, or a worker ended on its own before the PS did."""
+    lost = [e for e in ends if e.lost is not None and e.lost.startswith("ps:")]
+    found: list[tuple[float, str, TaskStatus | None]] = []  # (when it ended, the PS, its status)
+    for ps in sorted({t for t in tasks if t.startswith("ps:")} | {str(e.lost) for e in lost}, key=_index):
+        status, seen = tasks.get(ps), [e.t for e in lost if e.lost == ps]
+        state = status.state if status is not None else None
+        if state in (FAILED, STOPPED) and status is not None:
+            if state == FAILED or seen:
+                found.append((status.time, ps, status))
+        elif seen or (state == READY_STATE and all(e.kind == "stopped" for e in ends)):
+            found.append((min(seen, default=math.inf), ps, status))
+    if not found:
+        return None
+    when, ps, status = min(found, key=lambda f: (f[0], _index(f[1])))
+    own = [e for e in ends if e.lost is None and e.kind != "stopped"]  # failed by themselves, or ended silently
+    if own and min(e.t for e in own) < when:
+        return None
+    after = "; after it: " + ", ".join(f"worker:{e.worker} {'lost it' if e.lost == ps else _short(e)}" for e in ends)
+    if status is None:
+        why = ("its workers lost it; its own host's directory is not among those given (its tasks/ and logs/ say how "
+               "it ended)")
+    elif status.state == STOPPED:
+        failure = TaskFailure.of(ps, f"stopped by SIGTERM{after}")
+        return failure if own else replace(failure, status="interrupted", signal="SIGTERM")
+    elif status.state == FAILED:
+        why = f"error: {status.error.message if status.error else 'its status says it failed'}"
+    else:
+        why = ("ended without finishing or saying why (killed: SIGKILL, the out-of-memory killer or its host going "
+               "down leave no record; its status says ready)")
+    return TaskFailure.of(ps, why + after)
+
+
+def _index(task: str) -> int:
+    return int(task.rpartition(":")[2]) if task.rpartition(":")[2].isdigit() else 0
 
 
 def _short(e: Ending) -> str:

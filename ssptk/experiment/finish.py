@@ -63,16 +63,16 @@ def finish_gathered(run_dir: str) -> dict[str, Any]:
     failure read from the logs (:func:`ssptk.analysis.blame.first_failure`), ``summary.json``, TensorBoard files,
     and ``report.html`` with ``metrics.csv``. Returns the summary."""
     from ssptk.analysis.blame import first_failure
-    from ssptk.core.labels import label_of
     from ssptk.render.report import build_report
     from ssptk.rundir.comparison import write_metrics_csv
     from ssptk.rundir.logs import load_run
+    from ssptk.rundir.task_status import read_statuses
 
     rd = RunDir(run_dir)
     opts = _options(rd)
     steps, events, _, _ = load_run(rd.path)
-    summary, _ = finish_run(rd.path, opts, first_failure(steps, events, opts.workers))
-    label = label_of(opts.mode, opts.staleness)
+    summary, _ = finish_run(rd.path, opts, first_failure(steps, events, opts.workers, read_statuses(rd.tasks_dir)))
+    label = opts.label  # local:H, not local
     report = build_report({label: load_run(rd.path)}, title=f"ssptk run {label} (gathered from its hosts)")
     report.save(rd.report_path)
     write_metrics_csv(report.table, rd.metrics_path)
@@ -94,9 +94,10 @@ def summary_from_logs(run_dir: str) -> dict[str, Any]:
     killed), computed from the logs in memory; writes nothing. :class:`UsageError` if the config is unreadable."""
     from ssptk.analysis.blame import first_failure
     from ssptk.rundir.logs import read_run
+    from ssptk.rundir.task_status import read_statuses
 
     rd = RunDir(run_dir)
     opts = _options(rd)
     steps, events = read_run(rd.path)
-    summary, _ = run_summary(rd.path, opts, first_failure(steps, events, opts.workers))
+    summary, _ = run_summary(rd.path, opts, first_failure(steps, events, opts.workers, read_statuses(rd.tasks_dir)))
     return summary

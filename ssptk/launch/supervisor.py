@@ -100,27 +100,15 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         events = read()
         if failure is None:
             failure = _exited_unfinished(cluster, exited, stall.ended)
-        if failure is not None and not restarts_left and (held := stall.held_up_by(cluster, failure)) is not None:
-            return Outcome(held)  # a stopped task held the failed worker up: name it, not the one that waited
         if failure is not None:
-            errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
-            if errors:  # the worker said why it failed: that beats a line guessed from its log
-                return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
-            hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
-            if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
-                return Outcome(replace(failure, reason=f"error: {hung[0].get('message', '')}"))
-            if restarts_left > 0 and stall.started is None:
-                return Outcome(not_restarted_in_start_up(failure))
-            if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
-                if opts is not None and opts.mode in ("sync", "local") and failure.task == "worker:0":
-                    return Outcome(replace(failure, reason=f"{failure.reason} (not restarted: in {opts.mode} mode "
-                                                           "worker:0 runs the aggregator, and the run cannot go on "
-                                                           "without it)"))
+            ended = _ending(failure, events, restarts_left, stall.started is not None, opts)
+            if ended is None:  # a worker died (killed, crashed): started again
                 restarts_left -= 1
                 cluster.restart(failure.task)
                 restarting[int(failure.task.rpartition(":")[2])] = time.monotonic()
                 continue
-            return Outcome(failure)
+            # a stopped task held the failed worker up: name it, not the one that waited (restarts or not)
+            return Outcome(stall.held_up_by(cluster, failure) or ended)
         for e in events:
             if e.get("event") == "error":
                 return Outcome(_error_failure(cluster, e))
@@ -142,6 +130,26 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         if failure is not None:
             return Outcome(failure)
         time.sleep(POLL_S)
+
+
+def _ending(failure: TaskFailure, events: list[dict[str, Any]], restarts_left: int, started: bool,
+            opts: RunOptions | None) -> TaskFailure | None:
+    """What ends the run after ``failure`` (a task's process ended), or ``None`` where the worker is to be started
+    again (``--restart-failed``, restarts left, the run past its start)."""
+    errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
+    if errors:  # the worker said why it failed: that beats a line guessed from its log
+        return replace(failure, reason=f"error: {errors[0].get('message', '')}")
+    hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
+    if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
+        return replace(failure, reason=f"error: {hung[0].get('message', '')}")
+    if restarts_left > 0 and not started:
+        return not_restarted_in_start_up(failure)
+    if restarts_left > 0 and failure.task.startswith("worker:"):
+        if opts is not None and opts.mode in ("sync", "local") and failure.task == "worker:0":
+            return replace(failure, reason=f"{failure.reason} (not restarted: in {opts.mode} mode worker:0 runs the "
+                                           "aggregator, and the run cannot go on without it)")
+        return None
+    return failure
 
 
 def not_restarted_in_start_up(failure: TaskFailure) -> TaskFailure:

@@ -157,7 +157,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                if isinstance(r, tuple) and len(r) > 2]
     table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
     takeaway = takeaway_line(table)
-    notes = ([takeaway] if takeaway else []) + target_lines(table) + tradeoff_lines(table)
+    notes = _ending_lines(runs) + ([takeaway] if takeaway else []) + target_lines(table) + tradeoff_lines(table)
     notes += lr_lines(options)
     if repeated:
         counts = sorted({int(n) for n in table["repeats"].dropna()})
@@ -202,6 +202,22 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     report.sections = [s for s in [network_section({k: Repeats.of(v)[0][3] for k, v in runs.items() if Repeats.of(v)})]
                        if s]
     return report
+
+
+def _ending_lines(runs: Mapping[str, RunTuple | Repeats]) -> list[str]:
+    """A line for each run that did not finish: which task ended it and why (its summary's ``reason``, which names
+    the task first), or the signal that interrupted it."""
+    lines = []
+    for label, value in runs.items():
+        reps = Repeats.of(value)
+        for k, run in enumerate(reps):
+            summary = run[3] if isinstance(run, tuple) and len(run) > 3 and isinstance(run[3], Mapping) else {}
+            status = summary.get("status")
+            if status in ("failed", "interrupted"):
+                which = f" (repetition {k + 1})" if len(reps) > 1 else ""
+                why = summary.get("reason") or f"{summary.get('failed_task') or 'a task'}: no reason recorded"
+                lines.append(f"Run {label}{which} {status}: {why}")
+    return lines
 
 
 def load_comparison(directory: str | os.PathLike[str], title: str | None = None,

@@ -188,7 +188,7 @@ _CONFIG: dict[str, Callable[[Any], bool]] = {
     "tasks": lambda v: isinstance(v, dict) and _kept(v, {"warm": _is_bool, "reused": _is_bool, "runs_served": _is_int,
                                                           "layout": _is_str, "isolation": _is_str,
                                                           "cores": lambda c: _finite(c) and c > 0})[1] == [],
-    "started_by": _is_str,
+    "started_by": _is_str, "run_identity": _is_str,
     "predicted": lambda v: isinstance(v, dict) and _opt(lambda x: _finite(x) and x >= 0)(v.get("overhead_s"))
     and _opt(lambda c: _finite(c) and c > 0)(v.get("cores")),
 }
@@ -304,7 +304,7 @@ _RECORD_INTS = frozenset({"step", "global_step", "staleness", "minibatch", "step
 # or null; what figures can draw (_plotted), and what the simulator's calibration reads (read_s)
 _RECORD_NUMBERS = frozenset({"loss", "wait_s", "delay_s", "lr_scale", "read_s", "cpu_s", "process_cpu_s",
                              "record_cpu_s", "eval_loss", "eval_accuracy", "eval_s"})
-_RECORD_TEXT = frozenset({"event", "message", "task"})
+_RECORD_TEXT = frozenset({"event", "message", "task", "lost"})
 
 
 def valid_record(obj: Any) -> bool:

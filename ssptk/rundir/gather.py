@@ -1,8 +1,10 @@
 """One run written on several hosts: each host's ``--out`` holds the logs of the workers it ran.
 
 :func:`gather` copies those directories into one run directory (``config.json`` and ``model/`` from the
-host of worker 0, which writes them; every worker's JSONL log; the task logs), refusing directories
-that are not of one run. Only regular files up to :data:`~ssptk.rundir.contract.MAX_LOG_BYTES` are copied
+host of worker 0, which writes them; every worker's JSONL log; the task logs and status files, the PS's too),
+refusing directories that are not of one run: their tasks recorded other run identities (``tasks/<task>.json``,
+``config.json``'s ``run_identity``: :mod:`ssptk.rundir.task_status`), or, where older runs recorded none, their
+``config.json`` options differ. Only regular files up to :data:`~ssptk.rundir.contract.MAX_LOG_BYTES` are copied
 (a FIFO, a directory or a device where a file should be is left behind, said in one line). ``ssptk report
 DIR DIR ...`` reads the gathered directory.
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from ssptk.core.errors import UsageError
 from ssptk.rundir.contract import MAX_LOG_BYTES
 from ssptk.rundir.layout import RunDir
+from ssptk.rundir.task_status import read_statuses
 
 __all__ = ["gather"]
 
@@ -29,6 +32,7 @@ def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = N
     for rd in rds:
         if not os.path.isdir(rd.path):
             raise UsageError(f"{rd.path} is not a directory: give the run directory of each host")
+    _one_identity(rds)
     with_config = [rd for rd in rds if _copyable(rd.config_path, say)]
     if not with_config:
         raise UsageError("none of these directories has config.json: give the one of worker 0's host too")
@@ -40,17 +44,37 @@ def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = N
     if os.path.exists(dest) and os.listdir(dest):
         raise UsageError(f"{dest} is not empty: gather into a new directory")
     out = RunDir(dest)
-    os.makedirs(out.workers_dir, exist_ok=True)
-    os.makedirs(out.logs_dir, exist_ok=True)
+    for d in (out.workers_dir, out.logs_dir, out.tasks_dir):
+        os.makedirs(d, exist_ok=True)
     shutil.copy2(first.config_path, out.config_path)
     for rd in rds:
         _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path, say)
         _merge(rd.logs_dir, out.logs_dir, lambda n: n.endswith(".log"), rd.path, say)
+        _merge(rd.tasks_dir, out.tasks_dir, lambda n: n.endswith(".json"), rd.path, say)
     models = [rd for rd in rds if _copyable(rd.final_path, say)]
     if models:
         os.makedirs(out.model_dir, exist_ok=True)
         _merge(models[0].model_dir, out.model_dir, lambda n: True, models[0].path, say)
     return out
+
+
+def _one_identity(rds: list[RunDir]) -> None:
+    """Refuse directories whose tasks recorded different run identities (each directory's status files and
+    ``config.json``); those of older runs, which recorded none, are left to the options check."""
+    seen: dict[str, str] = {}  # identity -> the first directory that has it
+    for rd in rds:
+        ids = {s.identity for s in read_statuses(rd.tasks_dir).values() if s.identity}
+        ids |= {i for i in [rd.config().get("run_identity")] if isinstance(i, str)}
+        if len(ids) > 1:
+            a, b = sorted(ids)[:2]
+            raise UsageError(f"{rd.path} holds tasks of two runs ({a} and {b}): give each host's directory of one run")
+        for identity in ids:
+            for theirs, other in seen.items():
+                if theirs != identity:
+                    raise UsageError(f"{other} and {rd.path} are not one run: their tasks recorded run {theirs} and "
+                                     f"run {identity} (another cluster, job, seed or options): give the directories "
+                                     "of one run")
+            seen.setdefault(identity, rd.path)
 
 
 def _copyable(path: str, say: Callable[[str], None]) -> bool:

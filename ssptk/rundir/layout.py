@@ -105,6 +105,12 @@ class RunDir:
         return self._join("logs")
 
     @property
+    def tasks_dir(self) -> str:
+        """``tasks/``: the status file of each task no launcher started that ran on this host (``tasks/ps-0.json``:
+        :mod:`ssptk.rundir.task_status`)."""
+        return self._join("tasks")
+
+    @property
     def model_dir(self) -> str:
         return self._join("model")
 
@@ -142,9 +148,18 @@ class RunDir:
         return self._join("logs", task_log_name(task))
 
     def is_run(self) -> bool:
-        """Whether this looks like a run directory (config, summary or worker logs present)."""
+        """Whether this looks like a run directory (config, summary, worker logs or task status files present: a
+        host's directory that ran only a PS has the latter)."""
         return os.path.isdir(self.path) and any(os.path.exists(p) for p in
-                                                 (self.config_path, self.summary_path, self.workers_dir))
+                                                 (self.config_path, self.summary_path, self.workers_dir,
+                                                  self.tasks_dir))
+
+    def from_hosts(self) -> bool:
+        """Whether this is a host's directory of a run whose tasks no ssptk launcher started (worker 0's, with its
+        ``config.json`` saying ``started_by``, or any other, the PS's too, with ``tasks/``), not yet gathered into a
+        run of its own (it has no ``summary.json``)."""
+        return bool(self.config().get("started_by") or os.path.isdir(self.tasks_dir)) \
+            and not os.path.exists(self.summary_path)
 
     def set_aside_attempt(self) -> None:
         """Rename every file in ``workers/`` and ``logs/`` to ``<name>.port-retry``: a start that failed (its port
@@ -168,12 +183,14 @@ class RunDir:
     # --- writers --------------------------------------------------------------------------------
     def write_config(self, opts: RunOptions, cluster: dict[str, list[str]], gpus: dict[str, str | None],
                      *, launched: float | None = None, tasks: dict[str, Any] | None = None,
-                     started_by: str | None = None, predicted: dict[str, Any] | None = None) -> None:
+                     started_by: str | None = None, predicted: dict[str, Any] | None = None,
+                     identity: str | None = None) -> None:
         """``config.json``: every resolved option, the cluster, the GPU assignment, versions and the budget.
 
         ``started_by``: written by worker 0 of a cluster no ssptk launcher started: ``hand`` (``--cluster`` JSON),
-        ``tf_config`` or ``slurm`` (the cluster came from that environment). ``predicted``: a predicted run (no
-        cluster: the simulator's schedule replayed with the model's gradients), with how it was simulated."""
+        ``tf_config`` or ``slurm`` (the cluster came from that environment), with ``identity``, the run identity every
+        task of that cluster records (``run_identity``). ``predicted``: a predicted run (no cluster: the simulator's
+        schedule replayed with the model's gradients), with how it was simulated."""
         total = opts.workers * opts.steps
         sync_like = opts.mode in ("sync", "allreduce", "local")
         rounds = -(-opts.steps // (opts.local_steps or 1))  # local: ceil(K / H) averages
@@ -187,6 +204,8 @@ class RunDir:
         }
         if started_by is not None:
             config["started_by"] = started_by
+        if identity is not None:
+            config["run_identity"] = identity
         if predicted is not None:
             config["predicted"] = predicted
         os.makedirs(self.path, exist_ok=True)

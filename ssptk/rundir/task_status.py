@@ -12,6 +12,13 @@ so a reader sees the last state or the one before, never half: the launcher read
 the failure it reports, instead of looking for marker words in the task's log (as TensorBoard's
 ``manager.py`` info files and torch elastic's per-rank ``error.json``). When the task writes it is
 :mod:`ssptk.runtime.protocol`'s; how the launcher uses it, :mod:`ssptk.launch.process`'s.
+
+A task no launcher started (Slurm, ``TF_CONFIG``, a cluster spec given by hand) writes the same file in its own host's
+run directory, ``tasks/<task>.json`` (:attr:`ssptk.rundir.RunDir.tasks_dir`), with ``identity``: the run identity
+every task of one cluster shares (:func:`ssptk.runtime.host_dir.run_identity`), and ends it ``done`` (the task
+finished its part of the run) or ``stopped`` (SIGTERM ended it: ``scancel``, ``srun --kill-on-bad-exit``); one
+killed outright (SIGKILL, the out-of-memory killer, its host gone) leaves ``ready``. A run read from its hosts'
+directories alone (:mod:`ssptk.rundir.gather`, :mod:`ssptk.analysis.blame`) learns from them how its PS ended.
 """
 from __future__ import annotations
 
@@ -22,14 +29,17 @@ from typing import Any
 
 from ssptk.rundir.space import write_whole
 
-__all__ = ["FAILED", "READY_STATE", "STATUS_DIR_ENV", "TRACEBACK_LINES", "TaskError", "TaskStatus", "read_status",
-           "status_path", "write_status"]
+__all__ = ["DONE", "FAILED", "READY_STATE", "STATUS_DIR_ENV", "STOPPED", "TRACEBACK_LINES", "TaskError", "TaskStatus",
+           "read_status", "read_statuses", "status_path", "write_status"]
 
 #: The environment variable naming the directory a task writes its status file in.
 STATUS_DIR_ENV = "SSPTK_STATUS_DIR"
 READY_STATE = "ready"
 FAILED = "failed"
-_STATES = (READY_STATE, FAILED)
+#: a task no launcher started finished its part of the run / was ended by SIGTERM (see the module's text)
+DONE = "done"
+STOPPED = "stopped"
+_STATES = (READY_STATE, FAILED, DONE, STOPPED)
 #: How many of the traceback's last lines a failure keeps.
 TRACEBACK_LINES = 10
 
@@ -53,6 +63,8 @@ class TaskStatus:
     time: float
     run: str | None = None
     error: TaskError | None = None
+    #: the run identity of the cluster (tasks no launcher started; ``None`` elsewhere and in older files)
+    identity: str | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
@@ -70,13 +82,14 @@ class TaskStatus:
         if not isinstance(d, dict):
             return None
         task, pid, state, t, run = d.get("task"), d.get("pid"), d.get("state"), d.get("time"), d.get("run")
+        identity = d.get("identity")
         if not (isinstance(task, str) and type(pid) is int and state in _STATES and isinstance(t, (int, float))
-                and (run is None or isinstance(run, str))):
+                and (run is None or isinstance(run, str)) and (identity is None or isinstance(identity, str))):
             return None
         error = _error(d.get("error"))
         if d.get("error") is not None and error is None:
             return None
-        return cls(task, pid, state, float(t), run, error)
+        return cls(task, pid, state, float(t), run, error, identity)
 
 
 def _error(d: Any) -> TaskError | None:
@@ -97,6 +110,27 @@ def status_path(directory: str, task: str) -> str:
 def write_status(directory: str, status: TaskStatus) -> None:
     """Replace ``status.task``'s file in ``directory`` whole (:class:`DiskFull` or ``OSError`` if it cannot)."""
     write_whole(status_path(directory, status.task), status.to_json() + "\n")
+
+
+def read_statuses(directory: str) -> dict[str, TaskStatus]:
+    """Every well-formed status file in ``directory`` (a host's ``tasks/``), by task; what it holds is not trusted:
+    regular files only, each read bounded (:func:`ssptk.rundir.contract.load_json`), a file not named after the
+    task it names left out."""
+    from ssptk.rundir.contract import load_json
+
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        obj, _ = load_json(os.path.join(directory, name))
+        status = TaskStatus.from_json(json.dumps(obj)) if isinstance(obj, dict) else None
+        if status is not None and status_path(directory, status.task) == os.path.join(directory, name):
+            found[status.task] = status
+    return found
 
 
 def read_status(directory: str, task: str) -> TaskStatus | None:

@@ -11,6 +11,7 @@ Importing this module installs :func:`read_step_trace` as :mod:`ssptk.core.delay
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import math
@@ -68,7 +69,7 @@ def _csv_step_times(path: str) -> dict[int, list[float]]:
 def _read(path: str, mtime_ns: int) -> tuple[tuple[float, ...], ...]:
     if os.path.isdir(path):
         if not os.path.isdir(RunDir(path).workers_dir):
-            raise UsageError(f"--jitter trace:{path}: not a run directory (no workers/ step logs) and not a CSV")
+            raise UsageError(_not_a_run(path))
         times = step_times(path)
     else:
         times = _csv_step_times(path)
@@ -76,6 +77,20 @@ def _read(path: str, mtime_ns: int) -> tuple[tuple[float, ...], ...]:
     if not times:
         raise UsageError(f"--jitter trace:{path}: no step times in it (a run needs two steps of a worker)")
     return tuple(tuple(round(x, 6) for x in times[w]) for w in sorted(times))
+
+
+def _not_a_run(path: str) -> str:
+    """Why the directory ``path`` gives no trace, in one line; a job's directory (the hosts' directories of a run
+    started by Slurm or a TFJob, and perhaps the run ``ssptk report`` gathered from them) points to ``gathered``."""
+    gathered = os.path.join(path, "gathered")
+    if os.path.isdir(RunDir(gathered).workers_dir):
+        return (f"--jitter trace:{path}: not a run directory but it holds one, gathered from its hosts: give "
+                f"trace:{gathered}")
+    with contextlib.suppress(OSError):
+        if any(RunDir(e.path).is_run() for e in os.scandir(path) if e.is_dir(follow_symlinks=False)):
+            return (f"--jitter trace:{path}: not a run directory but the hosts' directories of one: gather them "
+                    f"first (ssptk report {path}/*), then give trace:{gathered}")
+    return f"--jitter trace:{path}: not a run directory (no workers/ step logs) and not a CSV"
 
 
 def read_step_trace(path: str) -> tuple[tuple[float, ...], ...]:

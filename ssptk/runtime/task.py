@@ -7,28 +7,35 @@ this is, and the run options must be the same on every task.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import re
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ssptk.core.errors import DiskFull, LossNotFinite, UsageError
+from ssptk.core.errors import UsageError
 from ssptk.core.labels import parse_mode
 from ssptk.core.network import task_view
 from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import is_disk_full
-from ssptk.rundir.task_status import TRACEBACK_LINES, TaskError
+from ssptk.rundir.task_status import DONE
+from ssptk.runtime.failure import one_line, report_uncaught, run_guarded, task_error
 from ssptk.runtime.fork_server import FORK_SERVER_FLAG, LISTEN_FLAG, serve
-from ssptk.runtime.protocol import EXIT_DISK_FULL, READY, RUN_DONE, report_failure, report_ready, report_run_done
-from ssptk.runtime.quiet_stderr import quiet_stderr
+from ssptk.runtime.host_dir import keep_in_host_dir, run_identity
+from ssptk.runtime.protocol import (
+    EXIT_DISK_FULL,
+    READY,
+    RUN_DONE,
+    report_end,
+    report_failure,
+    report_ready,
+    report_run_done,
+)
+from ssptk.runtime.quiet_stderr import quiet_stderr, to_log
 from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
-from ssptk.runtime.retry import ATTEMPTS, DUPLICATE_TEXT
 from ssptk.runtime.tf_import import skip_eager_keras
 
 __all__ = ["main", "parser", "parse_cluster", "parse_task"]
@@ -147,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     reap_on_sigterm()
     skip_eager_keras()  # ~1.4 s less start-up per task (ssptk.runtime.tf_import)
     args = parser().parse_args(argv)
-    if os.environ.get("SSPTK_WATCH_PARENT") != "1" and not args.serve and args.task != "predict":
-        # no launcher keeps this task's log (Slurm, TF_CONFIG, by hand): its stderr without TensorFlow's start-up
-        # chatter, which TF_CPP_MIN_LOG_LEVEL does not reach; SSPTK_TF_LOGS=1 shows it (ssptk.runtime.quiet_stderr)
-        quiet_stderr()
+    own = os.environ.get("SSPTK_WATCH_PARENT") != "1" and not args.serve and args.task != "predict"
+    # no launcher keeps this task's log (Slurm, TF_CONFIG, by hand): its stderr without TensorFlow's start-up
+    # chatter, which TF_CPP_MIN_LOG_LEVEL does not reach; SSPTK_TF_LOGS=1 shows it (ssptk.runtime.quiet_stderr)
+    log = quiet_stderr() if own else None
     if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict_task)
         return _predict(args.jobs)
     try:
@@ -170,22 +177,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _watch_parent()
     run_dir = opts.out or "."
+    identity = run_identity(cluster, args.run_id, opts) if own else None
+    if identity is not None:  # its status and log in its host's directory (ssptk.runtime.host_dir)
+        keep_in_host_dir(run_dir, args.task, identity, log)
+        report_uncaught(args.task)
     if job == "worker" and index == 0 and not args.serve and not os.path.exists(RunDir(run_dir).config_path):
         # tasks started by hand (several hosts) have no launcher to write config.json: worker 0 does
         RunDir(run_dir).write_config(opts, cluster, {"worker:0": os.environ.get("CUDA_VISIBLE_DEVICES")},
-                                     started_by=started_by)
+                                     started_by=started_by, identity=identity)
     if job == "shared":
         return _shared(args, cluster, opts, spec)
     if opts.mode == "allreduce":
         if job != "worker":
             print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
             return 2
-        print(f"{READY} {args.task}", flush=True)
-        report_ready(args.task)
+        _ready(args.task)
         from ssptk.runtime import allreduce
 
         view = task_view(cluster, args.task, os.environ)
-        _run_guarded(lambda: allreduce.run(spec, opts, view, index, run_dir), run_dir, index)
+        run_guarded(lambda: allreduce.run(spec, opts, view, index, run_dir), run_dir, index, cluster=cluster)
+        report_end(args.task, DONE)
         exit_with_descendants(0)  # skips TF's slow teardown
     import tensorflow as tf
 
@@ -194,24 +205,37 @@ def main(argv: list[str] | None = None) -> int:
     view = task_view(cluster, args.task, os.environ)  # with --network: the other tasks at their links' addresses
     server = tf.compat.v1.train.Server(tf.compat.v1.train.ClusterSpec(view), job_name=job, task_index=index,
                                        start=True)
-    print(f"{READY} {args.task}", flush=True)
-    report_ready(args.task)
+    _ready(args.task)
     if job == "ps":
-        if os.environ.get("SSPTK_WATCH_PARENT") == "1":  # a launcher's PS: the launcher stops it
-            server.join()
-            return 0
-        # started by hand, srun or a TFJob: exit 0 once worker 0 has saved the model (srun waits for every task)
-        from ssptk.runtime.identity import publish
-        from ssptk.runtime.ps_graph import wait_for_run_end
-
-        publish(server.target, args.run_id, index)  # workers check it when they connect (ssptk.runtime.identity)
-        wait_for_run_end(server.target, args.run_id, len(cluster["ps"]))
-        # the workers close their sessions just after the run is over: a PS gone at once makes each of them log
-        # "UNAVAILABLE: recvmsg:Connection reset by peer" (CleanupGraph, DeleteWorkerSession) though all went well
-        time.sleep(PS_LINGER_S)
-        exit_with_descendants(0)
+        _ps(server, args.run_id, index, cluster)
+        return 0
     _worker(args, cluster, index, server.target, opts, spec, run_dir)
     return 0
+
+
+def _ready(task: str) -> None:
+    """Say that ``task``'s server is up: on stdout (and in its own log, if it keeps one), and in its status file."""
+    print(f"{READY} {task}", flush=True)
+    to_log(f"{READY} {task}\n")
+    report_ready(task)
+
+
+def _ps(server: Any, run_id: str, index: int, cluster: dict[str, list[str]]) -> None:
+    """PS task ``index``: serve until the launcher stops it, or, started by hand, srun or a TFJob, until worker 0
+    has saved the model (then exit 0: srun waits for every task)."""
+    if os.environ.get("SSPTK_WATCH_PARENT") == "1":  # a launcher's PS: the launcher stops it
+        server.join()
+        return
+    from ssptk.runtime.identity import publish
+    from ssptk.runtime.ps_graph import wait_for_run_end
+
+    publish(server.target, run_id, index)  # workers check it when they connect (ssptk.runtime.identity)
+    wait_for_run_end(server.target, run_id, len(cluster["ps"]))
+    report_end(f"ps:{index}", DONE)
+    # the workers close their sessions just after the run is over: a PS gone at once makes each of them log
+    # "UNAVAILABLE: recvmsg:Connection reset by peer" (CleanupGraph, DeleteWorkerSession) though all went well
+    time.sleep(PS_LINGER_S)
+    exit_with_descendants(0)
 
 
 def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int, target: str, opts: RunOptions,
@@ -226,7 +250,7 @@ def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int,
                 trainer_for(opts.mode)(load_model(opts.model, fresh=True), opts, cluster, index, target, run_dir,
                                        container=run_id).run(reset_container=True)
 
-            _run_guarded(train, run_dir, index)
+            run_guarded(train, run_dir, index)
 
         _serve(serve_run, f"worker:{index}")
         return
@@ -239,7 +263,8 @@ def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int,
         trainer_for(opts.mode)(spec, opts, cluster, index, target, run_dir, container=args.run_id,
                                incarnation=args.rejoin).run(rejoin=args.rejoin)
 
-    _run_guarded(train, run_dir, index)
+    run_guarded(train, run_dir, index, cluster=cluster)
+    report_end(f"worker:{index}", DONE)
     exit_with_descendants(0)  # skips TF's slow teardown of the server threads
 
 
@@ -253,8 +278,8 @@ def _predict(jobs: str | None) -> int:
 
         predict_jobs(jobs)
     except BaseException as e:  # noqa: BLE001 - the launcher shows the error of the task's status file
-        report_failure("predict", _task_error(e, f"{type(e).__name__}: {_message(e)}"))
-        print(f"ssptk worker: error: predict: {type(e).__name__}: {_message(e)}", file=sys.stderr, flush=True)
+        report_failure("predict", task_error(e, f"{type(e).__name__}: {one_line(e)}"))
+        print(f"ssptk worker: error: predict: {type(e).__name__}: {one_line(e)}", file=sys.stderr, flush=True)
         if not isinstance(e, UsageError):
             import traceback
 
@@ -273,7 +298,7 @@ def _shared(args: argparse.Namespace, cluster: dict[str, list[str]], opts: RunOp
     tasks = SharedTasks(cluster, gpus)
 
     def guard(fn: Callable[[], None], run_dir: str, index: int, on_failure: Callable[[int], None]) -> None:
-        _run_guarded(fn, run_dir, index, on_failure)
+        run_guarded(fn, run_dir, index, on_failure)
 
     if args.serve:
         def serve_run(opts: RunOptions, run_dir: str, run_id: str) -> None:
@@ -319,67 +344,6 @@ def _redirect_output(path: str) -> None:
     os.dup2(fd, 2)
     os.close(fd)
 
-
-def _run_guarded(fn: Callable[[], None], run_dir: str, index: int,
-                 on_failure: Callable[[int], None] = exit_with_descendants) -> None:
-    """Run worker ``index``'s training; on any error, log an ``error`` event (the launcher reads it) and call
-    ``on_failure`` with the exit code: 1, or :data:`EXIT_DISK_FULL` when the disk is full (the event may not
-    fit). ``on_failure`` ends the process (in the shared layout, naming the worker first)."""
-    try:
-        fn()
-    except BaseException as e:  # noqa: BLE001 - the message goes to the run's log, then we exit
-        full = is_disk_full(e)
-        from ssptk.runtime.identity import ForeignCluster
-
-        one_line = (LossNotFinite, DiskFull, ForeignCluster)  # the message says it all; a traceback would bury it
-        msg = str(e) if isinstance(e, one_line) else f"{type(e).__name__}: {_message(e)}"
-        # on a full disk these writes may fail too: the exit code then says it alone
-        with contextlib.suppress(OSError, DiskFull):
-            from ssptk.runtime.recorder import Recorder
-
-            Recorder(RunDir(run_dir).worker_log(index), index).event("error", message=msg)
-        report_failure(f"worker:{index}", _task_error(e, msg))
-        with contextlib.suppress(OSError):
-            if isinstance(e, one_line):
-                print(f"ssptk worker: error: worker:{index}: {msg}", file=sys.stderr)
-            else:
-                import traceback
-
-                print(f"ssptk worker: worker:{index} failed:", file=sys.stderr)
-                traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        on_failure(EXIT_DISK_FULL if full else 1)
-    with contextlib.suppress(OSError):
-        sys.stdout.flush()
-        sys.stderr.flush()
-
-
-def _task_error(e: BaseException, message: str) -> TaskError:
-    """What the task's status file says of ``e``: its type, ``message`` (one line), its traceback's last lines."""
-    import traceback
-
-    lines = "".join(traceback.format_exception(e)).splitlines()
-    return TaskError(type(e).__name__, message, tuple(ln for ln in lines if ln.strip())[-TRACEBACK_LINES:])
-
-
-def _message(e: BaseException) -> str:
-    """The telling part of an exception's text, in one line.
-
-    TensorFlow wraps it in 'Graph execution error' lines, appends whole requests after
-    'goo.gle/debug...', and joins several errors between '=====' lines with the cancellations they
-    caused listed first."""
-    text = str(getattr(e, "message", None) or e)
-    if DUPLICATE_TEXT in text:
-        return (f"TensorFlow refused a request it had seen before, {ATTEMPTS} times in a row (its request ids "
-                "collide by chance in long runs; ssptk runs such a step again, see ssptk.runtime.retry): run again")
-    # one block per joined error ("ABORTED: From /job:ps/...:\n<text>"); drop the cancellations if others remain
-    blocks = re.split(r"^(?=[A-Z_]{4,}: )", text, flags=re.M)
-    telling = [b for b in blocks if not b.startswith("CANCELLED: ")] or blocks
-    skip = ("Graph execution error", "Detected at node", "[[{{node", "From /job:", "Traceback", "File ")
-    lines = [re.sub(r"^[A-Z_]{4,}: ", "", ln.strip()).split(" goo.gle/")[0] for ln in "\n".join(telling).splitlines()]
-    kept = [ln for ln in lines if ln.strip("=-") and not ln.startswith(skip)]
-    return (kept[0] if kept else (lines[0] if lines else ""))[:300]
 
 if __name__ == "__main__":
     sys.exit(main())
