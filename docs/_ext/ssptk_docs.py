@@ -6,7 +6,7 @@ Directives (each reads ssptk's own definitions when the site is built; no genera
   help ``--help`` shows, the Python keyword, and the commands that take it (read from the parsers themselves).
 - ``ssptk-command-options``: the options of each command that are not run options (``compare``'s labels, ``--repeat``,
   ``report --gather``, ``sim --overhead``, ``%dtrain --background``, ``ssptk worker --cluster``, ...), from the parsers.
-- ``ssptk-help COMMAND``: that command's ``--help``, as the terminal prints it 100 columns wide.
+- ``ssptk-help COMMAND``: that command's ``--help``, as a terminal 90 columns wide prints it.
 - ``ssptk-exit-codes`` and ``ssptk-platforms``: :data:`ssptk.core.help_text.EXIT_CODES` and ``PLATFORMS`` as lists.
 
 The option directives emit reST (``.. program::`` and ``.. option::``, so that ``{option}`` references work): use them
@@ -42,7 +42,7 @@ OUTSIDE_PAGES = {
     "benchmarks/RESULTS.md": "findings/results",
 }
 _LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
-HELP_COLUMNS = 100
+HELP_COLUMNS = 90
 
 
 def rst_escape(text: str) -> str:
