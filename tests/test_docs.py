@@ -148,14 +148,24 @@ def test_every_ssptk_command_in_the_docs_is_one_the_parser_takes(placeholders: P
 
 
 def test_every_dtrain_line_in_the_docs_is_one_the_magic_takes() -> None:
+    from ssptk import commands
+    from ssptk.core.errors import UsageError
+    from ssptk.core.options import from_namespace
     from ssptk.notebook.magics import parse_line
 
     shown = shown_lines("%dtrain", "python") + [(w, ln[1:]) for w, ln in shown_lines("%%dtrain", "python")]
     assert len(shown) >= 5, shown
     for where, line in shown:
         words = line.split("#")[0].split(None, 1)
-        args = parse_line(words[1] if len(words) > 1 else "")
-        assert args is not None or "--help" in line, f"{where}: {line}"
+        try:
+            args = parse_line(words[1] if len(words) > 1 else "")
+            assert args is not None, "only asked for help"
+            if args.command in ("compare", "sweep"):
+                commands.compare_plan(args)
+            elif args.command == "run":
+                from_namespace(args)
+        except UsageError as e:
+            pytest.fail(f"{where}: {line}\n  -> {e}")
 
 
 def _literal(node: ast.AST) -> Any:
