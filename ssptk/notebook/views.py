@@ -11,8 +11,9 @@ from ssptk.core.errors import UsageError
 from ssptk.notebook.forwarding import Forwarding
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
-from ssptk.render.tables import ShownTable
+from ssptk.render.tables import ShownTable, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
+from ssptk.render.verdict import verdict_lines
 
 __all__ = ["KeepRecords", "StaticView"]
 
@@ -52,9 +53,22 @@ class StaticView:
         key = ("tradeoff", tuple(self._runs()))  # type: ignore[attr-defined]
         if key not in self._png:
             table = self.table()
-            self._png[key] = (figure_png(tradeoff_figure(table, table.attrs.get("target")), dpi=80)
-                              if len(table) > 1 else b"")
+            self._png[key] = (figure_png(tradeoff_figure(table, table.attrs.get("target"), an.verdict_of(table)),
+                                         dpi=80) if len(table) > 1 else b"")
         return self._png[key]
+
+    def verdict(self) -> an.Verdict:
+        """What the runs so far say as a comparison (:class:`ssptk.analysis.Verdict`, made with :meth:`table`)."""
+        return an.verdict_of(self.table())
+
+    def notes(self) -> list[str]:
+        """The verdict of the runs so far in sentences (who reached the target first, whether that is a winner, what
+        each cost per update, what a figure would mislead about); none for fewer than two runs."""
+        table = self.table()
+        if len(table) < 2:
+            return []
+        verdict = an.verdict_of(table)
+        return [*target_lines(table, verdict), *verdict_lines(verdict)]
 
     def table(self) -> pd.DataFrame:
         """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure; a notebook shows it
@@ -79,7 +93,8 @@ class StaticView:
             display(Image(data=png, format="png"))
 
     def _repr_html_(self) -> str:
-        return static_html(self.title, self._caption(), self.figure(), self.table())  # type: ignore[attr-defined]
+        return static_html(self.title, self._caption(), self.figure(), self.table(),  # type: ignore[attr-defined]
+                           self.notes())
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         try:

@@ -16,7 +16,7 @@ from ssptk import analysis as an
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
 
-__all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks",
+__all__ = ["RunFrames", "notes_html", "overlay_figure", "summary_line", "static_html", "staleness_looks",
            "LOSS_GID", "SKEW_GID", "BOUND_GID"]
 
 #: ``(steps, events, config)`` of one run; events and config may be None.
@@ -122,12 +122,20 @@ def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
             f"final loss {num('final_loss', '.4g')}, wait {num('wait_fraction', '.0%')}")
 
 
-def static_html(title: str, caption: str, fig: Figure, table: pd.DataFrame) -> str:
-    """A self-contained HTML fragment: ``title``, the metrics ``table`` and ``fig`` as an embedded PNG
-    ``<img>`` captioned ``caption`` (what a notebook without a widget frontend, or nbconvert, shows)."""
+def notes_html(notes: Sequence[str]) -> str:
+    """Sentences under a notebook view's figures (a comparison's verdict in words), as small HTML paragraphs."""
+    import html
+
+    return "".join(f'<p style="color:#555;font-size:13px;margin:2px 0">{html.escape(n)}</p>' for n in notes)
+
+
+def static_html(title: str, caption: str, fig: Figure, table: pd.DataFrame, notes: Sequence[str] = ()) -> str:
+    """A self-contained HTML fragment: ``title``, the metrics ``table``, ``notes`` under it (the comparison's verdict
+    in words) and ``fig`` as an embedded PNG ``<img>`` captioned ``caption`` (what a notebook without a widget
+    frontend, or nbconvert, shows)."""
     from ssptk.render.report import Report
 
-    return Report(title, table, [(caption, fig)])._repr_html_()
+    return Report(title, table, [(caption, fig)], notes)._repr_html_()
 
 
 def staleness_looks(runs: Mapping[str, tuple[int, Any]],
