@@ -34,6 +34,7 @@ class StaticView:
         self._png: dict[Any, bytes] = {}
         self._run_frames: dict[Any, RunFrames] = {}
         self._handles: list[Any] = []
+        self._tables: dict[Any, pd.DataFrame] = {}
 
     def _frames_of(self, key: Any, result: Any) -> RunFrames:
         if key not in self._run_frames:
@@ -74,10 +75,13 @@ class StaticView:
         """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure; a notebook shows it
         formatted (:class:`ssptk.render.tables.ShownTable`), every column still in the DataFrame."""
         runs = self._runs()  # type: ignore[attr-defined]
-        table = an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
-        shown = ShownTable(table)
-        shown.attrs.update(table.attrs)
-        return shown
+        key = tuple((label, id(r)) for label, r in runs.items())
+        if key not in self._tables:  # one comparison (and its verdict) per set of runs
+            table = an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
+            shown = ShownTable(table)
+            shown.attrs.update(table.attrs)
+            self._tables = {key: shown}
+        return self._tables[key]
 
     def static_pngs(self) -> list[bytes]:
         """Every figure the view shows, as PNG bytes: the overlay, then what staleness costs and buys (with two

@@ -205,7 +205,8 @@ class Explorer(StaticView, ExplorerPredictions):
             runs[labels[running]] = (pd.DataFrame(self._live.steps), pd.DataFrame(self._live.events),
                                      {"options": self._live.options})
             highlight = labels[running]
-        return overlay_figure(runs, highlight, colors=colors, styles=styles, title=self._title(), note=note)
+        return overlay_figure(runs, highlight, colors=colors, styles=styles, title=self._title(), note=note,
+                              verdict=self.verdict() if keys else None)
 
     def _view_key(self) -> Any:
         current = self.key(strict=False)

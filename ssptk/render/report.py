@@ -170,7 +170,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
         local = local_staleness_note(has_local(table))
         caption += f" ({local})" if local else ""
-        figures.append((caption, comparison_figure(runs)))
+        figures.append((caption, comparison_figure(runs, verdict)))
     compared = None
     if predicted:
         compared = an.predicted_table(table, predicted, {label: Repeats.of(v)[0] for label, v in runs.items()

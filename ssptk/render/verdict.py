@@ -11,7 +11,7 @@ from ssptk.analysis.verdict_facts import PaceGap, SkewOverStaleness
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
 
 __all__ = ["WHERE_THE_TRADEOFF_IS", "best_line", "cost_line", "diverged_line", "fact_lines", "first_phrase",
-           "marker", "no_winner_box", "outcome_status", "pace_lines", "verdict_lines", "why_no_winner"]
+           "legend_mark", "marker", "no_winner_box", "outcome_status", "pace_lines", "verdict_lines", "why_no_winner"]
 
 #: Where a newcomer sees both sides of the tradeoff, when a run does not show them.
 WHERE_THE_TRADEOFF_IS = ('notebooks/sync_ssp_async.ipynb, "Both axes" (non-IID data with transient pauses, where '
@@ -48,6 +48,15 @@ def outcome_status(o: Outcome) -> str:
     if o.reach == SOME:
         return f"reached the target in {o.reached_runs} of its {o.runs} runs"
     return "reached the target"
+
+
+def legend_mark(o: Outcome | None) -> str:
+    """What a legend adds to a setting's label: `` (DIVERGED)``, `` (DIVERGED, held-out)``, `` (1 of 3 DIVERGED)``,
+    or nothing (``o``: ``None`` for a label the verdict does not have)."""
+    if o is None or not o.diverged_runs:
+        return ""
+    which = ", held-out" if o.diverged_on == "held-out" else ""
+    return f" ({o.diverged_runs} of {o.runs} DIVERGED{which})" if o.reach != DIVERGED else f" (DIVERGED{which})"
 
 
 def marker(o: Outcome) -> str:
@@ -227,7 +236,7 @@ def fact_lines(v: Verdict) -> list[str]:
 
 _WHY = {"clock": "its clock came from a per-step overhead of {p} ms, this run calibrated {r} ms (predicted before "
                  "the run, from other runs or the default)",
-        "cores": "its workers shared {pc} cores, this run's {rc}",
+        "cores": "its workers had {pc}, this run's {rc}",
         "unmodelled": "this run itself ran at {i:.2f} x the simulator's pace with its own overhead: start-up and the "
                       "OS's scheduling, which the simulator leaves out"}
 
@@ -237,8 +246,8 @@ def pace_lines(gaps: Iterable[PaceGap], what: str = "predicted") -> list[str]:
     summaries tell (or that ssptk cannot tell)."""
     out = []
     for g in gaps:
-        cores = {"pc": "its own machine's" if g.cores_predicted is None else f"{g.cores_predicted:g}",
-                 "rc": "a machine each" if g.cores_real is None else f"{g.cores_real:g}"}
+        cores = {k: "a machine each" if c is None else f"{c:g} cores between them"
+                 for k, c in (("pc", g.cores_predicted), ("rc", g.cores_real))}
         why = [_WHY[r].format(p=_n(g.overhead_predicted_ms), r=_n(g.overhead_real_ms), i=g.real_over_ideal or 0.0,
                               **cores) for r in g.reasons]
         direction = "above" if g.above else "below"
