@@ -96,7 +96,9 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
         ok = group[[converged(r) for r in group.to_dict("records")]]
         used = ok if len(ok) else group
         first = group.iloc[0]
-        on = [v for v in group["diverged_on"] if isinstance(v, str)] if "diverged_on" in group else []
+        # held-out only when every run that diverged did so on the held-out loss; any on the training loss says that
+        on = sorted({v for v in group["diverged_on"] if isinstance(v, str)}, key=lambda v: v != "training") \
+            if "diverged_on" in group else []
         row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],
                                "staleness": first["staleness"], "workers": first["workers"],
                                "diverged_on": on[0] if on else None}

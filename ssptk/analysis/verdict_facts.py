@@ -88,9 +88,15 @@ def _float(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def _finished(status: Any) -> bool:
+    """A run that finished (``ok``), or repeats of which some did (``2/3 ok``): their figures are measured."""
+    text = str(status)
+    return text == "ok" or (text.endswith(" ok") and not text.startswith("0/"))
+
+
 def skew_facts(table: pd.DataFrame) -> tuple[Fact, ...]:
     """:class:`SkewOverStaleness` for each finished run of a comparison table whose skew and staleness disagree."""
-    rows = [r for r in table.to_dict("records") if str(r.get("status")) == "ok" and r.get("mode") != "local"]
+    rows = [r for r in table.to_dict("records") if _finished(r.get("status")) and r.get("mode") != "local"]
     stale = {str(r["label"]): _float(r.get("mean_staleness")) for r in rows}
     bounded = [(str(r["label"]), stale[str(r["label"])]) for r in rows if r.get("mode") in _BOUNDED]
     out: list[Fact] = []

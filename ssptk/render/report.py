@@ -37,7 +37,8 @@ from ssptk.rundir import load_run
 from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
 
-__all__ = ["Report", "build_report", "comparison_title", "load_comparison", "repeats_note", "write_metrics_csv"]
+__all__ = ["Report", "build_report", "comparison_notes", "comparison_title", "load_comparison", "repeats_note",
+           "write_metrics_csv"]
 
 
 def comparison_title(labels: Iterable[str]) -> str:
@@ -160,9 +161,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                if isinstance(r, tuple) and len(r) > 2]
     table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
     verdict = an.verdict_of(table)  # made with the table, once: every sentence, star and marker below words it
-    takeaway = takeaway_line(table)
-    notes = ([takeaway] if takeaway else []) + target_lines(table, verdict) + verdict_lines(verdict)
-    notes += lr_lines(options)
+    notes = comparison_notes(table, verdict) + lr_lines(options)
     if repeated:
         notes.append(repeats_note(table))
     figures: list[tuple[str, Figure]] = []
@@ -202,6 +201,13 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     report.sections = [s for s in [network_section({k: Repeats.of(v)[0][3] for k, v in runs.items() if Repeats.of(v)})]
                        if s]
     return report
+
+
+def comparison_notes(table: pd.DataFrame, verdict: an.Verdict) -> list[str]:
+    """The sentences under a comparison's table: what differs between the runs, the target and who reached it,
+    the diverged runs, and the ``verdict`` in words (:func:`ssptk.render.verdict.verdict_lines`)."""
+    takeaway = takeaway_line(table)
+    return ([takeaway] if takeaway else []) + target_lines(table, verdict) + verdict_lines(verdict)
 
 
 def repeats_note(table: pd.DataFrame) -> str:
