@@ -143,7 +143,7 @@ def rendered(table: pd.DataFrame, verdict: Verdict) -> dict[str, Any]:
             "best": best_line(verdict), "view": " ".join(_View(table).notes())}
 
 
-def contradictions(spec: Spec, table: pd.DataFrame, verdict: Verdict) -> list[str]:  # noqa: C901 - one list
+def contradictions(spec: Spec, table: pd.DataFrame, verdict: Verdict) -> list[str]:
     """Each way the rendered text (or the verdict itself) contradicts what the runs did or what the verdict says."""
     out: list[str] = []
     r = rendered(table, verdict)
