@@ -21,17 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def write_run(root: Path, label: str, *, workers: int, per_worker: int, loss: Callable[[int], float],
               rate: float = 10.0, evals: Sequence[tuple[int, float, float]] = (),
-              summary: dict[str, Any] | None = None) -> Path:
+              summary: dict[str, Any] | None = None, rep: int | None = None) -> Path:
     """A finished run of ``label`` in the comparison directory ``root`` (listed in its metrics.csv, in the order
     written): ``workers`` workers of ``per_worker`` steps each, global step g at ``100 + g / rate`` s with training
     loss ``loss(g)``; ``evals``: worker 0's ``(global step, held-out loss, accuracy)`` evaluations; summary.json as
-    the run wrote it (``summary`` overrides)."""
+    the run wrote it (``summary`` overrides); ``rep``: the run is repetition ``rep`` of its label."""
     kw = label_options(label)
     mode, staleness, local_steps = kw["mode"], kw.get("staleness"), kw.get("local_steps")
-    path = root / label_dir(label)
+    path = root / label_dir(label) / (f"rep-{rep}" if rep else "")
     (path / "workers").mkdir(parents=True)
     listed = root / "metrics.csv"
-    listed.write_text((listed.read_text() if listed.exists() else "label\n") + label + "\n")
+    if not rep or rep == 1:
+        listed.write_text((listed.read_text() if listed.exists() else "label\n") + label + "\n")
     options = {"model": "mlp:256", "mode": mode, "staleness": staleness, "local_steps": local_steps,
                "workers": workers, "steps": per_worker, "batch": 32, "eval_every": 10 if evals else 0}
     (path / "config.json").write_text(json.dumps({"options": options, "cluster": {}, "created": 0.0}))
@@ -253,3 +254,58 @@ def an_run(path: Path) -> Any:
     from ssptk.rundir import load_run
 
     return load_run(path)
+
+
+def _network_repeats() -> Any:
+    """Two repeats each of three settings under a shaped network: every column a table can show has values."""
+    import pandas as pd
+
+    rows = []
+    for label, mode in (("sync", "sync"), ("ssp:4", "ssp"), ("local:16", "local")):
+        for k in (1, 2):
+            row = {c: None for c in an.COMPARE_COLUMNS}
+            row.update(label=label, rep=k, mode=mode, staleness=4 if mode == "ssp" else None, workers=4,
+                       steps_per_s=10.0 + k, wall_s=12.0, final_loss=0.3 + 0.01 * k, final_accuracy=0.9 + 0.01 * k,
+                       time_to_target_s=5.0 + k, steps_to_target=500 + 10 * k, max_skew=3 + k, wait_fraction=0.1 * k,
+                       mean_staleness=1.2, mb_per_minibatch=0.0192812 + 0.001 * k, link_busy=0.83,
+                       transfer_share=0.41, status="ok", diverged=label == "local:16",
+                       diverged_on="held-out" if label == "local:16" else None)
+            rows.append(row)
+    return an.aggregate_repeats(pd.DataFrame(rows, columns=["label", "rep", *an.COMPARE_COLUMNS[1:]]))
+
+
+def test_item_8_repeat_tables_keep_accuracy_and_range_the_minibatches_to_target() -> None:
+    """`--repeat` tables dropped the accuracy column, and `to target mb` had no min–max."""
+    table = _network_repeats()
+    text = terminal_text(table)
+    head, _rule, sync, sync_range = text.splitlines()[:4]
+    assert "accuracy" in head and "to target mb" in head
+    assert "0.915" in sync and "510–520" in sync_range and "0.91–0.92" in sync_range
+    html = table_html(table)
+    assert ">accuracy<" in html and "510–520" in html
+
+
+def test_item_8_the_report_names_real_columns_and_rounds_megabytes(tmp_path: Path) -> None:
+    """The report printed the literal `<figure>_ci95 columns`; MB/step had 6 decimals."""
+    for label in ("sync", "ssp:4"):
+        for k in (1, 2):
+            write_run(tmp_path, label, workers=3, per_worker=60, loss=falling(100), rate=8.0 + k, rep=k,
+                      summary={"traffic": {"mb_per_minibatch": 0.0192812 + 0.001 * k}})
+    report = _report(tmp_path)
+    notes = " ".join(report.notes)
+    assert "Each mode ran 2 times" in notes and "<figure>" not in notes
+    assert "time_to_target_s_ci95" in notes and "time_to_target_s_ci95" in report.table.columns
+    cells = table_html(report.table)
+    assert ">0.021<" in cells and "0.02078" not in cells  # 0.0207812 MB (the mean): 3 decimals at most
+
+
+def test_item_8_html_headers_take_two_lines_at_most_and_xfer_is_explained() -> None:
+    """At 912 px the headers wrapped to three lines ('to / target / s'), and `xfer` was not explained."""
+    import re
+
+    html = table_html(_network_repeats())
+    heads = re.findall(r"<th [^>]*>(.*?)</th>", html)
+    assert "to&nbsp;target<br>s" in heads and "to&nbsp;target<br>mb" in heads
+    assert all(h.count("<br>") <= 1 and h.count(" ") + h.count("<br>") <= 1 for h in heads), heads
+    assert "xfer: share of a worker&#x27;s step its tensors were on the wire" in html
+    assert "net busy: the busiest shaped link" in html and "MB/step: megabytes the workers sent" in html

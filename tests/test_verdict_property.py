@@ -133,7 +133,7 @@ def rendered(table: pd.DataFrame, verdict: Verdict) -> dict[str, Any]:
     markers: dict[int, list[str]] = {}
     for ax in fig.axes:
         for a in ax.findobj(Annotation):
-            markers.setdefault(int(round(a.xy[0])), []).append(a.get_text())
+            markers.setdefault(int(round(a.xy[0])), []).append(" ".join(a.get_text().split()))
     order = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     return {"notes": " ".join(notes), "terminal": " ".join(terminal_text(table, width=10_000).split()),
             "page": html.unescape(re.sub(r"<[^>]+>", " ", page)), "table_html": table_html(table),
@@ -285,7 +285,7 @@ def specs(draw: Any) -> Spec:
                 target_on=draw(st.sampled_from(["training", "held-out"])))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(spec=CASE_1)
 @example(spec=CASE_2_PAUSES)
 @example(spec=CASE_2_LINK)

@@ -79,8 +79,9 @@ def _bars(ax: Axes, table: pd.DataFrame, n: int) -> None:
         verdict = table.attrs.get(which)
         for i, (v, label) in enumerate(zip(table[col], table["label"].astype(str))):
             if pd.isna(v) and verdict is not None and label in {o.label for o in verdict.outcomes}:
-                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, marker(verdict.outcome(label)).lstrip("× "),
-                        rotation=90, ha="center", va="bottom", fontsize=8, color="0.25")
+                said = " ".join(marker(verdict.outcome(label)).lstrip("× ").split())
+                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, said, rotation=90, ha="center", va="bottom",
+                        fontsize=8, color="0.25")
     on = "held-out" if table.attrs.get("target_on") == "held-out" else "training"
     ax.set(title=f"minibatches to the {on} target (lower is better)", ylabel="minibatches", xticks=x)
     ax.set_xticklabels(table["label"].astype(str), rotation=30 if len(table) > 5 else 0, ha="right"

@@ -60,10 +60,10 @@ def legend_mark(o: Outcome | None) -> str:
 
 
 def marker(o: Outcome) -> str:
-    """What a figure writes at a setting without a time or minibatches to the target: ``× diverged (held-out)``,
-    ``× failed``, ``× not reached``."""
+    """What a figure writes at a setting without a time or minibatches to the target: ``× diverged`` (over
+    ``(held-out)`` on a second line, to stay as narrow as its neighbours'), ``× failed``, ``× not reached``."""
     if o.reach == DIVERGED:
-        return "× diverged" + (" (held-out)" if o.diverged_on == "held-out" else "")
+        return "× diverged" + ("\n(held-out)" if o.diverged_on == "held-out" else "")
     return "× failed" if o.reach == FAILED else "× not reached"
 
 
