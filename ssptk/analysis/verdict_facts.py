@@ -13,13 +13,15 @@ import pandas as pd
 
 from ssptk.analysis.outcomes import FAILED, SINGLE_RUN_SPREAD, Outcome
 
-__all__ = ["PACE_TOLERANCE", "SKEW_OVER_STALENESS", "Fact", "PaceGap", "SkewOverStaleness", "StalenessCost",
-           "pace_gaps", "skew_facts", "staleness_cost"]
+__all__ = ["PACE_TOLERANCE", "SKEW_OVER_STALENESS", "STEADY_RATE_SPREAD", "Fact", "PaceGap", "SkewOverStaleness",
+           "StalenessCost", "pace_gaps", "same_pace", "skew_facts", "staleness_cost"]
 
 #: A max skew at least this many times (mean staleness + 1) is "far above" it: the two measure different things.
 SKEW_OVER_STALENESS = 10.0
 #: Predicted and real steps/s (or per-step overheads) that differ by more than this share "differ".
 PACE_TOLERANCE = 0.1
+#: Settings whose steps/s differ by less than this share run at "the same pace" (:func:`same_pace`).
+STEADY_RATE_SPREAD = 0.1
 _BOUNDED = ("sync", "ssp", "allreduce")  # modes whose staleness a bound holds (local SGD's counts something else)
 
 
@@ -164,3 +166,15 @@ def pace_gaps(real: Mapping[str, Mapping[str, Any]], predicted: Mapping[str, Map
         out.append(PaceGap(label, pace, rate, pace / rate, over_pred, over_real, ideal, cores_pred, cores_real,
                            reasons))
     return tuple(out)
+
+
+def same_pace(table: pd.DataFrame) -> tuple[float, float] | None:
+    """``(least, most)`` steps/s when a comparison's settings (two or more) all ran within
+    :data:`STEADY_RATE_SPREAD` of each other: the same pace (a steady straggler holds every SSP bound to its own);
+    ``None`` otherwise."""
+    if "steps_per_s" not in table.columns or len(table) < 2:
+        return None
+    rates = pd.to_numeric(table["steps_per_s"], errors="coerce").dropna()
+    if rates.empty or rates.min() <= 0 or rates.max() / rates.min() - 1 >= STEADY_RATE_SPREAD:
+        return None
+    return float(rates.min()), float(rates.max())
