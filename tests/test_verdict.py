@@ -309,3 +309,16 @@ def test_item_8_html_headers_take_two_lines_at_most_and_xfer_is_explained() -> N
     assert all(h.count("<br>") <= 1 and h.count(" ") + h.count("<br>") <= 1 for h in heads), heads
     assert "xfer: share of a worker&#x27;s step its tensors were on the wire" in html
     assert "net busy: the busiest shaped link" in html and "MB/step: megabytes the workers sent" in html
+
+
+def test_the_held_out_rule_tells_a_blow_up_from_overfitting() -> None:
+    """Overfitting doubles a held-out loss yet stays far below the untrained model's: not diverged. The link
+    scenario's local:16 ends above it, at 3.73: diverged at that evaluation. A NaN evaluation is diverged."""
+    from ssptk.core.divergence import find_held_out_divergence
+
+    steps = [40, 80, 120, 160, 240]
+    assert find_held_out_divergence([0.5, 0.45, 0.6, 0.9, 1.1], steps, untrained=2.3) == (False, None)
+    assert find_held_out_divergence([0.9, 0.75, 1.53, 1.88, 3.73], steps, untrained=2.3) == (True, 240)
+    assert find_held_out_divergence([0.9, 0.75, 1.53, 1.88, 3.73], steps, untrained=None) == (False, None)
+    assert find_held_out_divergence([0.9, float("nan")], steps, untrained=None) == (True, 80)
+    assert find_held_out_divergence([2.5, 2.6, 2.7], steps, untrained=2.3) == (False, None)  # never got better
