@@ -55,7 +55,7 @@ class Row:
 ROWS = [
     # --- malformed options ---
     Row("unknown-mode", ("--mode", "bsp"), {"mode": "bsp"},
-        r"unknown mode 'bsp': choose one of sync, ssp, async, allreduce"),
+        r"unknown mode 'bsp': did you mean ssp\? \(choose one of sync, ssp, async, allreduce"),
     Row("negative-staleness", ("--mode", "ssp", "--staleness", "-1"), {"mode": "ssp", "staleness": -1},
         r"--staleness must be an integer >= 0, got -1"),
     Row("staleness-with-async", ("--mode", "async", "--staleness", "2"), {"mode": "async", "staleness": 2},

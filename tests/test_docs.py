@@ -104,11 +104,14 @@ def test_the_readme_is_a_door() -> None:
 
 @pytest.fixture
 def placeholders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory where the docs' example paths exist: a step-time trace at runs/slurm-1234."""
+    """A working directory where the docs' example paths exist: a step-time trace at runs/slurm-1234 and at a gathered
+    Slurm job's runs/1234/gathered."""
     import ssptk.rundir  # noqa: F401  (a trace is read through it)
 
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "slurm-1234").write_text("worker,seconds\n0,0.010\n1,0.012\n0,0.011\n1,0.030\n")
+    (tmp_path / "runs" / "1234").mkdir()
+    (tmp_path / "runs" / "1234" / "gathered").write_text("worker,seconds\n0,0.010\n1,0.012\n0,0.011\n1,0.030\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -141,7 +141,7 @@ def _repeats() -> pd.DataFrame:
 def test_tables_show_short_headers_and_rounded_figures_without_nan() -> None:
     table = _repeats()
     html = table_html(table)
-    for header in ("<th", ">steps/s<", ">to target s<", ">max skew<", ">wait<", ">staleness<"):
+    for header in ("<th", ">steps/s<", ">to&nbsp;target<br>s<", ">max skew<", ">wait<", ">staleness<"):
         assert header in html
     for raw in (">steps_per_s<", ">measured_over_ideal<", "NaN", "<NA>", "0.105709888", "216.5002579"):
         assert raw not in html

@@ -38,7 +38,9 @@ def test_every_option_is_in_the_cli_help() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mode": "bsp"}, r"unknown mode 'bsp': choose one of sync, ssp, async, allreduce"),
+        ({"mode": "bsp"}, r"unknown mode 'bsp': did you mean ssp\? \(choose one of sync, ssp, async, allreduce"),
+        ({"mode": "asnyc"}, r"unknown mode 'asnyc': did you mean async\? \(choose one of sync, ssp, async"),
+        ({"mode": "xyz"}, r"unknown mode 'xyz': choose one of sync, ssp, async, allreduce"),
         ({"model": "resnet"}, r"unknown model 'resnet'"),
         ({"mode": "async", "staleness": 2}, r"--staleness applies to ssp only, not async"),
         ({"mode": "ssp", "staleness": -1}, r"--staleness must be an integer >= 0"),

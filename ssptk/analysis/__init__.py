@@ -17,7 +17,7 @@ from ssptk.analysis.compare import (
     converged,
     first_to_target,
 )
-from ssptk.analysis.held_out import held_out_curve, held_out_to_target
+from ssptk.analysis.held_out import held_out_curve, held_out_divergence, held_out_to_target
 from ssptk.analysis.metrics import (
     ALL_WORKERS,
     divergence,
@@ -51,15 +51,18 @@ from ssptk.analysis.run_view import (
 )
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.values import clean
+from ssptk.analysis.verdict import Verdict, comparison_verdict, verdict_of
+from ssptk.analysis.verdict_facts import pace_gaps
 
 __all__ = [
     "ALL_WORKERS", "COMPARE_COLUMNS", "MANY_WORKERS", "PREDICTED_COLUMNS", "best_label", "extreme_workers",
     "loss_band", "predicted_table", "progress_band",
     "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple",
     "aggregate_repeats", "auto_target", "ci95_halfwidth", "clean", "compare_table", "converged", "divergence",
-    "finish_times", "first_to_target", "held_out_curve", "held_out_to_target", "loss_curves", "max_skew",
+    "finish_times", "first_to_target", "held_out_curve", "held_out_divergence", "held_out_to_target", "loss_curves",
+    "max_skew",
     "n_workers", "prepare_steps", "repeat_table", "run_options", "skew_timeline", "smoothing_window",
     "staleness_bound", "staleness_counts", "start_time", "summarize", "time_to_target", "tradeoff_table",
-    "wait_by_worker",
+    "wait_by_worker", "Verdict", "comparison_verdict", "pace_gaps", "verdict_of",
     "Band", "Line", "LossPanel", "ProgressPanel", "RunView", "WaitPanel", "view_of_records", "view_of_run",
 ]

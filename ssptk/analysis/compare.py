@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.held_out import held_out_curve, held_out_to_target
+from ssptk.analysis.held_out import held_out_curve, held_out_divergence, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
 from ssptk.analysis.step_split import step_split
 from ssptk.analysis.values import clean
+from ssptk.analysis.verdict import comparison_verdict
 
 __all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "auto_target",
            "compare_table", "converged", "first_to_target"]
@@ -27,7 +28,7 @@ TARGET_FACTOR = 1.25
 COMPARE_COLUMNS: tuple[str, ...] = (
     "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
     "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
-    "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "diverged", "status",
+    "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "diverged", "diverged_on", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
@@ -77,7 +78,9 @@ def compare_table(
     Numbers come from ``summary`` when it has them (``final_loss`` only from there: it is the
     evaluation loss) and are otherwise computed from the logs with :func:`summarize`.
     ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
-    is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`.
+    is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`, on the
+    training loss or the held-out loss (``diverged_on``: ``"training"``, ``"held-out"`` or missing), whether or not
+    the run's summary (written before the held-out rule) says so.
     Time and steps to target use each run's default :func:`smoothing_window` and run from the start
     barrier; only converged runs (ok, not diverged) get them: a failed or diverged run shows *not
     reached* (missing), whatever its loss did on the way.
@@ -88,7 +91,9 @@ def compare_table(
     ``final_loss``), reached at the first ``eval`` record at or below it (:mod:`ssptk.analysis.held_out`).
     ``attrs``: ``target`` (``None`` when no run converged), ``target_auto`` (chosen automatically or
     given), ``target_on`` (``"held-out"`` or ``"training"``), ``first_to_target`` (the label that reached
-    it in the least time, or ``None``), ``predicted`` (every run is a predicted one, ``ssptk.predict``).
+    it in the least time, or ``None``: a raw figure, ties and noise not weighed), ``predicted`` (every run is a
+    predicted one, ``ssptk.predict``), ``verdict`` (:func:`ssptk.analysis.verdict.comparison_verdict`: what the
+    comparison says, the one object every sentence, star and marker about it is worded from).
     """
     rows: list[dict[str, Any]] = []
     prepared: dict[str, tuple[pd.DataFrame, int]] = {}
@@ -110,8 +115,9 @@ def compare_table(
             value = summary.get(key)
             return clean(value) if value is not None else logs.get(key)
 
+        curve = held_out_curve(events, steps, summary)
         rows.append({
-            "label": str(label), "diverged": bool(pick("diverged")), "mode": mode, "staleness": staleness,
+            "label": str(label), **_diverged(pick, curve, steps, workers), "mode": mode, "staleness": staleness,
             "workers": workers,
             "steps_per_s": pick("steps_per_s"), "wall_s": pick("wall_s"),
             # the simulator's view of the run (from summary.json only): see docs/run-directory.md
@@ -130,7 +136,7 @@ def compare_table(
         if summary.get("traffic_not_measured"):
             unmeasured[str(label)] = str(summary["traffic_not_measured"])
         smoothed[str(label)] = logs["loss_smoothed_last"]
-        curves[str(label)] = (held_out_curve(events, steps, summary), start_time(events))
+        curves[str(label)] = (curve, start_time(events))
     auto = target is None
     target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
@@ -140,19 +146,35 @@ def compare_table(
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     table["diverged"] = table["diverged"].astype(bool)
-    table.attrs["target"] = None if target is None else float(target)
-    table.attrs["target_auto"] = auto
-    table.attrs["traffic_not_measured"] = unmeasured  # label -> why (summary.json's traffic_not_measured)
-    table.attrs["target_on"] = "held-out" if held_out else "training"
-    table.attrs["first_to_target"] = first_to_target(table)
-    # predicted runs (ssptk.predict): say so wherever the table is shown; their clock is simulated
-    table.attrs["predicted"] = bool(runs) and all(isinstance(r[2], Mapping) and r[2].get("predicted")
-                                                  for r in runs.values())
-    # the cores their simulated workers shared, where a shaped network made them matter (``None``: each its own)
-    table.attrs["predicted_cores"] = sorted({p["cores"] for r in runs.values() if isinstance(r[2], Mapping)
-                                             and isinstance(p := r[2].get("predicted"), Mapping) and "cores" in p},
-                                            key=lambda c: -1.0 if c is None else float(c))
+    table["diverged_on"] = table["diverged_on"].astype("object").where(table["diverged_on"].notna(), None)
+    table.attrs.update(target=None if target is None else float(target), target_auto=auto,
+                       target_on="held-out" if held_out else "training", first_to_target=first_to_target(table),
+                       traffic_not_measured=unmeasured,  # label -> why (summary.json's traffic_not_measured)
+                       **_predicted_attrs(runs))
+    table.attrs["verdict"] = comparison_verdict(table)
     return table
+
+
+def _predicted_attrs(runs: Mapping[str, RunTuple]) -> dict[str, Any]:
+    """``predicted``: every run is a predicted one (``ssptk.predict``: say so wherever the table is shown, their
+    clock is simulated); ``predicted_cores``: the cores their simulated workers shared, where a shaped network made
+    them matter (``None``: each its own)."""
+    return {"predicted": bool(runs) and all(isinstance(r[2], Mapping) and r[2].get("predicted")
+                                            for r in runs.values()),
+            "predicted_cores": sorted({p["cores"] for r in runs.values() if isinstance(r[2], Mapping)
+                                       and isinstance(p := r[2].get("predicted"), Mapping) and "cores" in p},
+                                      key=lambda c: -1.0 if c is None else float(c))}
+
+
+def _diverged(pick: Any, curve: pd.DataFrame | None, steps: pd.DataFrame | None, workers: Any) -> dict[str, Any]:
+    """``diverged`` and ``diverged_on`` of one run: its summary's (or its logs') training rule, else the held-out
+    rule on its evaluations (:func:`ssptk.analysis.held_out.held_out_divergence`)."""
+    if pick("diverged"):
+        return {"diverged": True, "diverged_on": pick("diverged_on") or "training"}
+    window = smoothing_window(int(workers) if workers else (steps["worker"].nunique() if steps is not None
+                                                            and not steps.empty else 1))
+    held = held_out_divergence(curve, steps, window)["diverged"]
+    return {"diverged": held, "diverged_on": "held-out" if held else None}
 
 
 def _to_target(rows: list[dict[str, Any]], prepared: Mapping[str, tuple[pd.DataFrame, int]],

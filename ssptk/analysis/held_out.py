@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ssptk.analysis.values import clean
+from ssptk.core.divergence import find_held_out_divergence
 
-__all__ = ["HELD_OUT_COLUMNS", "held_out_curve", "held_out_to_target"]
+__all__ = ["HELD_OUT_COLUMNS", "held_out_curve", "held_out_divergence", "held_out_to_target", "untrained_loss"]
 
 #: Columns of :func:`held_out_curve`.
 HELD_OUT_COLUMNS = ("t", "global_step", "eval_loss", "eval_accuracy")
@@ -59,3 +60,25 @@ def held_out_to_target(curve: pd.DataFrame, prepared_steps: pd.DataFrame, target
         applied = prepared_steps["applied"].astype(bool) if "applied" in prepared_steps else True
         landed = int(((prepared_steps["local_round"] <= curve["global_step"].iloc[int(hits[0])]) & applied).sum())
     return max(0.0, t - start), landed
+
+
+def untrained_loss(steps: pd.DataFrame | None, window: int) -> float | None:
+    """The loss the model started from: the mean training loss of the first ``window`` step records in time order
+    (the start :mod:`ssptk.core.divergence` holds a run to); ``None`` with fewer records or no finite loss."""
+    if steps is None or steps.empty or "loss" not in steps.columns or len(steps) < window:
+        return None
+    first = pd.to_numeric(steps.sort_values("t", kind="mergesort")["loss"].iloc[:window], errors="coerce")
+    value = float(first.mean())
+    return value if np.isfinite(value) else None
+
+
+def held_out_divergence(curve: pd.DataFrame | None, steps: pd.DataFrame | None, window: int) -> dict[str, Any]:
+    """``{"diverged": bool, "diverged_at_step": global step or None}`` of a run's held-out evaluations
+    (:func:`held_out_curve`) by :func:`ssptk.core.divergence.find_held_out_divergence`, against
+    :func:`untrained_loss` of its step records (``window``: 5 x workers records). No curve: not diverged."""
+    if curve is None or curve.empty:
+        return {"diverged": False, "diverged_at_step": None}
+    steps_at = curve["global_step"].tolist() if "global_step" in curve.columns else [None] * len(curve)
+    losses = [None if pd.isna(v) else float(v) for v in curve["eval_loss"].tolist()]
+    diverged, at = find_held_out_divergence(losses, steps_at, untrained_loss(steps, window))
+    return {"diverged": diverged, "diverged_at_step": None if at is None or pd.isna(at) else int(at)}

@@ -15,6 +15,8 @@ import pandas as pd
 
 from ssptk.analysis.compare import RunTuple, compare_table
 from ssptk.analysis.metrics import ALL_WORKERS, loss_curves, prepare_steps, smoothing_window, start_time
+from ssptk.analysis.verdict import verdict_of
+from ssptk.analysis.verdict_facts import pace_gaps
 
 __all__ = ["PREDICTED_COLUMNS", "best_label", "loss_gap", "predicted_table"]
 
@@ -53,7 +55,9 @@ def predicted_table(measured: pd.DataFrame, predicted: Mapping[str, RunTuple],
     against ``measured.attrs["target"]``. ``predicted_over_measured``: minibatches to target, predicted /
     measured (missing when either did not reach it); ``loss_gap`` (with the measured ``runs``): :func:`loss_gap`.
     ``attrs``: ``target``, ``target_on``, ``best`` and ``best_predicted`` (the label first to the target in
-    time, measured and predicted)."""
+    time, measured and predicted: raw figures), ``verdict`` and ``verdict_predicted`` (each comparison's
+    :class:`ssptk.analysis.Verdict`, the one the words and markers come from), ``pace`` (the labels whose predicted
+    steps/s differ from the measured run's: :func:`ssptk.analysis.verdict_facts.pace_gaps`)."""
     target = measured.attrs.get("target")
     pred = compare_table(predicted, target) if predicted and target is not None else None
     rows: list[dict[str, Any]] = []
@@ -79,7 +83,10 @@ def predicted_table(measured: pd.DataFrame, predicted: Mapping[str, RunTuple],
     table.attrs.update(target=target, target_on=measured.attrs.get("target_on"),
                        predicted_cores=[] if pred is None else pred.attrs.get("predicted_cores", []),
                        best=best_label(table, "time_to_target_s"),
-                       best_predicted=best_label(table, "time_to_target_s_predicted"))
+                       best_predicted=best_label(table, "time_to_target_s_predicted"),
+                       verdict=verdict_of(measured), verdict_predicted=None if pred is None else verdict_of(pred),
+                       pace=pace_gaps({label: r[3] for label, r in (runs or {}).items()},
+                                      {label: r[3] for label, r in predicted.items()}))
     return table
 
 

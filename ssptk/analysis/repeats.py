@@ -19,7 +19,9 @@ from ssptk.analysis.compare import (
     converged,
     first_to_target,
 )
+from ssptk.analysis.outcomes import run_counts
 from ssptk.analysis.values import clean
+from ssptk.analysis.verdict import comparison_verdict
 
 __all__ = ["aggregate_repeats", "ci95_halfwidth", "repeat_table", "t975"]
 
@@ -70,6 +72,7 @@ def repeat_table(
     table["label"] = [label for label, _ in keys]
     table.insert(1, "rep", pd.Series([k for _, k in keys], dtype="Int64", index=table.index))
     table.attrs["first_to_target"] = first_to_target(table)
+    table.attrs.pop("verdict", None)  # one row per run is no comparison: the aggregate's verdict is
     return table
 
 
@@ -83,7 +86,9 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
     repetitions (ok, not diverged) when it has any (a failed run's numbers describe a run cut short), else
     from all of them; missing values are left out. ``diverged``: whether any repetition diverged.
     ``status`` is the repetitions' status when they agree, else ``"<ok>/<n> ok"``. ``attrs`` (the target)
-    are kept; ``first_to_target`` is the label with the least mean time to target.
+    are kept; ``first_to_target`` is the label with the least mean time to target; ``counts``: label -> how its
+    runs ended (:func:`ssptk.analysis.outcomes.run_counts`); ``verdict``: the comparison's
+    (:func:`ssptk.analysis.verdict.comparison_verdict`).
     """
     rows: list[dict[str, Any]] = []
     for label, group in runs_table.groupby("label", sort=False):
@@ -91,8 +96,12 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
         ok = group[[converged(r) for r in group.to_dict("records")]]
         used = ok if len(ok) else group
         first = group.iloc[0]
+        # held-out only when every run that diverged did so on the held-out loss; any on the training loss says that
+        on = sorted({v for v in group["diverged_on"] if isinstance(v, str)}, key=lambda v: v != "training") \
+            if "diverged_on" in group else []
         row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],
-                               "staleness": first["staleness"], "workers": first["workers"]}
+                               "staleness": first["staleness"], "workers": first["workers"],
+                               "diverged_on": on[0] if on else None}
         spread: dict[str, Any] = {}
         for col in FIGURE_COLUMNS:
             values = pd.to_numeric(used[col], errors="coerce").astype("float64").dropna()
@@ -119,5 +128,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
     # how many of each label's runs reached the target (a mean time hides the ones that did not)
     table.attrs["reached"] = {str(k): int(v) for k, v in
                               runs_table.groupby("label", sort=False)["time_to_target_s"].count().items()}
+    table.attrs["counts"] = run_counts(runs_table)  # how each label's runs ended: the verdict weighs every one
     table.attrs["first_to_target"] = first_to_target(table)
+    table.attrs["verdict"] = comparison_verdict(table)
     return table

@@ -6,7 +6,8 @@ from typing import Any
 import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
-from ssptk.analysis.metrics import summarize
+from ssptk.analysis.held_out import held_out_curve, held_out_divergence
+from ssptk.analysis.metrics import smoothing_window, summarize
 from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
 from ssptk.core.errors import TaskFailure
 from ssptk.core.models import builtin_parameters
@@ -57,9 +58,22 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
         s["predicted"] = dict(predicted)
     s["final_loss"] = final.get("eval_loss")
     s["final_accuracy"] = final.get("eval_accuracy")
+    s.update(_diverged_on(steps, events, s))
     s["params"] = final.get("params") if opts.model == "linear" else None
     s["run_dir"] = rd.path
     return s, (steps, events, config, s)
+
+
+def _diverged_on(steps: pd.DataFrame, events: pd.DataFrame, s: dict[str, Any]) -> dict[str, Any]:
+    """``diverged`` on the training loss (as :func:`summarize` found) or on the held-out loss
+    (:func:`ssptk.analysis.held_out.held_out_divergence`, the final evaluation included), ``diverged_at_step`` where
+    the first rule that held did, and ``diverged_on``: ``"training"``, ``"held-out"`` or ``None``."""
+    if s.get("diverged"):
+        return {"diverged_on": "training"}
+    held = held_out_divergence(held_out_curve(events, steps, s), steps, smoothing_window(int(s.get("workers") or 1)))
+    if not held["diverged"]:
+        return {"diverged_on": None}
+    return {"diverged": True, "diverged_at_step": held["diverged_at_step"], "diverged_on": "held-out"}
 
 
 def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ without rewriting the message.
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from ssptk.core.errors import UsageError
@@ -50,6 +51,11 @@ def _check_mode(mode: str) -> None:
             if mode.startswith(name) and number.isdigit():  # ssp4, ssp-4, local_8: a number without its colon
                 reason = (f"did you mean {name}:{int(number)}? ({reason}; {name}:{letter} for "
                           f"{_MEANING[name]} {letter})")
+                break
+        else:
+            near = difflib.get_close_matches(mode.lower(), MODES, n=1, cutoff=0.6)  # asnyc, snyc, allredcue
+            if near:
+                reason = f"did you mean {near[0]}? ({reason})"
         raise LabelError(f"unknown mode {mode!r}: {reason}", reason)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.labels import label_dir, label_options
 from ssptk.core.options import check_target, resolve
@@ -72,13 +73,26 @@ class CompareResult:
             return {label: reps[0] for label, reps in self.repeats.items()}
         return {f"{label} #{k}": r for label, reps in self.repeats.items() for k, r in enumerate(reps, 1)}
 
+    @property
+    def verdict(self) -> Verdict:
+        """What the comparison says (:class:`ssptk.analysis.Verdict`): made once with its table, worded by the
+        report, the terminal text and :meth:`best_line` alike."""
+        return verdict_of(self.table)
+
+    def best_line(self) -> str:
+        """``best: ssp:8 (...)``, or ``best: none (no winner: ...)``: the verdict's winner in one line, for a
+        notebook to print (never the raw first to the target: a lead within noise or a tie has no winner)."""
+        from ssptk.render.verdict import best_line
+
+        return best_line(self.verdict)
+
     def _repr_html_(self) -> str:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
         from ssptk.render.tables import terminal_text
 
-        return terminal_text(self.table, predicted=self.report.predicted)
+        return terminal_text(self.table, predicted=self.report.predicted, verdict=self.verdict)
 
 
 def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:

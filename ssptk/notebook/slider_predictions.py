@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ssptk.analysis.verdict_facts import STEADY_RATE_SPREAD, same_pace
 from ssptk.core.labels import label_of
 from ssptk.experiment.sweep import knob_of
 from ssptk.notebook.runner import Key, cache_key
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["PREDICTED", "STEADY_RATE_SPREAD", "calibrated_gap", "calibrated_overhead", "predict_staleness",
            "steady_straggler_note"]
 
-#: Predicted steps/s that differ by less than this share across the staleness values are "the same pace".
-STEADY_RATE_SPREAD = 0.1
 
 #: Every predicted run of this kernel's widgets, by :func:`ssptk.notebook.runner.cache_key` of its options.
 PREDICTED: dict[Key, RunResult] = {}
@@ -87,11 +86,9 @@ def steady_straggler_note(table: pd.DataFrame, workers: int, straggler: Any) -> 
     stop 23): the steps/s are the same. The times to an early target still fall with S, by a head start the
     fast workers take once, at the start ((N-1)(S+1) minibatches before they wait); a real run's start-up (its
     first steps after the start barrier, 0.2-0.5 s on 2 cores, varying by as much between runs) can hide it."""
-    if not straggler or "steps_per_s" not in table.columns or len(table) < 2:
+    pace = same_pace(table) if straggler else None  # decided in analysis, worded here
+    if pace is None:
         return None
-    rates = pd.to_numeric(table["steps_per_s"], errors="coerce").dropna()
-    if rates.empty or rates.min() <= 0 or rates.max() / rates.min() - 1 >= STEADY_RATE_SPREAD:
-        return None
-    return (f"a steady straggler: every S runs at its pace ({rates.min():.0f}-{rates.max():.0f} steps/s);\n"
+    return (f"a steady straggler: every S runs at its pace ({pace[0]:.0f}-{pace[1]:.0f} steps/s);\n"
             f"the time to target falls only by the fast workers' one-off head start ({int(workers) - 1}x(S+1) "
             "minibatches at the start), which a real run's start-up can hide")

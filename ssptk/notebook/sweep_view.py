@@ -77,7 +77,7 @@ class SweepResult(StaticView):
             runs[f"{lab} predicted"] = self._frames_of(("predicted", lab), r)
             colors[f"{lab} predicted"], styles[f"{lab} predicted"] = colors.get(lab, "0.5"), "--"
         return overlay_figure(runs, self.selected if label is None else label, colors=colors, styles=styles,
-                              title=self.title)
+                              title=self.title, verdict=self.verdict())
 
     def _view_key(self) -> str:
         return self.selected

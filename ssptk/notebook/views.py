@@ -11,8 +11,9 @@ from ssptk.core.errors import UsageError
 from ssptk.notebook.forwarding import Forwarding
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
-from ssptk.render.tables import ShownTable
+from ssptk.render.tables import ShownTable, target_lines
 from ssptk.render.tradeoff import tradeoff_figure
+from ssptk.render.verdict import verdict_lines
 
 __all__ = ["KeepRecords", "StaticView"]
 
@@ -33,6 +34,7 @@ class StaticView:
         self._png: dict[Any, bytes] = {}
         self._run_frames: dict[Any, RunFrames] = {}
         self._handles: list[Any] = []
+        self._tables: dict[Any, pd.DataFrame] = {}
 
     def _frames_of(self, key: Any, result: Any) -> RunFrames:
         if key not in self._run_frames:
@@ -52,18 +54,34 @@ class StaticView:
         key = ("tradeoff", tuple(self._runs()))  # type: ignore[attr-defined]
         if key not in self._png:
             table = self.table()
-            self._png[key] = (figure_png(tradeoff_figure(table, table.attrs.get("target")), dpi=80)
-                              if len(table) > 1 else b"")
+            self._png[key] = (figure_png(tradeoff_figure(table, table.attrs.get("target"), an.verdict_of(table)),
+                                         dpi=80) if len(table) > 1 else b"")
         return self._png[key]
+
+    def verdict(self) -> an.Verdict:
+        """What the runs so far say as a comparison (:class:`ssptk.analysis.Verdict`, made with :meth:`table`)."""
+        return an.verdict_of(self.table())
+
+    def notes(self) -> list[str]:
+        """The verdict of the runs so far in sentences (who reached the target first, whether that is a winner, what
+        each cost per update, what a figure would mislead about); none for fewer than two runs."""
+        table = self.table()
+        if len(table) < 2:
+            return []
+        verdict = an.verdict_of(table)
+        return [*target_lines(table, verdict), *verdict_lines(verdict)]
 
     def table(self) -> pd.DataFrame:
         """:func:`ssptk.analysis.compare_table` of the runs, labelled as in the figure; a notebook shows it
         formatted (:class:`ssptk.render.tables.ShownTable`), every column still in the DataFrame."""
         runs = self._runs()  # type: ignore[attr-defined]
-        table = an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
-        shown = ShownTable(table)
-        shown.attrs.update(table.attrs)
-        return shown
+        key = tuple((label, id(r)) for label, r in runs.items())
+        if key not in self._tables:  # one comparison (and its verdict) per set of runs
+            table = an.compare_table({label: (r.df, r.events, r.config, r.summary) for label, r in runs.items()})
+            shown = ShownTable(table)
+            shown.attrs.update(table.attrs)
+            self._tables = {key: shown}
+        return self._tables[key]
 
     def static_pngs(self) -> list[bytes]:
         """Every figure the view shows, as PNG bytes: the overlay, then what staleness costs and buys (with two
@@ -79,7 +97,8 @@ class StaticView:
             display(Image(data=png, format="png"))
 
     def _repr_html_(self) -> str:
-        return static_html(self.title, self._caption(), self.figure(), self.table())  # type: ignore[attr-defined]
+        return static_html(self.title, self._caption(), self.figure(), self.table(),  # type: ignore[attr-defined]
+                           self.notes())
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         try:

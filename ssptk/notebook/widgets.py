@@ -22,6 +22,7 @@ from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
 from ssptk.experiment.sweep import KNOBS, Knob, local_steps_values, staleness_values, sweep_mode
+from ssptk.notebook.explorer_predictions import ExplorerPredictions, error_line
 from ssptk.notebook.runner import (
     RUNNER_OPTIONS,
     Key,
@@ -32,10 +33,10 @@ from ssptk.notebook.runner import (
     ipywidgets,
     split_runner_options,
 )
-from ssptk.notebook.slider_predictions import PREDICTED, steady_straggler_note
+from ssptk.notebook.slider_predictions import PREDICTED
 from ssptk.notebook.sweep_view import SweepResult, from_runs, sweep
 from ssptk.notebook.views import KeepRecords, StaticView
-from ssptk.render.overlay import summary_line
+from ssptk.render.overlay import notes_html, summary_line
 from ssptk.render.style import model_name
 
 if TYPE_CHECKING:
@@ -44,13 +45,6 @@ if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
 
 __all__ = ["Explorer", "SweepResult", "cache_key", "default_runner", "from_runs", "staleness_explorer", "sweep"]
-
-def _error_line(exc: BaseException) -> str:
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    if isinstance(exc, RunFailed):
-        return f"run failed: {text}"
-    return text if isinstance(exc, UsageError) else f"error: {type(exc).__name__}: {text}"
-
 
 #: Every explorer's finished runs in this kernel, by :func:`cache_key`: a new explorer (the cell run again)
 #: starts with those of its options family (:func:`_family`).
@@ -65,7 +59,7 @@ def _family(key: Key) -> Key:
                  if name not in ("staleness", "local_steps", "workers", "straggler"))
 
 
-class Explorer(StaticView):
+class Explorer(StaticView, ExplorerPredictions):
     """The staleness explorer of :func:`staleness_explorer`: ``widget`` (the ipywidgets container), ``results``
     (:func:`cache_key` -> RunResult), :meth:`run`, :meth:`select`, :meth:`figure`, :meth:`table`, ``show_static()``.
     ``knob`` says what its main slider varies: SSP's staleness S or local SGD's local steps H."""
@@ -115,9 +109,11 @@ class Explorer(StaticView):
         self.tradeoff_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
         self._controls = [c for c in (self.staleness_slider, self.workers_slider, self.straggler_slider)
                           if c is not None]
+        #: What the runs so far say (their verdict in words) and how far predictions are from them, under the figures.
+        self.notes_html = w.HTML(value="")
         self.widget = w.VBox([w.HBox([*self._controls, self.run_button, self.predict_button]),
                               w.HBox([self._status, self.progress]), self.image, self.tradeoff_image,
-                              self.predicted_image])
+                              self.predicted_image, self.notes_html])
         for slider in self._controls:
             slider.observe(lambda _change: self._refresh(), names="value")
         self._controls += [self.run_button, self.predict_button]
@@ -209,73 +205,13 @@ class Explorer(StaticView):
             runs[labels[running]] = (pd.DataFrame(self._live.steps), pd.DataFrame(self._live.events),
                                      {"options": self._live.options})
             highlight = labels[running]
-        return overlay_figure(runs, highlight, colors=colors, styles=styles, title=self._title(), note=note)
+        return overlay_figure(runs, highlight, colors=colors, styles=styles, title=self._title(), note=note,
+                              verdict=self.verdict() if keys else None)
 
     def _view_key(self) -> Any:
         current = self.key(strict=False)
         return (tuple(self._shown()), current, self._title(), self.status if current is None else None,
                 self._running, tuple(self._predicted_here()))
-
-    def _predicted_here(self) -> dict[Key, RunResult]:
-        """The predictions made for the sliders' current workers and straggler, by staleness."""
-        here = self.key(strict=False)
-        if here is None:
-            return {}
-        same = {n: v for n, v in here if n in ("workers", "straggler")}
-        return dict(sorted(((k, r) for k, r in self.predicted.items()
-                            if all(dict(k)[n] == v for n, v in same.items())), key=lambda kr: self._value(kr[0])))
-
-    def predict(self) -> dict[Key, RunResult]:
-        """What the Predict button does: every value of the slider (S, or H for local), predicted for the current
-        workers and straggler (cached), their clock from the real runs' calibrated overhead where there are any."""
-        return self._predict_all(reraise=True)
-
-    def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
-        from ssptk.notebook.slider_predictions import calibrated_gap, calibrated_overhead, predict_staleness
-
-        def progress(done: int, total: int) -> None:
-            self.progress.max, self.progress.value = total, done
-            self._status.value = f"predicting every {self.knob.noun}: {done}/{total} runs"
-
-        self._busy(True)
-        self._status.value = f"predicting every {self.knob.noun} ({len(self._values)} runs, one process)"
-        try:
-            real = self.results.values()
-            made = predict_staleness(self.options(), self._values, calibrated_overhead(real), self._extra.get("out"),
-                                     progress, gap=calibrated_gap(real))
-        except BaseException as e:  # predict() raises it again; the button shows one line
-            self._busy(False)
-            self._status.value = f"prediction: {_error_line(e)}"
-            if reraise or not isinstance(e, (RunFailed, UsageError)):
-                raise
-            return {}
-        self._busy(False)
-        self.predicted.update(made)
-        self._refresh()
-        self._update_displays()
-        return made
-
-    def predicted_png(self) -> bytes:
-        """What staleness costs and buys, predicted for every value of the slider (empty before Predict)."""
-        runs = self._predicted_here()
-        key = ("predicted-tradeoff", tuple(runs))
-        if key not in self._png:
-            from ssptk import analysis as an
-            from ssptk.render.style import figure_png
-            from ssptk.render.tradeoff import tradeoff_figure
-
-            self._png[key] = b""
-            if len(runs) > 1:
-                table = an.compare_table({f"{self.knob.letter}={self._value(k)}": (r.df, r.events, r.config,
-                                                                                   r.summary)
-                                          for k, r in runs.items()})
-                fig = tradeoff_figure(table, table.attrs.get("target"))
-                note = None if self.knob.mode != "ssp" else steady_straggler_note(
-                    table, dict(next(iter(runs)))["workers"], self.options().get("straggler"))
-                fig.suptitle(f"predicted for every {self.knob.noun} (the simulator's replay, no cluster)"
-                             + (f"\n{note}" if note else ""), fontsize=9 if note else None)
-                self._png[key] = figure_png(fig, dpi=80)
-        return self._png[key]
 
     def static_pngs(self) -> list[bytes]:
         """The overlay, what staleness costs and buys over the runs, and over the predictions (after Predict)."""
@@ -283,6 +219,11 @@ class Explorer(StaticView):
 
     def _caption(self) -> str:
         return self.status
+
+    def notes(self) -> list[str]:
+        """The runs' verdict in sentences (:meth:`ssptk.notebook.views.StaticView.notes`), then how far each
+        prediction's pace is from its real run, and why (:meth:`pace_lines`)."""
+        return [*super().notes(), *self.pace_lines()]
 
     def _refresh(self) -> None:
         try:
@@ -301,6 +242,7 @@ class Explorer(StaticView):
         predicted = self.predicted_png()
         self.predicted_image.value = predicted
         self.predicted_image.layout.display = "" if predicted else "none"
+        self.notes_html.value = notes_html(self.notes())
 
     def run(self, staleness: int | None = None, *, force: bool = False) -> RunResult | None:
         """What the Run button does, after :meth:`select` of ``staleness`` when given.
@@ -322,7 +264,7 @@ class Explorer(StaticView):
             options = self.options()
             key = cache_key(options)
         except UsageError as e:
-            self._status.value = _error_line(e)
+            self._status.value = error_line(e)
             return None
         if key in self.results and not force:
             self._refresh()
@@ -362,7 +304,7 @@ class Explorer(StaticView):
         self._refresh()
         if error is not None:
             self._status.value = f"{label}: interrupted" if isinstance(error, KeyboardInterrupt) else \
-                f"{label}: {_error_line(error)}"
+                f"{label}: {error_line(error)}"
             if not isinstance(error, (RunFailed, UsageError)):
                 self.last_exception = error
                 if reraise:

@@ -13,7 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from ssptk import analysis as an
+from ssptk.analysis.outcomes import Outcome
 from ssptk.analysis.run_view import view_of_run
+from ssptk.analysis.verdict import Verdict
 from ssptk.render.run_panels import RunPanels, panel_titles
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import (
@@ -27,6 +29,7 @@ from ssptk.render.style import (
     set_loss_scale,
     skew_bound,
 )
+from ssptk.render.verdict import legend_mark
 
 __all__ = ["FIGSIZE", "Repeats", "comparison_figure", "run_figure"]
 
@@ -156,8 +159,19 @@ def _cost_point(ax: Axes, label: str, waits: list[Any], stale: list[Any], run_co
     ax.scatter([x], [y], s=60, color=run_color, zorder=3, label=label)
 
 
-def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figure:
-    """Several runs overlaid in six axes, one colour per run (a run that diverged says so in the legend).
+def _outcome(verdict: Verdict, label: str) -> Outcome | None:
+    return next((o for o in verdict.outcomes if o.label == label), None)
+
+
+def _diverged_mark(drawn: list[tuple[pd.DataFrame, Any]]) -> str:
+    """Runs without a verdict: whether they diverged by the training rule, as a legend says it."""
+    diverged = sum(an.divergence(s, an.smoothing_window(s["worker"].nunique()))["diverged"] for s, _ in drawn)
+    return " (DIVERGED)" if diverged == len(drawn) else (f" ({diverged} of {len(drawn)} DIVERGED)" if diverged else "")
+
+
+def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict: Verdict | None = None) -> Figure:
+    """Several runs overlaid in six axes, one colour per run (a run that diverged says so in the legend: as the
+    comparison's ``verdict`` has it, on the training or the held-out loss; without one, by the training loss).
 
     Panels (in ``fig.axes`` order): smoothed loss against wall time; smoothed loss against minibatches
     processed; step skew against wall time (a symmetric-log axis once one run's skew dwarfs the others, so
@@ -190,9 +204,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]]) -> Figur
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
             continue
-        diverged = sum(an.divergence(s, an.smoothing_window(s["worker"].nunique()))["diverged"] for s, _ in drawn)
-        shown = f"{label} (DIVERGED)" if diverged == len(drawn) else (
-            f"{label} ({diverged} of {len(drawn)} DIVERGED)" if diverged else str(label))
+        shown = str(label) + (legend_mark(_outcome(verdict, str(label))) if verdict is not None
+                              else _diverged_mark(drawn))
         config = _config_of(values[0])
         local = local or an.run_options(config).get("mode") == "local"
         staleness = an.staleness_bound(config)

@@ -15,8 +15,9 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
+from ssptk.render.verdict import legend_mark
 
-__all__ = ["RunFrames", "overlay_figure", "summary_line", "static_html", "staleness_looks",
+__all__ = ["RunFrames", "notes_html", "overlay_figure", "summary_line", "static_html", "staleness_looks",
            "LOSS_GID", "SKEW_GID", "BOUND_GID"]
 
 #: ``(steps, events, config)`` of one run; events and config may be None.
@@ -40,6 +41,7 @@ def overlay_figure(
     title: str | None = None,
     note: str | None = None,
     figsize: tuple[float, float] = (11.0, 4.0),
+    verdict: an.Verdict | None = None,
 ) -> Figure:
     """Two panels, every run overlaid: smoothed training loss and step skew, both against wall time.
 
@@ -48,7 +50,9 @@ def overlay_figure(
     ``styles`` (matplotlib line styles) map labels to looks (default: :func:`default_colors`, solid).
     ``note`` is printed under the title (e.g. "not run yet: press Run"). Wall time runs from each
     run's start barrier; losses use :func:`ssptk.analysis.smoothing_window` of its workers. Each run
-    gives exactly one loss line (``gid`` ``"loss:<label>"``) and one skew line (``"skew:<label>"``).
+    gives exactly one loss line (``gid`` ``"loss:<label>"``) and one skew line (``"skew:<label>"``). A run that
+    diverged says so in the legend: as the runs' ``verdict`` has it (the training or the held-out loss), else by the
+    training loss.
     """
     fig = NotebookFigure(figsize=figsize, layout="constrained")
     ax_loss, ax_skew = fig.subplots(1, 2)
@@ -73,7 +77,9 @@ def overlay_figure(
         window = an.smoothing_window(max(an.n_workers(config, df), 1))
         curves = an.loss_curves(df, by="elapsed", smooth=window)
         overall = curves[curves["worker"] == an.ALL_WORKERS]
-        shown = f"{label} (DIVERGED)" if an.divergence(df, window)["diverged"] else label
+        said = [o for o in (verdict.outcomes if verdict is not None else ()) if o.label == label]
+        shown = label + (legend_mark(said[0]) if said else
+                         " (DIVERGED)" if an.divergence(df, window)["diverged"] else "")
         ax_loss.plot(overall["elapsed"], overall["smoothed"], label=shown, gid=LOSS_GID + label, **kw)
         losses.append(overall["smoothed"])
         finished = an.finish_times(df, events) if events is not None else None
@@ -112,7 +118,8 @@ def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
     if s.get("status") not in (None, "ok"):
         return f"{label}: failed: {s.get('reason') or 'unknown reason'}"
     if s.get("diverged"):
-        label = f"{label}: DIVERGED at global step {s.get('diverged_at_step')}"
+        on = " on the held-out loss" if s.get("diverged_on") == "held-out" else ""
+        label = f"{label}: DIVERGED{on} at global step {s.get('diverged_at_step')}"
 
     def num(key: str, fmt: str) -> str:
         value = s.get(key)
@@ -122,12 +129,20 @@ def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
             f"final loss {num('final_loss', '.4g')}, wait {num('wait_fraction', '.0%')}")
 
 
-def static_html(title: str, caption: str, fig: Figure, table: pd.DataFrame) -> str:
-    """A self-contained HTML fragment: ``title``, the metrics ``table`` and ``fig`` as an embedded PNG
-    ``<img>`` captioned ``caption`` (what a notebook without a widget frontend, or nbconvert, shows)."""
+def notes_html(notes: Sequence[str]) -> str:
+    """Sentences under a notebook view's figures (a comparison's verdict in words), as small HTML paragraphs."""
+    import html
+
+    return "".join(f'<p style="color:#555;font-size:13px;margin:2px 0">{html.escape(n)}</p>' for n in notes)
+
+
+def static_html(title: str, caption: str, fig: Figure, table: pd.DataFrame, notes: Sequence[str] = ()) -> str:
+    """A self-contained HTML fragment: ``title``, the metrics ``table``, ``notes`` under it (the comparison's verdict
+    in words) and ``fig`` as an embedded PNG ``<img>`` captioned ``caption`` (what a notebook without a widget
+    frontend, or nbconvert, shows)."""
     from ssptk.render.report import Report
 
-    return Report(title, table, [(caption, fig)])._repr_html_()
+    return Report(title, table, [(caption, fig)], notes)._repr_html_()
 
 
 def staleness_looks(runs: Mapping[str, tuple[int, Any]],

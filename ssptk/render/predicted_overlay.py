@@ -13,6 +13,7 @@ from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.held_out import held_out_points
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
+from ssptk.render.verdict import marker, pace_lines, why_no_winner
 
 __all__ = ["predicted_figure", "predicted_lines"]
 
@@ -74,11 +75,13 @@ def _bars(ax: Axes, table: pd.DataFrame, n: int) -> None:
         ax.bar(x + (k - 0.5) * 0.38, np.nan_to_num(values), width=0.36, color=colors, hatch=hatch,
                edgecolor="white" if not hatch else "0.2", alpha=1.0 if not hatch else 0.55, label=name)
         top = max(top, float(np.nanmax(values)) if not np.isnan(values).all() else 0.0)
-    for k, col, div in ((0, "steps_to_target", "diverged"), (1, "steps_to_target_predicted", "diverged_predicted")):
-        for i, (v, d) in enumerate(zip(table[col], table[div])):
-            if pd.isna(v):
-                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, "diverged" if d else "not reached",
-                        rotation=90, ha="center", va="bottom", fontsize=8, color="0.25")
+    for k, col, which in ((0, "steps_to_target", "verdict"), (1, "steps_to_target_predicted", "verdict_predicted")):
+        verdict = table.attrs.get(which)
+        for i, (v, label) in enumerate(zip(table[col], table["label"].astype(str))):
+            if pd.isna(v) and verdict is not None and label in {o.label for o in verdict.outcomes}:
+                said = " ".join(marker(verdict.outcome(label)).lstrip("× ").split())
+                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, said, rotation=90, ha="center", va="bottom",
+                        fontsize=8, color="0.25")
     on = "held-out" if table.attrs.get("target_on") == "held-out" else "training"
     ax.set(title=f"minibatches to the {on} target (lower is better)", ylabel="minibatches", xticks=x)
     ax.set_xticklabels(table["label"].astype(str), rotation=30 if len(table) > 5 else 0, ha="right"
@@ -105,7 +108,17 @@ def predicted_lines(table: pd.DataFrame) -> list[str]:
                 if r["diverged_predicted"] is not None and bool(r["diverged"]) != bool(r["diverged_predicted"])]
     if mismatch:
         lines.append(f"Diverged in one but not the other: {', '.join(mismatch)}.")
-    best, best_p = table.attrs.get("best"), table.attrs.get("best_predicted")
-    if best or best_p:
-        lines.append(f"First to the target: measured {best or 'none'}, predicted {best_p or 'none'}.")
-    return lines
+    measured, predicted = table.attrs.get("verdict"), table.attrs.get("verdict_predicted")
+    if measured is not None and predicted is not None and (measured.fastest or predicted.fastest):
+        lines.append(f"Fastest to the target: measured {_first(measured)}; predicted {_first(predicted)}.")
+    return lines + pace_lines(table.attrs.get("pace") or ())
+
+
+def _first(verdict: Any) -> str:
+    """The first to the target as its comparison's verdict has it: ``ssp:4 (best)``, ``ssp:4 and async (tied)``,
+    ``ssp:4 (no winner: ...)``, ``none``."""
+    if verdict.fastest is None:
+        return "none"
+    if verdict.winner is not None:
+        return f"{verdict.winner} (a real lead)"
+    return f"{verdict.fastest} (no winner: {why_no_winner(verdict)})"

@@ -30,13 +30,15 @@ from ssptk.render.tables import (
     target_lines,
 )
 from ssptk.render.text import LOCAL_STALENESS
-from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
+from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.traffic import network_section
+from ssptk.render.verdict import verdict_lines
 from ssptk.rundir import load_run
 from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
 
-__all__ = ["Report", "build_report", "comparison_title", "load_comparison", "write_metrics_csv"]
+__all__ = ["Report", "build_report", "comparison_notes", "comparison_title", "load_comparison", "repeats_note",
+           "write_metrics_csv"]
 
 
 def comparison_title(labels: Iterable[str]) -> str:
@@ -79,6 +81,8 @@ class Report:
         self.notes: list[str] = list(notes)
         #: HTML sections shown after the tables (the network section: :func:`ssptk.render.traffic.network_section`)
         self.sections: list[str] = []
+        #: what the comparison says (:class:`ssptk.analysis.Verdict`), the one its notes and figures word
+        self.verdict: an.Verdict | None = table.attrs.get("verdict")
         self._png: dict[int, str] = {}
 
     def _image(self, fig: Figure) -> str:
@@ -156,22 +160,16 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     options = [an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
                if isinstance(r, tuple) and len(r) > 2]
     table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
-    takeaway = takeaway_line(table)
-    notes = _ending_lines(runs) + ([takeaway] if takeaway else []) + target_lines(table) + tradeoff_lines(table)
-    notes += lr_lines(options)
+    verdict = an.verdict_of(table)  # made with the table, once: every sentence, star and marker below words it
+    notes = _ending_lines(runs) + comparison_notes(table, verdict) + lr_lines(options)
     if repeated:
-        counts = sorted({int(n) for n in table["repeats"].dropna()})
-        times = " or ".join(str(n) for n in counts) or "0"
-        notes.append(f"Each mode ran {times} times: every figure is the mean over its ok runs; "
-                     f"{', '.join(SHOWN_COLUMNS.get(c, c) for c in KEY_FIGURES if c in SHOWN_COLUMNS)} also show "
-                     "their min\u2013max under the mean. metrics.csv has one row per run "
-                     "(column rep), the table's <figure>_ci95 columns the 95% confidence half-widths.")
+        notes.append(repeats_note(table))
     figures: list[tuple[str, Figure]] = []
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
         local = local_staleness_note(has_local(table))
         caption += f" ({local})" if local else ""
-        figures.append((caption, comparison_figure(runs)))
+        figures.append((caption, comparison_figure(runs, verdict)))
     compared = None
     if predicted:
         compared = an.predicted_table(table, predicted, {label: Repeats.of(v)[0] for label, v in runs.items()
@@ -187,7 +185,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         figures.append(("What staleness costs and buys: minibatches to the target (cost per update), steps/s "
                         "(speed) and time to the target (both together), from sync to async; the fastest is "
                         "starred only when its lead is more than noise",
-                        tradeoff_figure(table, table.attrs.get("target"))))
+                        tradeoff_figure(table, table.attrs.get("target"), verdict)))
     if per_run:
         for label, value in runs.items():
             reps = Repeats.of(value)
@@ -199,6 +197,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                 caption += f" (its staleness: {LOCAL_STALENESS})"
             figures.append((caption, run_figure(steps, events, config)))
     report = Report(title, table, figures, notes, runs_table, compared)
+    report.verdict = verdict
     report.sections = [s for s in [network_section({k: Repeats.of(v)[0][3] for k, v in runs.items() if Repeats.of(v)})]
                        if s]
     return report
@@ -218,6 +217,25 @@ def _ending_lines(runs: Mapping[str, RunTuple | Repeats]) -> list[str]:
                 why = summary.get("reason") or f"{summary.get('failed_task') or 'a task'}: no reason recorded"
                 lines.append(f"Run {label}{which} {status}: {why}")
     return lines
+
+
+def comparison_notes(table: pd.DataFrame, verdict: an.Verdict) -> list[str]:
+    """The sentences under a comparison's table: what differs between the runs, the target and who reached it,
+    the diverged runs, and the ``verdict`` in words (:func:`ssptk.render.verdict.verdict_lines`)."""
+    takeaway = takeaway_line(table)
+    return ([takeaway] if takeaway else []) + target_lines(table, verdict) + verdict_lines(verdict)
+
+
+def repeats_note(table: pd.DataFrame) -> str:
+    """What a table of repeated runs shows: means, the min–max under the key figures, where each run's row and the
+    95% confidence half-widths are."""
+    counts = sorted({int(n) for n in table["repeats"].dropna()})
+    times = " or ".join(str(n) for n in counts) or "0"
+    return (f"Each mode ran {times} times: every figure is the mean over its ok runs; "
+            f"{', '.join(SHOWN_COLUMNS.get(c, c) for c in KEY_FIGURES if c in SHOWN_COLUMNS)} also show "
+            "their min\u2013max under the mean. metrics.csv has one row per run (column rep); the comparison's "
+            "DataFrame (ssptk.compare(...).table) also holds each figure's 95% confidence half-width, in a column "
+            "named after it with _ci95 (e.g. time_to_target_s_ci95).")
 
 
 def load_comparison(directory: str | os.PathLike[str], title: str | None = None,

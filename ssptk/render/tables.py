@@ -3,18 +3,17 @@ in text and HTML (4 significant digits, ``-`` for missing values, ``mean [min–
 from __future__ import annotations
 
 import html
-import math
 import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES, TARGET_FACTOR
-from ssptk.core.divergence import DIVERGENCE_RULE
+from ssptk.analysis.verdict import Verdict, verdict_of
+from ssptk.render.cells import KEY_FIGURES, cell, missing, percent, shown_cells
 from ssptk.render.text import LOCAL_STALENESS, evaluated_every
-from ssptk.render.tradeoff import tradeoff_lines
+from ssptk.render.verdict import diverged_line, first_phrase, verdict_lines
 
 __all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "format_table",
            "has_local", "local_staleness_note", "lr_lines", "percent", "shown_cells", "table_html", "table_text",
@@ -32,13 +31,6 @@ def local_staleness_note(local: bool) -> str | None:
     """The line under a table that shows local SGD runs: what their staleness counts (``None`` without any)."""
     return (f"staleness of local:H runs: {LOCAL_STALENESS} (0 to H-1), not updates applied since the read"
             if local else None)
-
-#: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
-#: Shares shown as percentages.
-_PERCENT = ("wait_fraction", "link_busy", "transfer_share")
-KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "time_to_target_s", "max_skew",
-                                 "wait_fraction")
-
 
 class ShownTable(pd.DataFrame):
     """A comparison's table as a notebook or a REPL shows it (:func:`table_html`, :func:`table_text`): the
@@ -84,18 +76,30 @@ def _display(table: pd.DataFrame) -> tuple[list[Any], list[dict[Any, tuple[str, 
             for i in range(len(means))]
     spread = {f"{c}{x}" for c in FIGURE_COLUMNS for x in SPREAD_SUFFIXES}
     hidden = [str(c) for c in table.columns if c not in columns and c not in spread
-              and c not in ("mode", "staleness", "diverged") and table[c].notna().any()]
+              and c not in ("mode", "staleness", "diverged", "diverged_on") and table[c].notna().any()]
     return columns, rows, numeric, hidden
+
+
+#: Columns whose short header a reader cannot guess: a line under an HTML table says what each shown one holds.
+_EXPLAINED = ("mb_per_minibatch", "link_busy", "transfer_share")
+
+
+def _head(text: str) -> str:
+    """A short header in at most two lines at any width: its first two words kept together (``to target`` over
+    ``mb``), the rest under them."""
+    words = html.escape(text).split()
+    return "&nbsp;".join(words[:2]) + "<br>" + " ".join(words[2:]) if len(words) > 2 else " ".join(words)
 
 
 def table_html(table: pd.DataFrame) -> str:
     """A comparison table (or its repeats' aggregate, or one row per run) as a compact HTML table for a notebook
     or the report: :data:`SHOWN_COLUMNS` under short headers (the column's name on hover), no cell wrapping, a
-    repeated figure's ``min–max`` on a line under its mean, then one line naming the columns left out."""
+    repeated figure's ``min–max`` on a line under its mean, then one line naming the columns left out and one per
+    network column shown (what MB/step, net busy and xfer hold; every header says what it holds on hover)."""
     columns, rows, numeric, hidden = _display(table)
     align = {c: "right" if numeric.get(c) else "left" for c in columns}
-    head = "".join(f'<th title="{html.escape(str(c), quote=True)}" style="{_HEAD.format(align=align[c])}">'
-                   f"{html.escape(SHOWN_COLUMNS[c])}</th>" for c in columns)
+    head = "".join(f'<th title="{html.escape(_LEGEND.get(c, str(c)), quote=True)}" '
+                   f'style="{_HEAD.format(align=align[c])}">{_head(SHOWN_COLUMNS[c])}</th>' for c in columns)
     body = []
     for row in rows:
         tds = "".join(f'<td style="{_CELL.format(align=align[c])}">{html.escape(row[c][0])}'
@@ -105,8 +109,8 @@ def table_html(table: pd.DataFrame) -> str:
     more = (f'<p style="color:#555;font-size:85%;margin:2px 0">Also in the DataFrame and metrics.csv: '
             f"{html.escape(', '.join(hidden))}.</p>") if hidden else ""
     note = local_staleness_note("mean_staleness" in columns and has_local(table))
-    if note:
-        more += f'<p style="color:#555;font-size:85%;margin:2px 0">{html.escape(note)}.</p>'
+    for line in [_LEGEND[c] for c in _EXPLAINED if c in columns] + ([note] if note else []):
+        more += f'<p style="color:#555;font-size:85%;margin:2px 0">{html.escape(line)}.</p>'
     return (f'<table class="ssptk-table" style="border-collapse:collapse;font-size:13px">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}")
 
@@ -122,89 +126,6 @@ def table_text(table: pd.DataFrame) -> str:
     return text + (f"\n({note})" if note else "")
 
 
-def _fmt(value: Any) -> str:
-    if value is None or value is pd.NA:
-        return "-"
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}" if value != 0 else "0"
-    return str(value)
-
-
-def _missing(value: Any) -> bool:
-    return value is None or value is pd.NA or (isinstance(value, (float, np.floating)) and math.isnan(value))
-
-
-def percent(value: Any) -> str:
-    """A share (0.143) as every table and the sentences under them show it: ``14%`` (``0.4%`` below 10%, ``0%``
-    for none), ``-`` when missing. The wait fraction is a share in ``metrics.csv`` and a percentage in words."""
-    if _missing(value):
-        return "-"
-    p = 100.0 * float(value)
-    return f"{p:.0f}%" if p == 0 or round(p, 1) >= 10 else f"{p:.1f}%"
-
-
-def _range(lo: Any, hi: Any, fmt: Any = _fmt) -> str:
-    return f"[{fmt(lo)}\u2013{fmt(hi)}]"
-
-
-def _short_range(lo: Any, hi: Any, share: bool) -> str:
-    """``150.3–300.7``, ``13–15%``: a range on its own line, as its mean is shown, one unit."""
-    if _missing(lo) or _missing(hi):
-        return ""
-    if share:
-        return f"{percent(lo).rstrip('%')}\u2013{percent(hi)}"
-    return f"{_fmt(lo)}\u2013{_fmt(hi)}"
-
-
-def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFrame, dict[Any, bool]]:
-    """The cells of a table as shown (strings) and which columns are right-aligned numbers.
-
-    A table of repeated runs (:func:`ssptk.analysis.aggregate_repeats`: ``<figure>_min`` and
-    ``_max`` columns) shows the :data:`KEY_FIGURES` as ``mean [min–max]`` and the other figures as
-    the mean; the spread columns themselves stay in the table (and metrics.csv) but are not shown.
-    ``ranges_below``: each ``[min–max]`` goes on a line of its own under its mean (a terminal's narrow table).
-    The wait fraction shows as a percentage (:func:`percent`).
-    """
-    spread = [c for c in FIGURE_COLUMNS if f"{c}_min" in df.columns and f"{c}_max" in df.columns]
-    hidden = {f"{c}{suffix}" for c in spread for suffix in SPREAD_SUFFIXES}
-    columns = [c for c in df.columns if c not in hidden]
-    cells: dict[Any, list[str]] = {}
-    below: dict[Any, list[str]] = {c: [""] * len(df) for c in columns}
-    for c in columns:
-        fmt = percent if c in _PERCENT else _fmt
-        if c in spread and c in KEY_FIGURES:
-            means = [fmt(m) for m in df[c].tolist()]
-            bounds = list(zip(df[f"{c}_min"].tolist(), df[f"{c}_max"].tolist()))
-            if ranges_below:
-                cells[c] = means
-                below[c] = ["" if m == "-" else _short_range(lo, hi, fmt is percent)
-                            for m, (lo, hi) in zip(means, bounds)]
-            else:
-                cells[c] = [m if m == "-" else f"{m} {_range(lo, hi, fmt)}" for m, (lo, hi) in zip(means, bounds)]
-        elif c in _PERCENT:
-            cells[c] = [percent(v) for v in df[c].tolist()]
-        elif c == "diverged":
-            cells[c] = ["yes" if v is True or v == 1 else "" for v in df[c].tolist()]
-        elif c == "label" and "diverged" in df.columns:  # where the eye goes first
-            cells[c] = [f"{_fmt(v)} (DIVERGED)" if d is True or d == 1 else _fmt(v)
-                        for v, d in zip(df[c].tolist(), df["diverged"].tolist())]
-        else:
-            cells[c] = [_fmt(v) for v in df[c].tolist()]
-    numeric = {c: c in spread or (c != "diverged" and pd.api.types.is_numeric_dtype(df[c])
-                                  and not pd.api.types.is_bool_dtype(df[c])) for c in columns}
-    shown = pd.DataFrame(cells, columns=columns)
-    if ranges_below and spread:  # row i's means, then its ranges
-        shown = pd.concat([shown, pd.DataFrame(below, columns=columns)]).sort_index(kind="stable")
-        shown = shown.reset_index(drop=True)
-    return shown, numeric
-
-
 def format_table(df: pd.DataFrame) -> str:
     """Plain-text table: a header, a rule, one line per row; numbers right-aligned (4 significant
     digits), text left-aligned, missing values as ``-``. A table of repeated runs shows its key
@@ -216,15 +137,16 @@ def format_table(df: pd.DataFrame) -> str:
 
 
 #: The comparison table in a terminal: column -> short header, in order. When the table is wider than the
-#: terminal, columns go from the end of :data:`_DROP_ORDER` first; metrics.csv keeps every column.
+#: terminal, columns go in the order of :data:`_DROP_ORDER` (the repeats' count first: the legend says it; the
+#: outcomes, accuracy and minibatches to target, last); metrics.csv keeps every column.
 TERMINAL_COLUMNS: dict[str, str] = {
     "label": "run", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
     "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
     "link_busy": "net busy", "transfer_share": "xfer", "status": "status",
 }
-_DROP_ORDER = ("transfer_share", "mb_per_minibatch", "repeats", "final_accuracy", "mean_staleness", "steps_to_target",
-               "wait_fraction")
+_DROP_ORDER = ("repeats", "transfer_share", "mb_per_minibatch", "mean_staleness", "wait_fraction", "link_busy",
+               "final_accuracy", "steps_to_target")
 _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
@@ -275,11 +197,14 @@ def unmeasured_lines(table: pd.DataFrame) -> list[str]:
     return [f"Traffic not measured ({', '.join(labels)}): {why}." for why, labels in whys.items()]
 
 
-def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame | None = None) -> str:
-    """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line` and
-    :func:`target_lines`, wrapped at ``width``; with ``predicted`` (``compare --predict``) its table of
-    predicted against measured figures under them."""
-    lines = [takeaway_line(table), *target_lines(table), *tradeoff_lines(table)]
+def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame | None = None,
+                  verdict: Verdict | None = None) -> str:
+    """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line`,
+    :func:`target_lines` and the verdict in words (:func:`ssptk.render.verdict.verdict_lines`; ``verdict``: the
+    comparison's, else the one ``table`` carries), wrapped at ``width``; with ``predicted`` (``compare --predict``)
+    its table of predicted against measured figures under them."""
+    verdict = verdict_of(table) if verdict is None else verdict
+    lines = [takeaway_line(table), *target_lines(table, verdict), *verdict_lines(verdict)]
     out = [terminal_table(table, width), "", *(textwrap.fill(line, width) for line in lines if line)]
     if predicted is not None:
         out += ["", predicted_text(predicted, width)]
@@ -337,11 +262,11 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
 
     def speed(r: Mapping[Any, Any]) -> str:
         v, b = r.get("steps_per_s"), base.get("steps_per_s")
-        shown = f"{r['label']} {_fmt(v)}"
+        shown = f"{r['label']} {cell(v)}"
         return shown if r is base or not (v and b) else f"{shown} ({v / b:.3g}x {base['label']})"
 
     def num(v: Any) -> str:
-        return "-" if _missing(v) else f"{v:.2g}"
+        return "-" if missing(v) else f"{v:.2g}"
 
     return ("What differs: steps/s " + ", ".join(speed(r) for r in rows)
             + "; time spent waiting " + ", ".join(f"{r['label']} {percent(r.get('wait_fraction'))}" for r in rows)
@@ -357,38 +282,31 @@ def cores_phrase(cores: Any) -> str:
     return f"; {' or '.join(said)} (--cores)" if said else ""
 
 
-def target_lines(table: pd.DataFrame) -> list[str]:
-    """One line on the loss target (which, how it was chosen, who reached it first) and, when some runs
-    diverged, one naming them: what the report and the CLI print under the table."""
+def target_lines(table: pd.DataFrame, verdict: Verdict | None = None) -> list[str]:
+    """One line on the loss target (which, how it was chosen, who reached it first: the comparison's ``verdict``, else
+    the one ``table`` carries) and, when some runs diverged, one naming them and the rule each broke: what the
+    report and the CLI print under the table."""
+    verdict = verdict_of(table) if verdict is None else verdict
     lines = []
     if table.attrs.get("predicted"):
         lines.append("PREDICTED: no cluster ran; every run is the simulator's schedule replayed with the model's real "
                      "gradients, its steps/s and seconds from a simulated clock (see each summary's overhead_ms)"
                      f"{cores_phrase(table.attrs.get('predicted_cores'))}.")
-    target = table.attrs.get("target")
-    held_out = table.attrs.get("target_on") == "held-out"
+    target = verdict.target
+    held_out = verdict.target_on == "held-out"
     what = "held-out loss" if held_out else "training loss"
     if target is None:
         lines.append(f"Target {what}: none (no run converged), so no time or minibatches to target.")
     else:
         best = "held-out loss at the end" if held_out else "smoothed training loss"
         how = (f"{TARGET_FACTOR:g} x the best final {best} among the runs that converged"
-               if table.attrs.get("target_auto") else "given with --target")
+               if verdict.target_auto else "given with --target")
         measured = (f"worker 0's held-out evaluations {evaluated_every(table.attrs.get('eval_every'))}" if held_out
                     else "smoothed over 5 x workers step records")
-        first = table.attrs.get("first_to_target")
-        if first is not None:
-            row = table[table["label"] == first].iloc[0]
-            reached = f"first to reach it: {first} ({_fmt(row['time_to_target_s'])} s, " \
-                      f"{_fmt(row['steps_to_target'])} minibatches)"
-        else:
-            reached = "no run reached it"
-        lines.append(f"Target {what} {target:.4g} ({how}; {measured}, times from the start barrier); {reached}.")
-    if "diverged" in table.columns and table["diverged"].astype(bool).any():
-        names = ", ".join(str(v) for v in table.loc[table["diverged"].astype(bool), "label"])
-        lines.append(f"Diverged: {names} ({DIVERGENCE_RULE}): "
-                     "no time to target is shown for them.")
-    return lines
+        lines.append(f"Target {what} {target:.4g} ({how}; {measured}, times from the start barrier); "
+                     f"{first_phrase(verdict)}.")
+    diverged = diverged_line(verdict)
+    return lines + ([diverged] if diverged else [])
 
 
 def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:

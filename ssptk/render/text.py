@@ -7,7 +7,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ssptk.core.divergence import DIVERGENCE_RULE
+from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
 from ssptk.core.labels import label_of
 from ssptk.core.options import skew_bound
 from ssptk.render.traffic import split_text
@@ -104,7 +104,10 @@ def format_summary(s: dict[str, Any]) -> str:
     if s.get("params"):
         lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s["params"].items()))
     if s.get("diverged"):
-        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}: {DIVERGENCE_RULE} "
+        held_out = s.get("diverged_on") == "held-out"
+        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}"
+                     f"{' (held-out evaluation)' if held_out else ''}: "
+                     f"{HELD_OUT_DIVERGENCE_RULE if held_out else DIVERGENCE_RULE} "
                      f"(lower --lr or {'H' if local else 'the staleness'})")
     if s.get("status") != "ok":
         lines.append(f"failed    {s.get('reason')}")

@@ -1,7 +1,8 @@
 """The error–runtime figure: for each setting, from sync to async, the minibatches it needed to reach the target
 (what staleness costs), its steps/s (what staleness buys) and its time to the target (both together), with the
-repeats' spread; the fastest is starred only when :func:`ssptk.analysis.tradeoff_verdict` finds its lead real.
-:func:`tradeoff_lines` says the same in words, for the report and the terminal."""
+repeats' spread; the fastest is starred only when the comparison's verdict (:class:`ssptk.analysis.Verdict`) finds
+its lead real, and every setting without a value says why, as the verdict has it. :func:`tradeoff_lines` says the
+same in words, for the report and the terminal."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,51 +10,29 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ssptk.analysis.tradeoff import TradeoffVerdict, tradeoff_table, tradeoff_verdict
+from ssptk.analysis.tradeoff import tradeoff_table
+from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.style import NOTE_COLOR, NotebookFigure
+from ssptk.render.verdict import WHERE_THE_TRADEOFF_IS, marker, no_winner_box, verdict_lines
 
 __all__ = ["WHERE_THE_TRADEOFF_IS", "tradeoff_figure", "tradeoff_lines"]
 
 _PRICE, _GAIN, _TIME, _BAD = "tab:blue", "tab:green", "tab:purple", "tab:red"
-#: Where a newcomer sees both sides of the tradeoff, when a run does not show them.
-WHERE_THE_TRADEOFF_IS = ('notebooks/sync_ssp_async.ipynb, "Both axes" (non-IID data with transient pauses, where '
-                         "sync loses to waiting, async to staleness and a middle bound wins)")
-_NO_STAR = {"early": "no winner: reached early,\nthe times measure start-up", "noise": "no winner: within noise",
-            "unreliable": "no winner: the fastest\nmissed the target in some runs"}
 
 
-def tradeoff_lines(table: pd.DataFrame) -> list[str]:
-    """What the time to the target says about the tradeoff, in words (none for fewer than two settings, or
-    when none reached the target: :func:`ssptk.render.tables.target_lines` says so): the real winner, or why
-    there is none; when the times say nothing (reached early, or within noise), that the tradeoff is not in
-    this run and where it is."""
-    if len(table) < 2:
-        return []
-    verdict = tradeoff_verdict(table)
-    if verdict.kind == "none":
-        return []
-    if verdict.best is not None and verdict.same_cost is not None:
-        lo, hi = verdict.same_cost
-        return [f"Fastest to the target: {verdict.best}, ahead by more than the spread of its time; but staleness "
-                f"cost no progress per update here (every setting needed {lo:.4g}-{hi:.4g} minibatches), so it is "
-                f"first only because its steps are faster: the tradeoff is not in this run. Where both sides show: "
-                f"{WHERE_THE_TRADEOFF_IS}."]
-    if verdict.best is not None:
-        return [f"Fastest to the target: {verdict.best}, ahead of every other setting by more than the spread "
-                "of its time."]
-    if not verdict.no_tradeoff:
-        return [f"No winner on time to the target: {verdict.why_not}."]
-    return [f"The staleness tradeoff is not in this run: {verdict.why_not}. This run shows what staleness buys "
-            f"(steps/s, wait) and lets drift (skew, staleness); both sides: {WHERE_THE_TRADEOFF_IS}."]
+def tradeoff_lines(table: pd.DataFrame, verdict: Verdict | None = None) -> list[str]:
+    """What the time to the target says about the tradeoff, in words: :func:`ssptk.render.verdict.verdict_lines` of
+    the comparison's verdict (``verdict``, else the one ``table`` carries)."""
+    return verdict_lines(verdict_of(table) if verdict is None else verdict)
 
 
-def _misses(ax: Axes, rows: pd.DataFrame, values: pd.Series) -> None:
-    """At settings without a value: why (diverged, failed, not reached), in red at the foot of the axis."""
-    for x, (_, row) in enumerate(rows.iterrows()):
+def _misses(ax: Axes, rows: pd.DataFrame, values: pd.Series, verdict: Verdict) -> None:
+    """At settings without a value: why (the verdict's outcome: diverged, failed, not reached), in red at the foot
+    of the axis."""
+    for x, label in enumerate(rows["label"].astype(str)):
         if pd.isna(values.iloc[x]):
-            why = "diverged" if row["diverged"] else ("failed" if row["status"] not in ("ok", None) else "not reached")
-            ax.annotate(f"× {why}", (x, 0.02), xycoords=("data", "axes fraction"), ha="center", color=_BAD,
-                        fontsize="small")
+            ax.annotate(marker(verdict.outcome(label)), (x, 0.02), xycoords=("data", "axes fraction"), ha="center",
+                        color=_BAD, fontsize="small")
 
 
 def _top(values: pd.Series) -> float:
@@ -62,7 +41,7 @@ def _top(values: pd.Series) -> float:
     return 1.0 if pd.isna(top) or top <= 0 else float(top) * 1.15
 
 
-def _time_panel(ax: Axes, rows: pd.DataFrame, verdict: TradeoffVerdict) -> None:
+def _time_panel(ax: Axes, rows: pd.DataFrame, verdict: Verdict) -> None:
     """Time to target with the repeats' min–max as error bars; the winner starred, or why there is none."""
     x = np.arange(len(rows))
     times = pd.to_numeric(rows["time_to_target_s"], errors="coerce").astype("float64")
@@ -77,22 +56,23 @@ def _time_panel(ax: Axes, rows: pd.DataFrame, verdict: TradeoffVerdict) -> None:
     if len(best):
         ax.plot([best[0]], [times.iloc[best[0]]], "*", ms=16, color="gold", mec="black",
                 label=f"best: {rows['label'].iloc[best[0]]}")
-    elif verdict.kind in _NO_STAR:
-        ax.text(0.5, 0.96, _NO_STAR[verdict.kind], transform=ax.transAxes, ha="center", va="top",
+    box = None if len(best) else no_winner_box(verdict)
+    if box:
+        ax.text(0.5, 0.96, box, transform=ax.transAxes, ha="center", va="top",
                 color=NOTE_COLOR, fontsize="medium", bbox={"fc": "white", "ec": "0.8", "alpha": 0.9})
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="medium", loc="lower left")
     ax.set(title="time to target (both together)", ylabel="seconds")
-    ax.set_ylim(0, _top(hi.fillna(times)) * (1.35 if not len(best) and verdict.kind in _NO_STAR else 1.0))
-    _misses(ax, rows, times)
+    ax.set_ylim(0, _top(hi.fillna(times)) * (1.35 if box else 1.0))
+    _misses(ax, rows, times, verdict)
 
 
-def tradeoff_figure(table: pd.DataFrame, target: float | None = None) -> Figure:
+def tradeoff_figure(table: pd.DataFrame, target: float | None = None, verdict: Verdict | None = None) -> Figure:
     """Two panels over the settings of a comparison table, most synchronous left: minibatches to target with
-    steps/s on a second axis, and time to target (the repeats' min–max as error bars) with the best setting
-    starred, only when :func:`ssptk.analysis.tradeoff_verdict` finds its lead more than noise (else the panel
-    says why there is no winner)."""
-    rows = tradeoff_table(table)
+    steps/s on a second axis, and time to target (the repeats' min–max as error bars) with the verdict's winner
+    starred (``verdict``: the comparison's, else the one ``table`` carries); without one, the panel says why."""
+    verdict = verdict_of(table) if verdict is None else verdict
+    rows = tradeoff_table(table, verdict)
     x = np.arange(len(rows))
     fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_price, ax_time = fig.subplots(1, 2)
@@ -107,9 +87,9 @@ def tradeoff_figure(table: pd.DataFrame, target: float | None = None) -> Figure:
     ax_gain.plot(x, rate, "s--", color=_GAIN, label="steps/s (gain)")
     ax_gain.set_ylabel("steps/s", color=_GAIN)
     ax_gain.set_ylim(0, _top(rate))
-    _misses(ax_price, rows, steps)
+    _misses(ax_price, rows, steps, verdict)
     ax_price.set_title("cost per update vs speed")
-    _time_panel(ax_time, rows, rows.attrs["verdict"])
+    _time_panel(ax_time, rows, verdict)
     for ax in (ax_price, ax_time):
         ax.set_xticks(x, [str(label) for label in rows["label"]])
         ax.set_xlim(-0.5, len(rows) - 0.5)

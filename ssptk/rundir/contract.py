@@ -253,6 +253,7 @@ _SUMMARY: dict[str, Callable[[Any], bool]] = {
     "status": lambda v: v in ("ok", "failed", "interrupted"),
     "workers": _opt(lambda v: _is_int(v) and 1 <= v <= MAX_WORKERS),
     "diverged": _is_bool, "warm_reused": _is_bool,
+    "diverged_on": _opt(lambda v: v in ("training", "held-out")),
     "params": _opt(_dict_of(_opt(_finite))), "per_worker_steps": _dict_of(_is_int),
     "predicted": _opt(lambda v: isinstance(v, dict) and _opt(_finite)(v.get("overhead_s"))
                       and _opt(lambda c: _finite(c) and c > 0)(v.get("cores"))),
