@@ -49,6 +49,7 @@ import tempfile
 import time
 from typing import Any
 
+from ssptk.core.errors import UsageError
 from ssptk.runtime.fork_listen import DESCRIPTION, Listening, listen
 
 __all__ = ["APPLIED_IN_CHILD", "AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE",
@@ -181,6 +182,10 @@ def _listen(path: str) -> Listening:
         # reads as it starts (AT_START), as it started; its pid, which the launcher checks against the peer's
         listener.describe({"pid": os.getpid(), "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")},
                            "env": {k: v for k, v in os.environ.items() if at_start(k)}})
+    except OSError as e:  # PATH.server is a directory, say: one line, the socket removed again
+        listener.close()
+        raise UsageError(f"--listen {path}: cannot write {path + DESCRIPTION} ({e.strerror or e}): give another "
+                         "path") from e
     except BaseException:
         listener.close()
         raise
