@@ -38,6 +38,7 @@ from typing import Any
 
 from bench_engine import bench_ssp_nonbinding_vs_async, bench_warm_rerun
 from bench_floor import bench_async_floor
+from bench_fork_server_soak import bench_fork_server_soak
 from bench_layouts import bench_scale_layouts
 from bench_network import bench_network, bench_network_predicted
 from bench_network_sweep import bench_network_sweep
@@ -74,6 +75,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_tradeoff,
     bench_semi_sync,
     bench_soak,
+    bench_fork_server_soak,
     bench_ps_pause,
     bench_predict_speed,
     bench_predicted_vs_real,

@@ -68,7 +68,8 @@ def listening_fork_server(path: str) -> list[str]:
 
 def fork_server_env(**extra: str) -> dict[str, str]:
     """The environment of a shared fork server whose tasks are this process's clusters': what a launcher adds to its
-    tasks' (a server started otherwise suits no launcher here: ssptk.launch.forking.suits)."""
+    tasks' (a server started without these suits them too, ssptk.launch.fork_trust.unsuitable; with them, the
+    environment a test gives a launcher and the server's are the same by construction)."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", **extra)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env

@@ -2,6 +2,7 @@
 cluster's namespace (ssptk.launch.forking)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -116,8 +117,6 @@ def test_an_idle_server_ends_by_itself_and_the_next_cluster_starts_another(tmp_p
 
 def r_isolated(run_dir: Path) -> bool:
     """Whether the run's tasks had a network namespace of their own (config.json's ``tasks.isolation``)."""
-    import json
-
     return json.loads((run_dir / "config.json").read_text())["tasks"]["isolation"] == "netns"
 
 
@@ -159,10 +158,31 @@ def test_a_killed_fork_server_takes_its_tasks_with_it_and_the_run_fails_in_words
                 os.kill(p.pid, signal.SIGKILL)
 
     start = time.monotonic()
-    with pytest.raises(RunFailed, match=r"(worker|ps):\d"):
+    with pytest.raises(RunFailed, match=r"^fork server: the fork server \(pid \d+\) was killed by SIGKILL: it had "
+                                        r"forked (ps|worker):\d, which ended with it") as failed:
         ssptk.run(mode="async", workers=2, steps=3000, out=str(run_dir), progress=progress, stall_timeout=60)
     assert killed.is_set() and time.monotonic() - start < 60
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["failed_task"] == "fork server" == failed.value.failure.task  # not ps:0, "killed by SIGKILL"
     assert_gone(str(run_dir))
+
+
+def test_shutdown_during_a_run_ends_the_fork_server_when_the_run_ends(run_dir: Path) -> None:
+    """``ssptk.shutdown()`` while a run (another thread's, a notebook's background run) holds the server: the run goes
+    on to its end, and then the server ends too, rather than waiting out its idle time."""
+    ssptk.shutdown()  # an earlier test's idle server
+    said: list[object] = []
+
+    def progress(done: int, total: int) -> None:
+        if done >= 10 and not said:
+            said.append(ssptk.shutdown())
+
+    r = ssptk.run(mode="async", workers=2, steps=400, out=str(run_dir), progress=progress)
+    assert r.ok and said, "the run did not go on to its end"
+    deadline = time.monotonic() + 15
+    while _servers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _servers(), "the fork server outlived the run that held it at ssptk.shutdown()"
 
 
 def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks_with_it(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 TensorFlow server. The same log invariants as the per-process layout, its failure semantics, and scale."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -131,18 +132,32 @@ def test_sixteen_workers_auto_layout_is_shared(run_dir: Path) -> None:
     _one_process(run_dir)
 
 
+def _own_shared_processes() -> set[int]:
+    """Live ``--task shared`` processes this test process started (directly, or through its fork servers): never
+    another process's (another test process, another user's suite) that happens to run one."""
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            argv = p.cmdline()
+            if "ssptk.worker" in argv and "--task" in argv and argv[argv.index("--task") + 1] == "shared" \
+                    and p.status() != psutil.STATUS_ZOMBIE:
+                found.add(p.pid)
+    return found
+
+
 def test_warm_runs_reuse_the_shared_process(tmp_path: Path, warm_pool: None) -> None:
+    before = _own_shared_processes()  # none, normally: warm_pool ends every earlier test's
     first = ssptk.run(mode="async", workers=2, steps=30, out=str(tmp_path / "a"), warm=True, **COMMON)
-    pid = [p.pid for p in cluster_processes("--task shared")]
+    pid = _own_shared_processes() - before
     second = ssptk.run(mode="ssp", staleness=0, workers=2, steps=30, out=str(tmp_path / "b"), warm=True, **COMMON)
     assert first.ok and second.ok and second.config["tasks"]["reused"]
-    assert len(pid) == 1 and [p.pid for p in cluster_processes("--task shared")] == pid
+    assert len(pid) == 1 and _own_shared_processes() - before == pid
     df, _ = records(tmp_path / "b")
     assert len(df) == 60 and max_skew(df, 2) <= 1 and sorted(df["global_step"]) == list(range(1, 61))
     assert (tmp_path / "b" / "logs" / "shared.log").exists()
     assert ssptk.shutdown() == 1
     psutil.wait_procs([psutil.Process(p) for p in pid if psutil.pid_exists(p)], timeout=10)
-    assert not cluster_processes("--task shared")
+    assert not _own_shared_processes() & pid
 
 
 @pytest.mark.parametrize(("extra", "match"), [

@@ -31,6 +31,7 @@ from ssptk.launch.tempdirs import make_temp_dir
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import disk_full
 from ssptk.rundir.task_status import READY_STATE, STATUS_DIR_ENV
+from ssptk.runtime.fork_server import TASK_ENV_DEFAULTS
 from ssptk.runtime.protocol import EXIT_DISK_FULL
 
 __all__ = ["LocalCluster", "StartProgress", "TaskProcess", "free_ports"]
@@ -165,7 +166,8 @@ class LocalCluster:
         base_env[STATUS_DIR_ENV] = self.status_dir
         if self.links is not None:
             base_env[LINKS_ENV] = "1"
-        base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        for name, value in TASK_ENV_DEFAULTS.items():  # a listening fork server takes the same
+            base_env.setdefault(name, value)
         base_env["SSPTK_WATCH_PARENT"] = "1"
         base_env["PYTHONUNBUFFERED"] = "1"
         # The tasks must run the same ssptk as this launcher, not whichever copy their cwd or
@@ -186,7 +188,7 @@ class LocalCluster:
         log = os.path.join(self.task_tmp, "fork-server.log")  # the server keeps writing after this cluster's end
 
         def start(server: ForkServer) -> None:  # outside the namespace: each task enters its cluster's own
-            server.start(lambda argv, fds: start_helper(argv, server.env, log, None, fds))
+            server.start(lambda argv, fds: start_helper(argv, server.env, log, None, fds), log)
         return forking.acquire(sys.executable, env, start)
 
     def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:

@@ -7,10 +7,13 @@ which enters its cluster's network namespace as ``nsenter`` would; :class:`Forke
 ``stdin``, ``poll()``, ``wait()`` and ``returncode``. A process's clusters share one server as long as their tasks'
 environment (but for :data:`PER_CLUSTER_ENV`) and working directory are the same (:func:`acquire`): a cluster's
 start then costs no TensorFlow import at all (3-4 s of CPU here). It stays up between clusters, ends with
-``ssptk.shutdown()`` or the process (it reads its end from the socket), and is replaced when it broke.
-``SSPTK_FORK_SERVER=PATH`` uses a server several processes share instead (``python -m ssptk.worker --fork-server
---listen PATH``; :func:`address`), where it answers: the test suite starts one per test process for the CLI
-commands it runs.
+``ssptk.shutdown()`` (at once if no cluster holds it, else as soon as the last one that does ends) or the process
+(it reads its end from the socket), and is replaced when it broke. ``SSPTK_FORK_SERVER=PATH`` uses a server several
+processes share instead (``python -m ssptk.worker --fork-server --listen PATH``; :func:`address`), where it answers
+as this user and suits the tasks (:mod:`ssptk.launch.fork_trust`; where not, a warning says why, once): the test
+suite starts one per test process for the CLI commands it runs. A pid a server answers with is signalled only as the
+process it was when checked as that server's child (:class:`ForkedProcess`); a task that ended because its server
+did is reported as the fork server's failure, with how the server ended (:meth:`ForkedProcess.ended_with_server`).
 
 Where the server cannot be used, a task is started as before, by ``subprocess`` (the caller's fallback): the
 server did not start or died, ``SSPTK_FORK_SERVER=0`` asks for it, or the tasks do not share one environment
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -30,11 +34,13 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from ssptk.core.network import LINKS_ENV
+from ssptk.launch.fork_trust import NotATask, shared_server, suits, task_start, warn_once
 from ssptk.rundir.task_status import STATUS_DIR_ENV
-from ssptk.runtime.fork_server import DESCRIPTION, FORK_SERVER_FLAG, MAX_MESSAGE, at_start, started_with
+from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
+from ssptk.runtime.reaper import proc_stat
 
-__all__ = ["ENV", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release", "running", "shutdown",
-           "suits"]
+__all__ = ["ENV", "FORK_SERVER_TASK", "ForkServer", "ForkedProcess", "acquire", "address", "enabled", "release",
+           "running", "shutdown", "suits"]
 
 ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
@@ -42,6 +48,8 @@ START_TIMEOUT_S = 120.0
 #: what a cluster's environment holds for itself alone, which its tasks get with each fork request: clusters that
 #: differ only in these share a server
 PER_CLUSTER_ENV = ("TMPDIR", STATUS_DIR_ENV, LINKS_ENV)
+#: the name a failure takes when a fork server's end ended the run's tasks (``failed_task`` in summary.json)
+FORK_SERVER_TASK = "fork server"
 
 
 def enabled() -> bool:
@@ -57,19 +65,49 @@ def address() -> str | None:
 
 
 class ForkedProcess:
-    """A task forked by the fork server: the part of :class:`subprocess.Popen`'s interface tasks use."""
+    """A task forked by the fork server: the part of :class:`subprocess.Popen`'s interface tasks use, and
+    :meth:`signal_group` in place of ``os.killpg`` (the server, not this process, reaps the task: its pid may be
+    another process's by the time the launcher signals it). ``started``: the task's start time, checked as the
+    server's child of this user's (:func:`~ssptk.launch.fork_trust.task_start`); ``None`` if it had ended already,
+    and then it is never signalled."""
 
-    def __init__(self, server: ForkServer, pid: int, args: list[str], stdin: IO[bytes] | None) -> None:
+    def __init__(self, server: ForkServer, pid: int, args: list[str], stdin: IO[bytes] | None,
+                 started: bytes | None = None) -> None:
         self.server = server
         self.pid = pid
         self.args = args
         self.stdin = stdin
+        self.started = started
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.server.exit_code(self.pid)
+            self.returncode = self.server.exit_code(self.pid, self.started)
         return self.returncode
+
+    def is_task(self, stat: tuple[int, bytes] | None) -> bool:
+        """Whether ``stat`` (parent, start time: :func:`~ssptk.runtime.reaper.proc_stat`) of this pid is the task's:
+        not some later process's that the kernel gave the pid to after the task ended."""
+        return self.started is not None and stat is not None and stat[1] == self.started
+
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the task's process group, unless its pid is another process's now. (A pid is not given
+        again while a process group of that number has members, so once the task is gone this reaches only what
+        it left in its group.)"""
+        if self.started is None:
+            return
+        now = proc_stat(self.pid)
+        if now is not None and now[1] != self.started:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def ended_with_server(self) -> str | None:
+        """How the fork server ended (``"the fork server (pid N) was killed by SIGKILL"``), where the task ended
+        because it did (its death signal; how the task itself ended, nobody can tell); ``None`` otherwise."""
+        if self.poll() is None:
+            return None
+        return self.server.end_words(self.pid)
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -92,24 +130,32 @@ class ForkServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.broken = False
+        #: the server's pid: its tasks are its children (its own: spawned here; a shared one's: from SO_PEERCRED)
+        self.server_pid: int | None = None
+        #: ``SSPTK_FORK_SERVER``'s path, where it is a shared server
+        self.address: str | None = None
+        #: where an own server's output goes (:meth:`end_words` shows it in the failure)
+        self.log_path: str | None = None
+        self.lost = False  # it ended (or closed the connection) while this process still used it
+        self._closing = False
         self._lock = threading.Lock()  # one request and its reply at a time
         self._exits: dict[int, int] = {}
         self._replies: list[dict[str, Any]] = []
         self._changed = threading.Condition()
         self._reader: threading.Thread | None = None
 
-    def start(self, spawn: Callable[[list[str], Sequence[int]], subprocess.Popen[bytes]]) -> None:
+    def start(self, spawn: Callable[[list[str], Sequence[int]], subprocess.Popen[bytes]],
+              log_path: str | None = None) -> None:
+        """Use the shared server (``SSPTK_FORK_SERVER=PATH``) where it suits, else start one of this process's own
+        through ``spawn``, its output going to ``log_path``."""
         path = address()
-        if path is not None:  # a server several processes share, where it answers and suits: else one of our own
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                if suits(path, self.env):
-                    sock.connect(path)
-                    self._serve_on(sock)
-                    return
-            except OSError:
-                pass
-            sock.close()
+        # a server several processes share, where it answers as this user and suits: else one of our own
+        found = None if path is None else shared_server(path, self.env)
+        if found is not None:
+            self.address = path
+            sock, self.server_pid = found
+            self._serve_on(sock)
+            return
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except (OSError, AttributeError):  # not Linux: each task starts by itself
@@ -124,6 +170,8 @@ class ForkServer:
             return
         finally:
             theirs.close()
+        self.server_pid = self.proc.pid
+        self.log_path = log_path
         self._serve_on(ours)
 
     def _serve_on(self, sock: socket.socket) -> None:
@@ -155,13 +203,22 @@ class ForkServer:
         finally:
             if read_end >= 0:
                 os.close(read_end)
-        if reply is None or "pid" not in reply:
+        started: bytes | None = None
+        try:
+            if reply is None or "pid" not in reply:
+                raise NotATask("no task")
+            pid = int(reply["pid"])
+            started = task_start(pid, self.server_pid)  # before anything signals it, tracks it or moves it
+        except (NotATask, ValueError, TypeError) as e:
+            if reply is not None and "pid" in reply:
+                warn_once(f"the fork server (pid {self.server_pid}) answered with a pid that is not its task ({e}): "
+                          "its clusters' tasks start by themselves")
             if write_end >= 0:
                 os.close(write_end)
             self.broken = True  # the next tasks start by themselves too: one way per cluster
             return None
         stdin = os.fdopen(write_end, "wb") if stdin_pipe else None
-        return ForkedProcess(self, int(reply["pid"]), argv, stdin)
+        return ForkedProcess(self, pid, argv, stdin, started)
 
     def _next_reply(self, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
@@ -183,6 +240,7 @@ class ForkServer:
             with self._changed:
                 if not data:  # the server ended: its children got SIGTERM from their death signal
                     self.broken = True
+                    self.lost = not self._closing
                     self._changed.notify_all()
                     return
                 message = json.loads(data)
@@ -194,14 +252,34 @@ class ForkServer:
                     self._replies.append(message)
                 self._changed.notify_all()
 
-    def exit_code(self, pid: int) -> int | None:
-        """Task ``pid``'s exit code, once it has ended (``None`` while it runs)."""
+    def exit_code(self, pid: int, started: bytes | None = None) -> int | None:
+        """Task ``pid``'s exit code, once it has ended (``None`` while it runs); ``started``: its start time (a
+        process with its pid and another start time is not it)."""
         with self._changed:
             if pid in self._exits:
                 return self._exits[pid]
-            if self.broken and not os.path.exists(f"/proc/{pid}"):
-                return -9  # the server went first: nobody can tell how its child ended any more
+            if self.broken:  # (a task gone before it could be checked, started None, has ended for sure)
+                now = proc_stat(pid)
+                if now is None or started is None or now[1] != started:
+                    return -9  # the server went first: nobody can tell how its child ended any more
             return None
+
+    def end_words(self, pid: int) -> str | None:
+        """How this server ended, if task ``pid`` ended with it (no exit was reported for it, and the server went
+        while this process used it); ``None`` otherwise."""
+        with self._changed:
+            if not self.lost or pid in self._exits:
+                return None
+        if self.proc is None:
+            return f"the shared fork server at {self.address} (pid {self.server_pid}) ended"
+        try:
+            code = self.proc.wait(5.0)
+        except subprocess.TimeoutExpired:
+            return f"the fork server (pid {self.server_pid}) closed its connection"
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            return f"the fork server (pid {self.server_pid}) was killed by {name}"
+        return f"the fork server (pid {self.server_pid}) exited with code {code}"
 
     def wait_exit(self, timeout: float | None) -> None:
         """Wait until some task ends (or ``timeout`` seconds, at most 0.5 s, have passed)."""
@@ -210,6 +288,7 @@ class ForkServer:
 
     def close(self, grace: float = 5.0) -> None:
         """End the server (it SIGKILLs any task still running) and wait for it. Idempotent."""
+        self._closing = True
         if self.sock is not None:
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
@@ -226,22 +305,6 @@ class ForkServer:
                     self.proc.wait(grace)
 
 
-def suits(path: str, env: dict[str, str]) -> bool:
-    """Whether the shared fork server listening at ``path`` can fork tasks whose environment is ``env``: it sees the
-    files this process sees (the same mount and user namespaces: ``unshare -rm`` makes others) and started with the
-    same settings of what a process reads as it starts (``LD_PRELOAD``, ``PYTHON*``, ``TF_*``, ...: its description,
-    ``PATH.server``, says them), those TensorFlow's import sets counted as set (:func:`started_with`)."""
-    try:
-        with open(path + DESCRIPTION) as f:
-            about = json.load(f)
-        if any(about["ns"][ns] != os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")):
-            return False
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    theirs = about.get("env") or {}
-    return all(started_with(theirs, k) == started_with(env, k) for k in {*theirs, *env} if at_start(k))
-
-
 def _cwd() -> str | None:
     try:
         return os.getcwd()
@@ -256,6 +319,8 @@ class _Shared:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.servers: dict[tuple[str, ...], tuple[ForkServer, int]] = {}  # key -> (server, clusters using it)
+        #: servers :func:`shutdown` found in use: id -> (server, clusters using it); each ends with its last cluster
+        self.retiring: dict[int, tuple[ForkServer, int]] = {}
 
 
 _SHARED = _Shared()
@@ -301,7 +366,8 @@ def running(env: dict[str, str]) -> bool:
 
 
 def release(server: ForkServer) -> None:
-    """A cluster is done with ``server`` (its tasks have ended); a broken one no cluster holds ends now."""
+    """A cluster is done with ``server`` (its tasks have ended); a broken one no cluster holds ends now, and so does
+    one :func:`shutdown` asked to end."""
     with _SHARED.lock:
         for key, (held, users) in list(_SHARED.servers.items()):
             if held is server:
@@ -311,14 +377,22 @@ def release(server: ForkServer) -> None:
                 else:
                     _SHARED.servers[key] = (held, max(0, users - 1))
                 return
-    server.close()  # replaced after it broke while this cluster held it: no other cluster has it
+        retiring = _SHARED.retiring.pop(id(server), None)
+        if retiring is not None and retiring[1] > 1:
+            _SHARED.retiring[id(server)] = (server, retiring[1] - 1)
+            return
+    server.close()  # retiring, or replaced after it broke while this cluster held it: no other cluster has it
 
 
 def shutdown() -> None:
-    """End the fork servers no cluster holds (``ssptk.shutdown()``; at exit, the servers end with the process)."""
+    """End the fork servers no cluster holds now, and each one in use as soon as the last cluster holding it ends
+    (``ssptk.shutdown()``, which lets a run in progress go on to its end; at exit, the servers end with the
+    process). A cluster that starts meanwhile gets a new server."""
     with _SHARED.lock:
         for key, (server, users) in list(_SHARED.servers.items()):
+            _SHARED.servers.pop(key)
             if users == 0:
-                _SHARED.servers.pop(key)
                 server.close()
+            else:
+                _SHARED.retiring[id(server)] = (server, users)
 

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch import netns, tracking
-from ssptk.launch.forking import ForkedProcess, ForkServer
+from ssptk.launch.forking import FORK_SERVER_TASK, ForkedProcess, ForkServer
 from ssptk.rundir.task_status import FAILED, TaskStatus, read_status, status_path
 
 __all__ = ["KILL_WAIT_S", "TaskProcess", "preexec", "start_helper"]
@@ -122,8 +122,10 @@ class TaskProcess:
                                                env=env, start_new_session=True,
                                                preexec_fn=_both(self.tracker.join_in_child(), preexec()),
                                                pass_fds=ns.fds if ns else ())
-        # the child joined its cgroup before exec; from outside too, where that failed (then: the /proc way)
-        self.tracker = self.tracker.add(self.proc.pid)
+        # the child joined its cgroup before exec; from outside too, where that failed (then: the /proc way); a
+        # forked task only as the process checked as its server's child (one that ended already is none to move)
+        if not isinstance(self.proc, ForkedProcess) or self.proc.started is not None:
+            self.tracker = self.tracker.add(self.proc.pid)
         self.collected = False
 
     def restart(self) -> int:
@@ -161,7 +163,12 @@ class TaskProcess:
 
     def failure(self, task: str, reason: str, code: int | None = None) -> TaskFailure:
         """Task ``task`` of this process failed: ``reason`` and exit ``code``; the error its status file gives
-        (else the last error line of its log), and its log's tail."""
+        (else the last error line of its log), and its log's tail. A task that ended because its fork server did
+        is the fork server's failure (:data:`~ssptk.launch.forking.FORK_SERVER_TASK`), saying how it ended."""
+        ended = self.proc.ended_with_server() if isinstance(self.proc, ForkedProcess) else None
+        if ended is not None and self.forks is not None:
+            return TaskFailure.of(FORK_SERVER_TASK, f"{ended}: it had forked {task}, which ended with it, as did the "
+                                  "other tasks it had forked", None, self.forks.log_path or self.log_path)
         status = self.status(task)
         error = status.error if status is not None and status.state == FAILED else None
         if error is not None:
@@ -177,7 +184,9 @@ class TaskProcess:
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the task's whole process group (what it started, too)."""
-        if self.proc is not None:
+        if isinstance(self.proc, ForkedProcess):  # its server reaps it: signalled only while its pid is its own
+            self.proc.signal_group(sig)
+        elif self.proc is not None:
             try:
                 os.killpg(self.proc.pid, sig)
             except (ProcessLookupError, PermissionError):
@@ -193,7 +202,8 @@ class TaskProcess:
             return 0
         if self.proc.poll() is not None:
             return self.collect()
-        if table is not None:
+        forked = isinstance(self.proc, ForkedProcess)
+        if table is not None and (not forked or self.proc.is_task(table.get(self.proc.pid))):  # type: ignore[union-attr]
             self.tracker.watch(self.proc.pid, table)
         return 0
 
@@ -228,16 +238,24 @@ class TaskProcess:
 
     def stopped(self) -> bool:
         """The process is stopped (state T, e.g. by SIGSTOP or a debugger): alive, but doing nothing."""
-        fields = _proc_stat(self.proc.pid) if self.running() else None  # type: ignore[union-attr]
+        fields = self._stat() if self.running() else None
         return bool(fields) and fields[0] in ("T", "t")  # type: ignore[index]
 
     def cpu_seconds(self) -> float | None:
         """CPU time (user + system) the process has used so far; ``None`` where /proc cannot tell."""
-        fields = _proc_stat(self.proc.pid) if self.proc is not None else None
+        fields = self._stat()
         try:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # type: ignore[index]
         except (TypeError, IndexError, ValueError):
             return None
+
+    def _stat(self) -> list[str] | None:
+        """The fields of the task's ``/proc/<pid>/stat`` (see :func:`_proc_stat`), while its pid is its own."""
+        fields = _proc_stat(self.proc.pid) if self.proc is not None else None
+        if fields and isinstance(self.proc, ForkedProcess) and \
+                not self.proc.is_task((0, fields[19].encode()) if len(fields) > 19 else None):
+            return None
+        return fields
 
 
 def _proc_stat(pid: int) -> list[str] | None:

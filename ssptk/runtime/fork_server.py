@@ -21,16 +21,24 @@ The server ends when the launcher closes the socket, SIGKILLing the process grou
 running (the launcher has stopped them already, normally).
 
 **One server for several processes** (``--fork-server --listen PATH``, used by every launcher whose
-``SSPTK_FORK_SERVER`` is ``PATH``): the same protocol on each connection to a socket listening at ``PATH``. A
-launcher's tasks are SIGKILLed when it disconnects; the server ends when idle. A child takes its launcher's working
-directory and ``PYTHONPATH`` (import path), but the modules the server imported before it forked (TensorFlow,
-with the settings it reads at import) are the server's: the test suite runs its CLI commands so, to import
-TensorFlow once per test process rather than once per command.
+``SSPTK_FORK_SERVER`` is ``PATH``): the same protocol on each connection to a socket listening at ``PATH``, for
+connections from the server's own user only (:mod:`ssptk.runtime.fork_listen`: the socket is its owner's, each
+peer's credentials are checked, nothing at ``PATH`` but a stale socket is replaced). A launcher's tasks are
+SIGKILLed when it disconnects; the server ends when idle. A child takes its launcher's working directory and
+``PYTHONPATH`` (import path), whether its output is buffered (``PYTHONUNBUFFERED``) and its
+``CUDA_VISIBLE_DEVICES`` (read when TensorFlow first looks for devices, after the fork); but the modules the server
+imported before it forked (TensorFlow, with the settings it reads at import: ``TF_CPP_MIN_LOG_LEVEL`` among them,
+measured in 2.21) are the server's. So a server sets for itself, before that import, what every launcher gives its
+tasks where the environment does not say (:data:`TASK_ENV_DEFAULTS`), and hides GPUs from itself (CUDA is not
+fork-safe, and it forks CPU tasks only): started in a plain shell, as the README says, it suits a launcher started
+in one. The test suite runs its CLI commands so, to import TensorFlow once per test process rather than once per
+command.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import json
 import os
 import selectors
@@ -41,16 +49,23 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE", "SET_BY_TF_IMPORT", "at_start",
-           "serve", "started_with"]
+from ssptk.core.errors import UsageError
+from ssptk.runtime.fork_listen import DESCRIPTION, Listening, listen
+
+__all__ = ["APPLIED_IN_CHILD", "AT_START", "DESCRIPTION", "FORK_SERVER_FLAG", "LISTEN_FLAG", "MAX_MESSAGE",
+           "SET_BY_TF_IMPORT", "TASK_ENV_DEFAULTS", "at_start", "serve", "started_with"]
 
 FORK_SERVER_FLAG = "--fork-server"
 #: ``--fork-server --listen PATH``: a server any launcher whose ``SSPTK_FORK_SERVER`` is ``PATH`` uses
 LISTEN_FLAG = "--listen"
-#: the listening server's description beside its socket (``PATH.server``)
-DESCRIPTION = ".server"
 #: prefixes of the environment variables a process reads as it starts (see :func:`at_start`)
 AT_START = ("LD_", "PYTHON", "TF_", "CUDA_", "OMP_", "MKL_", "KMP_", "MALLOC_", "GLIBC_", "SSPTK_EAGER_KERAS")
+#: of those, what a forked child applies from its own request: its import path, whether its output is buffered, and
+#: the GPUs TensorFlow looks for when it first initializes devices (after the fork: measured in 2.21)
+APPLIED_IN_CHILD = ("PYTHONPATH", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES")
+#: what every launcher gives its tasks where its environment does not say (``ssptk.launch.cluster``), and a server
+#: takes for itself before its TensorFlow import reads it: TensorFlow's C++ log level is read once, at that import
+TASK_ENV_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 #: what TensorFlow's import sets in ``os.environ`` where it is unset (2.21: a process that imported it has these, and
 #: so, in effect, has a server that did)
 SET_BY_TF_IMPORT = {"KMP_DUPLICATE_LIB_OK": "True", "KMP_INIT_AT_FORK": "FALSE"}
@@ -67,105 +82,115 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
     """Serve fork requests on socket ``fd`` (one launcher's: the server ends when it closes), or on a socket listening
     at ``path`` for any number of launchers (:data:`LISTEN_FLAG`: each launcher's tasks end when it disconnects; the
     server ends when idle). Returns, in each forked child, the task's arguments (what follows ``python -m
-    ssptk.worker``); in the server itself, ``None`` once it is done."""
+    ssptk.worker``); in the server itself, ``None`` once it is done. A ``path`` that is taken raises
+    :class:`~ssptk.core.errors.UsageError` (what is there is kept)."""
+    for name, value in TASK_ENV_DEFAULTS.items():  # read by TensorFlow's import, once for every task forked after it
+        os.environ.setdefault(name, value)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU tasks only (CUDA is not fork-safe): each child sets its own
+    # listening before the import: a launcher that comes meanwhile waits for its first reply
+    listener = None if path is None else _listen(path)
+    owner: dict[int, socket.socket] = {}  # child -> the launcher that asked for it
+    try:
+        _import_tensorflow()
+        return _loop(listener, fd, owner)
+    except SystemExit:  # SIGTERM to a listening server, during the import too
+        return None
+    finally:
+        if _in_server():
+            _kill(list(owner))  # normally stopped by the launcher already
+            if listener is not None:
+                listener.close()
+
+
+def _import_tensorflow() -> None:
     import setproctitle
 
     from ssptk.runtime.tf_import import skip_eager_keras
 
-    # listening before the import: a launcher that comes meanwhile waits for its first reply
-    listener = None if path is None else _listen(path)
     setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
     skip_eager_keras()
     import tensorflow  # noqa: F401  (the point of this process: every task forked from here has it)
 
+
+def _loop(listener: Listening | None, fd: int | None, owner: dict[int, socket.socket]) -> list[str] | None:
+    """:func:`serve`'s loop: requests, connections, children that end, until done (``None``) or, in a child, the
+    task's arguments."""
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD writes to the wakeup fd
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    owner: dict[int, socket.socket] = {}  # child -> the launcher that asked for it
     sel = selectors.DefaultSelector()
     if listener is not None:
-        sel.register(listener, selectors.EVENT_READ)
+        sel.register(listener.sock, selectors.EVENT_READ)
     if fd is not None:
         sel.register(socket.socket(fileno=fd), selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
     idle_exit = float(os.environ.get("SSPTK_FORK_SERVER_IDLE_S") or IDLE_EXIT_S)
     busy = time.monotonic()  # last seen with a task running or a request
-    try:
-        while True:
-            if not owner and time.monotonic() - busy > idle_exit:
-                return None  # nothing asked of it for long: its memory back (the next cluster starts another)
-            for key, _ in sel.select(idle_exit / 10):
-                if key.fileobj is listener:
-                    with contextlib.suppress(OSError):
-                        sel.register(listener.accept()[0], selectors.EVENT_READ)
+    while True:
+        if not owner and time.monotonic() - busy > idle_exit:
+            return None  # nothing asked of it for long: its memory back (the next cluster starts another)
+        for key, _ in sel.select(idle_exit / 10):
+            if listener is not None and key.fileobj is listener.sock:
+                conn = listener.accept()  # None: not this server's user, closed unserved
+                if conn is not None:
+                    sel.register(conn, selectors.EVENT_READ)
                     busy = time.monotonic()
-                elif isinstance(key.fileobj, socket.socket):
-                    sock = key.fileobj
-                    request = _receive(sock)
-                    if request is None:  # a launcher is done: what it started and did not stop ends with it
-                        sel.unregister(sock)
-                        sock.close()
-                        _kill([pid for pid, s in owner.items() if s is sock])
-                        if listener is None:
-                            return None
-                        continue
-                    message, fds = request
-                    reply = _fork(message, fds)
-                    if reply is None:  # in the child: become the task
-                        signal.set_wakeup_fd(-1)
-                        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                        for k in list(sel.get_map().values()):  # the server's sockets and wake pipe: not the task's
-                            with contextlib.suppress(OSError):
-                                # a socket through its object: closed by number only, the object would close that
-                                # number again once freed, by then perhaps one of the task's (gRPC's epoll)
-                                k.fileobj.close() if isinstance(k.fileobj, socket.socket) else os.close(k.fd)
-                        sel.close()
-                        os.close(wake_w)
-                        _become_task(message, fds)
-                        return list(message["argv"][3:])
-                    _reply(sock, reply)
-                    busy = time.monotonic()
-                    if "pid" in reply:
-                        owner[reply["pid"]] = sock
-                else:
-                    with contextlib.suppress(BlockingIOError, InterruptedError):
-                        os.read(wake_r, 512)
-            _reap(owner)
-            if owner:
+            elif isinstance(key.fileobj, socket.socket):
+                sock = key.fileobj
+                request = _receive(sock)
+                if request is None:  # a launcher is done: what it started and did not stop ends with it
+                    sel.unregister(sock)
+                    sock.close()
+                    _kill([pid for pid, s in owner.items() if s is sock])
+                    if listener is None:
+                        return None
+                    continue
+                message, fds = request
+                reply = _fork(message, fds)
+                if reply is None:  # in the child: become the task
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                    for k in list(sel.get_map().values()):  # the server's sockets and wake pipe: not the task's
+                        with contextlib.suppress(OSError):
+                            # a socket through its object: closed by number only, the object would close that
+                            # number again once freed, by then perhaps one of the task's (gRPC's epoll)
+                            k.fileobj.close() if isinstance(k.fileobj, socket.socket) else os.close(k.fd)
+                    sel.close()
+                    os.close(wake_w)
+                    _become_task(message, fds)
+                    return list(message["argv"][3:])
+                _reply(sock, reply)
                 busy = time.monotonic()
-    except SystemExit:  # SIGTERM to a listening server
-        return None
-    finally:
-        if _in_server():
-            _kill(list(owner))  # normally stopped by the launcher already
-            if path is not None:
-                for made in (path, path + DESCRIPTION):
-                    with contextlib.suppress(OSError):
-                        os.unlink(made)
+                if "pid" in reply:
+                    owner[reply["pid"]] = sock
+            else:
+                with contextlib.suppress(BlockingIOError, InterruptedError):
+                    os.read(wake_r, 512)
+        _reap(owner)
+        if owner:
+            busy = time.monotonic()
 
 
-def _listen(path: str) -> socket.socket:
-    """The listening socket at ``path``, its description beside it, and SIGTERM to end the server (and its tasks)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    listener.bind(path)
-    listener.listen(64)
-    _describe(path)
+def _listen(path: str) -> Listening:
+    """The listening socket at ``path`` (its owner's only: :func:`~ssptk.runtime.fork_listen.listen`), its
+    description beside it, and SIGTERM to end the server (and its tasks)."""
+    listener = listen(path)
+    try:
+        # what a launcher must share with it to use it: its namespaces (the files it sees) and the settings a process
+        # reads as it starts (AT_START), as it started; its pid, which the launcher checks against the peer's
+        listener.describe({"pid": os.getpid(), "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")},
+                           "env": {k: v for k, v in os.environ.items() if at_start(k)}})
+    except OSError as e:  # PATH.server is a directory, say: one line, the socket removed again
+        listener.close()
+        raise UsageError(f"--listen {path}: cannot write {path + DESCRIPTION} ({e.strerror or e}): give another "
+                         "path") from e
+    except BaseException:
+        listener.close()
+        raise
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # raised in serve's loop: its finally ends the tasks
     return listener
-
-
-def _describe(path: str) -> None:
-    """Beside a listening server's socket, what a launcher must share with it to use it (``PATH.server``): its
-    namespaces (the files it sees) and the settings a process reads as it starts (:data:`AT_START`), as it started."""
-    about = {"pid": os.getpid(), "ns": {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "user")},
-             "env": {k: v for k, v in os.environ.items() if at_start(k)}}
-    with open(path + DESCRIPTION + ".tmp", "w") as f:
-        json.dump(about, f)
-    os.replace(path + DESCRIPTION + ".tmp", path + DESCRIPTION)
 
 
 def started_with(env: dict[str, str], key: str) -> str | None:
@@ -179,7 +204,7 @@ def started_with(env: dict[str, str], key: str) -> str | None:
 def at_start(key: str) -> bool:
     """Whether environment variable ``key`` is read as a process starts (the dynamic loader, Python, TensorFlow's
     import, the Keras it skips), so that a task forked from a server has the server's, not its own."""
-    return key.startswith(AT_START) and key != "PYTHONPATH"  # the task sets its import path itself
+    return key.startswith(AT_START) and key not in APPLIED_IN_CHILD
 
 
 def _kill(pids: list[int]) -> None:
@@ -294,12 +319,23 @@ def _setup_task(message: dict[str, Any], fds: list[int]) -> None:
                 os.close(f)
     os.environ.clear()
     os.environ.update(message.get("env") or {})
+    _standard_streams(bool(os.environ.get("PYTHONUNBUFFERED")))
     _import_path(message.get("cwd"))
     tempfile.tempdir = None  # the server serves several clusters: this one's TMPDIR, not a cached earlier one
     sys.argv = [sys.argv[0], *message["argv"][3:]]  # as ``-m ssptk.worker`` had set them
     import setproctitle
 
     setproctitle.setproctitle(" ".join(message["argv"]))  # ps, /proc and psutil show the task, not the server
+
+
+def _standard_streams(unbuffered: bool) -> None:
+    """``sys.stdout`` and ``sys.stderr`` on the task's log as ``python`` would open them with the task's
+    ``PYTHONUNBUFFERED`` (the server's were opened with the server's)."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        raw = open(fd, "wb", buffering=0 if unbuffered else -1, closefd=False)
+        setattr(sys, name, io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors,
+                                            line_buffering=fd == 2 and not unbuffered, write_through=unbuffered))
 
 
 def _import_path(cwd: str | None) -> None:

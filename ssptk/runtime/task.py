@@ -143,10 +143,26 @@ def _watch_parent() -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _serve_forks(args: list[str]) -> list[str] | None:
+    """``--fork-server --listen PATH`` (a server several launchers share) or ``--fork-server FD`` (one launcher's:
+    the socket it passed): :func:`~ssptk.runtime.fork_server.serve`."""
+    if args[:1] == [LISTEN_FLAG]:
+        if len(args) != 2:
+            raise UsageError(f"{FORK_SERVER_FLAG} {LISTEN_FLAG} takes one PATH: where to make the server's socket")
+        return serve(path=args[1])
+    if len(args) != 1 or not args[0].isdigit():
+        raise UsageError(f"{FORK_SERVER_FLAG} takes {LISTEN_FLAG} PATH (a server several processes share)")
+    return serve(int(args[0]))
+
+
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == [FORK_SERVER_FLAG]:  # a cluster's fork server (ssptk.runtime.fork_server)
-        forked = serve(path=given[2]) if given[1:2] == [LISTEN_FLAG] else serve(int(given[1]))
+        try:
+            forked = _serve_forks(given[1:])
+        except UsageError as e:  # --listen PATH taken (what is there is kept)
+            print(f"ssptk worker: error: {e}", file=sys.stderr)
+            return 2
         if forked is None:
             exit_with_descendants(0)  # skips TF's slow teardown
         argv = forked  # this process is now one of the cluster's tasks
