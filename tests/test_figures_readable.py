@@ -87,7 +87,7 @@ def test_a_skew_flipping_at_every_step_is_a_band_not_a_block() -> None:
     skew_ax = fig.axes[2]
     (line,) = [ln for ln in skew_ax.get_lines() if ln.get_label().startswith("skew")]
     assert len(line.get_xdata()) <= SKEW_BUCKETS + 1 < len(steps) // 2
-    assert SKEW_RANGE_LABEL in [t.get_text() for t in skew_ax.get_legend().get_texts()]
+    assert SKEW_RANGE_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]  # one legend, under the panels
     band = [c for c in skew_ax.collections if c.get_label() == SKEW_RANGE_LABEL]
     assert band and band[0].get_paths()
     # the envelope keeps the largest skew (what the SSP bound is about) and the least, whatever the slicing

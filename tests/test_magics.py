@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import time
 from pathlib import Path
 
@@ -277,3 +278,32 @@ def test_background_stop_during_start_up(warm: bool, tmp_path: Path, warm_pool: 
         while warm_processes() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not warm_processes()
+
+
+@pytest.mark.slow
+def test_a_background_runs_widget_shows_its_cold_start(tmp_path: Path) -> None:
+    """Issue 37: during a cold start (no record comes, seconds to ~40 s) the background widget said "elapsed
+    0.0 s" throughout, then showed six empty panels. On a real cluster: the line counts the tasks that are ready,
+    its elapsed time moves, and the image comes with the first step records."""
+    from conftest import assert_gone
+
+    from ssptk.notebook.background import BackgroundRun
+
+    out = tmp_path / "bg"
+    lines: list[tuple[float, str]] = []
+    images: list[int] = []  # the step records the dashboard held when the image was set
+    bg = BackgroundRun.start(mode="async", workers=2, steps=40, out=str(out), warm=False)
+    t0 = time.monotonic()
+    dash = bg.dashboard
+    dash._html.observe(lambda change: lines.append((time.monotonic(), change["new"])), names="value")
+    bg.widget.children[0].observe(lambda _change: images.append(dash.state.n_steps), names="value")
+    result = bg.wait(300)
+    assert result.summary["status"] == "ok" and images and images[0] > 0  # no figure before the first steps
+    # the line while no step was recorded (then it counts minibatches)
+    first_steps = min([t for t, v in lines if "minibatches" in v] or [time.monotonic()])
+    start_up = [v for t, v in lines if t < first_steps]
+    assert any("tasks ready" in v for v in start_up), start_up
+    shown = [float(m.group(1)) for v in start_up if (m := re.search(r"elapsed (\d+\.\d) s", v))]
+    if first_steps - t0 > 3.0:  # a start-up of a few seconds: the clock moved during it
+        assert max(shown, default=0.0) >= 1.0, start_up
+    assert_gone(str(out), within=10)

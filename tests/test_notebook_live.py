@@ -3,6 +3,7 @@ broken image, a Stop button, the stopped run handed back), the explorer's status
 count (``show_static()``'s three figures: test_widgets.py's real-run test), and what predictions with a steady straggler say. No TensorFlow."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 import types
@@ -11,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from test_dashboard import FakeClock, Sink, batches, feed, opts, synthetic
+from test_dashboard import FakeClock, Sink, batches, event, feed, opts, synthetic
 from test_widgets import FakeRunner
 
 from ssptk.notebook import slider_predictions as predictions
@@ -136,3 +137,78 @@ def test_the_foreground_interrupt_names_the_run_directory(monkeypatch: pytest.Mo
     with pytest.raises(RunInterrupted, match=r"interrupted after 187/300 minibatches.* kept in runs/x-ssp: "
                                              r"%dtrain report runs/x-ssp"):
         magics.dtrain("--mode ssp --staleness 1 --workers 2 --no-dashboard")
+
+
+def _wait_for(condition: Any, what: str, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within} s: {what}"
+        time.sleep(0.01)
+
+
+def _clock_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ssptk-dashboard-clock" and t.is_alive()]
+
+
+def test_while_the_cluster_starts_the_widget_counts_the_tasks_and_its_clock_moves() -> None:
+    """Issue 37: the widget said "elapsed 0.0 s" for the ~40 s of a cold start (nothing calls a dashboard then),
+    and its first figure was six empty panels. Its own clock now moves the line; the start says how many tasks
+    are ready; the image waits for step records."""
+    clock = FakeClock()
+    dash = LiveDashboard(interval=0.0, widget=True, clock=clock, tick=0.02)
+    image, line = dash.widget.children
+    dash.started("r", opts(workers=2), 40)
+    assert "starting the cluster" in line.value and "elapsed 0.0 s" in line.value
+    clock.now = 7.5  # no record, no call: the line moves by itself
+    _wait_for(lambda: "elapsed 7.5 s" in line.value, "the start-up clock moves")
+    dash.starting(["ps:0"], ["worker:0", "worker:1"])
+    assert "starting: 1 of 3 tasks ready · elapsed 7.5 s" in line.value
+    clock.now = 12.0
+    _wait_for(lambda: "1 of 3 tasks ready · elapsed 12.0 s" in line.value, "the clock moves on")
+    dash.records([], [event("start", 0.0, 0), event("start", 0.0, 1)], 0, 40)  # events, not a step yet
+    dash.starting(["ps:0", "worker:0", "worker:1"], [])
+    assert "3 of 3 tasks ready: waiting for the first step records" in line.value
+    assert image.layout.display == "none" and not image.value and dash.redraws == 0  # no figure of empty panels
+    feed(dash, clock, batches(synthetic(workers=2, steps=10), 2)[1:], 40)
+    assert image.layout.display == "" and bytes(image.value).startswith(b"\x89PNG")
+    assert "minibatches" in line.value and "tasks ready" not in line.value
+    _wait_for(lambda: not _clock_threads(), "the start-up clock stops with the first steps")
+
+
+def test_a_background_run_shows_its_start_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The background widget as ``%dtrain --background`` makes it, on a run whose tasks take seconds to start:
+    the line counts the tasks and its elapsed time moves before any record; the image waits for the steps."""
+    import ssptk.experiment.single as single
+    from ssptk.experiment.result import RunResult
+    from ssptk.launch.observers import notify_starting
+
+    seen: list[str] = []
+    go = threading.Event()
+
+    def execute(prepared: Any, *, observer: Any, cancel: threading.Event, **_kw: Any) -> Any:
+        observer.started(prepared.run_dir, prepared.opts, 20)
+        notify_starting([observer], [], ["ps:0", "worker:0", "worker:1"])
+        notify_starting([observer], ["ps:0"], ["worker:0", "worker:1"])
+        assert go.wait(60)  # the tasks take their time: nothing reaches the dashboard meanwhile
+        notify_starting([observer], ["ps:0", "worker:0", "worker:1"], [])
+        for steps, events in batches(synthetic(workers=2, steps=10), 2):
+            observer.records(steps, events, 0, 20)
+        result = RunResult(prepared.run_dir, prepared.opts, {"status": "ok", "total_steps": 20})
+        observer.finished(result)
+        return result
+
+    monkeypatch.setattr(single, "execute", execute)
+    bg = BackgroundRun.start(mode="async", workers=2, steps=10, out=str(tmp_path / "bg"))
+    image, line = bg.widget.children[0], bg.dashboard._html
+    line.observe(lambda change: seen.append(change["new"]), names="value")
+    def moved() -> bool:
+        m = re.search(r"starting: 1 of 3 tasks ready · elapsed (\d+\.\d) s", line.value)
+        return m is not None and float(m.group(1)) >= 1.0
+
+    _wait_for(moved, "a second of start-up, shown")
+    assert image.layout.display == "none"
+    go.set()
+    assert bg.wait(60).summary["status"] == "ok"
+    assert image.layout.display == "" and bytes(image.value).startswith(b"\x89PNG")
+    assert any("3 of 3 tasks ready" in v for v in seen)
+    _wait_for(lambda: not _clock_threads(), "the start-up clock stops with the run")

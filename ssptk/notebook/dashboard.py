@@ -4,7 +4,9 @@
 event records about every 0.1 s; it accumulates them (:class:`ssptk.notebook.live_state.LiveRun`) and redraws at most
 once per ``interval`` seconds, and once more at the end: the panels of :func:`ssptk.render.figures.run_figure`
 (one drawing, :class:`ssptk.render.run_panels.RunPanels`) and a progress line (minibatches done of the budget,
-steps/s, elapsed, ETA).
+steps/s, elapsed, ETA). Before the first step records (the cluster's start: no records come) it shows no figure,
+and the line says how many tasks are ready (the run's ``starting`` calls) with an elapsed time its own thread
+moves every second.
 
 Cheap by construction (:class:`LiveFigure`): one matplotlib Figure (no pyplot, no rcParams changes)
 built once; axis ranges grow in round steps with the data (never sized for the whole budget), so most
@@ -37,10 +39,13 @@ from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, dur
 from ssptk.notebook.live_state import LiveRun
 from ssptk.render.traffic import split_html, status_text
 
-__all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE"]
+__all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE", "TICK_S"]
 
 #: Share of one core that drawing may take: a slow refresh stretches the interval (up to 1 s).
 RENDER_SHARE = 0.05
+#: Seconds between refreshes of the progress line while the cluster starts (no records come then; a cold start
+#: takes ~40 s on 2 cores, and the line said "elapsed 0.0 s" all along).
+TICK_S = 1.0
 INSTALL_HINT = "LiveDashboard(widget=True) needs ipywidgets: pip install 'ssptk[notebook]'"
 
 #: ``sink(png, progress, final)``; ``png`` is None when only the progress line changed.
@@ -67,12 +72,22 @@ class LiveDashboard:
     button). ``clock``: monotonic seconds (tests pass a fake one); a refresh's cost is the
     lesser of its duration on this clock and its CPU time. An error inside the dashboard never reaches the
     run: drawing stops with a warning and :attr:`error` keeps it.
+
+    Until the first step records the figure is not shown (its panels would be empty) and the progress line
+    says how far the cluster's start has come (``starting: 2 of 4 tasks ready``, from :meth:`starting`), its
+    elapsed time refreshed every ``tick`` seconds by a thread of its own (default :data:`TICK_S` when it draws
+    into a widget or a cell's outputs; 0: never; a ``sink`` only hears it with a ``tick`` given).
     """
 
     def __init__(self, interval: float = 1.0, *, widget: bool = False, sink: Sink | None = None,
                  clock: Callable[[], float] = time.monotonic, dpi: float = DPI,
-                 figsize: tuple[float, float] = FIGSIZE, controls: Sequence[Any] = ()) -> None:
+                 figsize: tuple[float, float] = FIGSIZE, controls: Sequence[Any] = (),
+                 tick: float | None = None) -> None:
         self.interval = max(0.0, float(interval))
+        self.tick = tick
+        #: ``(tasks ready, tasks)`` while the cluster starts (``None`` before the first word of it).
+        self.ready: tuple[int, int] | None = None
+        self._ticking: threading.Event | None = None  # set: the start-up clock stops
         self.clock, self.sink, self.dpi, self.figsize = clock, sink, dpi, figsize
         self.state = LiveRun()
         self.figure: LiveFigure | None = None
@@ -111,6 +126,10 @@ class LiveDashboard:
     def started(self, run_dir: str, opts: Any, total: int) -> None:
         """A run begins: build the figure; show the progress line (the figure follows with records)."""
         self._guard(self._started, run_dir, opts, total)
+
+    def starting(self, ready: list[str], pending: list[str]) -> None:
+        """The cluster's start so far (task names up, and still starting): shown in the progress line."""
+        self._guard(self._starting, ready, pending)
 
     def records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         """New records since the last call: keep them; refresh once the interval has passed."""
@@ -152,7 +171,7 @@ class LiveDashboard:
         if self.status == "interrupted":
             return f"interrupted after {frac} · elapsed {elapsed}"
         if not s.n_steps:
-            return f"starting the cluster… · elapsed {elapsed}"
+            return f"{self._start_up()} · elapsed {elapsed}"
         span = (s.last_t or 0.0) - (s.t0 or 0.0)
         rate = s.n_steps / span if span > 0 else None
         parts = [frac] + ([f"{rate:.1f} steps/s"] if rate else []) + [f"elapsed {elapsed}"]
@@ -160,6 +179,15 @@ class LiveDashboard:
         if rate and total:
             parts.append(f"ETA {duration(max(0, total - done) / rate)}")
         return " · ".join(parts + self._diverged())
+
+    def _start_up(self) -> str:
+        """How far the start has come: ``starting: 2 of 4 tasks ready``, or waiting for the first steps."""
+        if self.ready is None:
+            return "starting the cluster\u2026"
+        ready, tasks = self.ready
+        if ready < tasks:
+            return f"starting: {ready} of {tasks} tasks ready"
+        return f"{tasks} of {tasks} tasks ready: waiting for the first step records"
 
     def _diverged(self) -> list[str]:
         watch = self.state.divergence
@@ -214,7 +242,7 @@ class LiveDashboard:
                                                           "network", "jitter")}
         self.state = LiveRun(int(getattr(opts, "workers", 0) or 0), options)
         self.figure = self._new_figure()
-        self.status, self.summary, self._png = "running", {}, None
+        self.status, self.summary, self._png, self.ready = "running", {}, None, None
         self._t_start = self._last = self.clock()
         if self.sink is None and self.widget is None and in_kernel():
             from IPython.display import display
@@ -225,25 +253,56 @@ class LiveDashboard:
                              display(self._text_bundle(self.progress_text()), raw=True, display_id=True))
         elif self._drawing():
             self._push(None, final=False)
+        self._start_clock()
+
+    def _start_clock(self) -> None:
+        """Refresh the progress line every ``tick`` seconds until the first step records (see the class)."""
+        self._stop_clock()
+        every = self.tick if self.tick is not None else (
+            TICK_S if self.widget is not None or self._handles is not None else 0.0)
+        if every and every > 0:
+            self._ticking = stop = threading.Event()
+            threading.Thread(target=self._tick, args=(every, stop), name="ssptk-dashboard-clock",
+                             daemon=True).start()
+
+    def _stop_clock(self) -> None:
+        if self._ticking is not None:
+            self._ticking.set()
+            self._ticking = None
+
+    def _tick(self, every: float, stop: threading.Event) -> None:
+        while not stop.wait(every):
+            with self._lock:
+                if stop.is_set() or self.error is not None or self.status != "running" or self.state.n_steps:
+                    return
+                self._guard(self._push, None, False)
+
+    def _starting(self, ready: list[str], pending: list[str]) -> None:
+        self.ready = (len(ready), len(ready) + len(pending))
+        if self.figure is not None and self.status == "running" and not self.state.n_steps and self._drawing():
+            self._push(None, final=False)
 
     def _records(self, steps: list[dict[str, Any]], events: list[dict[str, Any]], done: int, total: int) -> None:
         if self.figure is None:  # records without started(): follow the run all the same
             self._started("", None, total)
         self.state.add(steps, events)
         self.done, self.total = int(done), int(total)
+        if self.state.n_steps:
+            self._stop_clock()
         if not self._drawing():
             return
         now = self.clock()
         if now - self._last < self._wait:
             return
         self._last = now
-        if self._png_version != self.state.version:
+        if self._png_version != self.state.version and self.state.n_steps:  # no figure of empty panels
             self._render()
             self._push(self._png, final=False)
         else:
             self._push(None, final=False)
 
     def _finished(self, result: Any) -> None:
+        self._stop_clock()
         if result is None:
             self.status = "interrupted"
         else:
@@ -254,7 +313,7 @@ class LiveDashboard:
         self.state.finalize()
         if self._drawing():
             self._render(final=True)
-            self._push(self._png, final=True)
+            self._push(self._png if self.state.n_steps else None, final=True)
 
     def _render(self, final: bool = False) -> None:
         if self.figure is None:

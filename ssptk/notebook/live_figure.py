@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocato
 
 from ssptk.analysis.run_view import RunView
 from ssptk.notebook.live_state import sticky_range
+from ssptk.render.fit import legend_below, legend_columns, wrap_title
 from ssptk.render.run_panels import RunPanels
 from ssptk.render.style import run_title, skew_bound
 
@@ -32,6 +33,13 @@ PNG_LEVEL = 1  # zlib level: fast; each image is shown for a second
 #: While a run goes on, an axis reaches at most this many times the data so far (not the whole budget: at 1%
 #: of a long run the data would be a sliver at the left edge).
 GROWTH = 2.0
+#: Points of the title and of the legend's words.
+TITLE_SIZE, LEGEND_SIZE = 10.0, 7.0
+
+
+def _line_in(points: float) -> float:
+    """The height of a line of text at ``points``, in inches."""
+    return 1.35 * points / 72.0
 
 
 def _few_ticks(axis: Any, integer: bool = False) -> None:
@@ -65,10 +73,13 @@ class LiveFigure:
         self.fig = Figure(figsize=figsize, dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
         self.axes = list(self.fig.subplots(2, 3).flat)
-        self.fig.suptitle(run_title(view.options), fontsize=10)
+        title = wrap_title(run_title(view.options), figsize[0], TITLE_SIZE)
+        self.fig.suptitle(title, fontsize=TITLE_SIZE)
         # Fixed margins, not constrained layout: laying out costs as much as drawing the whole figure
-        # (~0.4 s of CPU here), which a live figure would pay at every change of an axis range.
-        self.fig.subplots_adjust(left=0.06, right=0.99, top=0.91, bottom=0.17, wspace=0.3, hspace=0.5)
+        # (~0.4 s of CPU here), which a live figure would pay at every change of an axis range. Room above for
+        # the title's lines; on the right for half the last tick label ("4000" at 0.99 was cut).
+        top = 1.0 - (0.5 + _line_in(TITLE_SIZE) * title.count("\n")) / figsize[1]
+        self.fig.subplots_adjust(left=0.06, right=0.975, top=top, bottom=0.17, wspace=0.3, hspace=0.5)
         self._ranges: dict[tuple[Any, str], tuple[float, float]] = {}
         self._background: Any = None
         self._relayout = True
@@ -123,12 +134,16 @@ class LiveFigure:
         return self.panels.bound_line
 
     def _legend(self) -> None:
-        """One legend below the panels: every panel's entries once."""
+        """One legend below the panels: every panel's entries once, in as many columns as fit the width (at 32
+        workers eight columns ran past both edges); the panels' foot rises above its rows."""
         for old in list(self.fig.legends):
             old.remove()
         handles, labels = self.panels.legend_entries()
-        self.fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=min(len(handles), 8),
-                        fontsize=7, frameon=False, handlelength=1.5, columnspacing=1.2, borderaxespad=0.2)
+        legend_below(self.fig, handles, labels, fontsize=LEGEND_SIZE, handlelength=1.5, columnspacing=1.2,
+                              borderaxespad=0.2)
+        rows = -(-len(labels) // legend_columns(labels, self.fig.get_figwidth(), LEGEND_SIZE))
+        # the tick labels and the axis label (0.42 in), then the legend's rows
+        self.fig.subplots_adjust(bottom=(0.42 + 0.1 + rows * _line_in(LEGEND_SIZE)) / self.fig.get_figheight())
         self._relayout = True
 
     def _range(self, ax: Any, which: str, lo: float, hi: float, **kw: Any) -> None:

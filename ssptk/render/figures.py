@@ -10,16 +10,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from ssptk import analysis as an
 from ssptk.analysis.outcomes import Outcome
 from ssptk.analysis.run_view import view_of_run
 from ssptk.analysis.verdict import Verdict
+from ssptk.render.fit import LEGEND_INSIDE, legend_below, wrap_title
 from ssptk.render.run_panels import RunPanels, panel_titles
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import (
-    MAX_LEGEND,
+    BOUND_STYLE,
     NOTE_COLOR,
     NotebookFigure,
     bound_label,
@@ -31,11 +33,13 @@ from ssptk.render.style import (
 )
 from ssptk.render.verdict import legend_mark
 
-__all__ = ["FIGSIZE", "Repeats", "comparison_figure", "run_figure"]
+__all__ = ["FIGSIZE", "PREDICTED_TITLE", "Repeats", "comparison_figure", "run_figure"]
 
 #: Inches of a run's and a comparison's six panels: shown about 900 pixels wide (a notebook, the report), at
 #: about 80 dots per inch, so that legends and ticks stay 9-11 pixels high.
 FIGSIZE = (11.0, 7.0)
+#: The second line of a predicted run's title.
+PREDICTED_TITLE = "PREDICTED: the simulator's schedule replayed with the model's gradients (simulated clock)"
 
 
 class Repeats(list[Any]):
@@ -67,25 +71,22 @@ def run_figure(
     processed. ``staleness_bound`` is the SSP staleness S (default: from ``config`` when its mode
     is ``ssp``); the skew panel draws the hard bound S+1 as a dashed line labelled "bound".
     Wall time runs from the start barrier when ``events`` has a ``start`` event. What it draws is
-    :func:`ssptk.analysis.run_view.view_of_run`'s, as the live dashboard's figure does.
+    :func:`ssptk.analysis.run_view.view_of_run`'s, as the live dashboard's figure does, and as there one legend
+    below the panels names what every panel draws (a legend per panel covered a third of it at 8 workers). The
+    title is broken into lines that fit (a predicted run's says so on a line of its own).
     """
     view = view_of_run(steps, events, config, staleness=staleness_bound)
     fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     axes = list(fig.subplots(2, 3).flat)
-    fig.suptitle((run_title(view.options) if view.options else "run (no config)")
-                 + (" \u00b7 PREDICTED: the simulator's schedule replayed with the model's gradients (simulated clock)"
-                    if view.predicted else ""))
+    title = run_title(view.options) if view.options else "run (no config)"
+    fig.suptitle(wrap_title(title + (f"\n{PREDICTED_TITLE}" if view.predicted else ""), FIGSIZE[0]))
     if not view.n_records:
         for ax, title in zip(axes, panel_titles(view)):
             _empty(ax, title)
         return fig
     panels = RunPanels(axes, view)
     panels.show(view, settled=True)
-    legends = [panels.ax_loss, panels.ax_samples, panels.ax_skew, panels.ax_wait]
-    if len(view.ids) <= MAX_LEGEND or view.many:
-        legends.append(panels.ax_prog)
-    for ax in legends:
-        ax.legend(fontsize="small")
+    legend_below(fig, *panels.legend_entries())
     return fig
 
 
@@ -102,17 +103,21 @@ def _config_of(value: pd.DataFrame | Sequence[Any]) -> Mapping[str, Any] | None:
     return value[2]
 
 
-def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name: str | None,
-                    label: str | None) -> None:
-    """One thin line per worker in the run's colour; its slowest worker (fewest steps at the end) thicker
-    and, for the first repetition, named at its end: with one colour per run, a straggler would hide.
-    From :data:`~ssptk.analysis.MANY_WORKERS` workers on: the band of the workers' progress, its median,
-    and the slowest worker only."""
+def _fallen_behind(df: pd.DataFrame) -> Any:
+    """The worker that really fell behind (fewest steps at the end, by more than 3 and 5%), or ``None``: sync
+    and a binding SSP bound keep every worker together."""
     finals = df.groupby("worker")["completed"].max()
-    # only a worker that really fell behind (sync and a binding SSP bound keep every worker together)
     behind = len(finals) > 1 and finals.min() < finals.max() - max(3, 0.05 * finals.max())
-    slowest = finals.idxmin() if behind else None
-    if len(finals) >= an.MANY_WORKERS:  # dozens of workers: the run's band, and its slowest worker
+    return finals.idxmin() if behind else None
+
+
+def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name: str | None) -> None:
+    """One thin line per worker in the run's colour; its slowest worker (:func:`_fallen_behind`) thicker, and
+    named in the run's legend entry (names at the lines' ends ran into each other and out of the panel). From
+    :data:`~ssptk.analysis.MANY_WORKERS` workers on: the band of the workers' progress, its median, and the
+    slowest worker only."""
+    slowest = _fallen_behind(df)
+    if df["worker"].nunique() >= an.MANY_WORKERS:  # dozens of workers: the run's band, and its slowest worker
         band = an.progress_band(df)
         ax.fill_between(band["elapsed"], band["lo"], band["hi"], step="post", color=run_color, alpha=0.2, lw=0)
         ax.plot(band["elapsed"], band["median"], drawstyle="steps-post", color=run_color, lw=lw, label=name)
@@ -122,20 +127,20 @@ def _progress_lines(ax: Axes, df: pd.DataFrame, run_color: Any, lw: float, name:
         slow = w == slowest
         ax.plot(d["elapsed"], d["completed"], drawstyle="steps-post", color=run_color,
                 lw=2.2 * lw if slow else lw, alpha=1.0 if slow else 0.6, label=name if j == 0 else None)
-        if slow and label is not None:
-            ax.annotate(f"{label}: worker {w}", (d["elapsed"].iloc[-1], d["completed"].iloc[-1]),
-                        xytext=(3, 0), textcoords="offset points", fontsize="x-small", color=run_color,
-                        va="center")
 
 
 def _draw_one(axes: list[Axes], steps: pd.DataFrame, events: pd.DataFrame | None, run_color: Any,
-              widths: tuple[float, float], name: str | None, label: str | None, repeated: bool) -> pd.DataFrame:
+              widths: tuple[float, float], name: str | None, repeated: bool) -> pd.DataFrame:
     """One run (repetition) of :func:`comparison_figure` into its loss, skew and progress axes; returns its
-    prepared steps. ``name``: its legend entry (the first repetition's); ``label``: names its straggler."""
+    prepared steps. ``name``: its legend entry (the first repetition's), to which the worker that fell behind
+    is added: with one colour per run, a straggler would hide."""
     ax_t, ax_s, ax_skew, ax_prog, ax_u = axes[:5]
     lw, lw_prog = widths
     start = an.start_time(events)
     df = an.prepare_steps(steps, start) if start is not None or "elapsed" not in steps.columns else steps
+    slowest = _fallen_behind(df)
+    if name is not None and slowest is not None:
+        name = f"{name} \u00b7 worker {slowest} fell behind"
     smooth = an.smoothing_window(df["worker"].nunique())
     for ax, by in ((ax_t, "elapsed"), (ax_s, "samples"), (ax_u, "global_step")):
         c = an.loss_curves(df, by=by, smooth=smooth)
@@ -144,7 +149,7 @@ def _draw_one(axes: list[Axes], steps: pd.DataFrame, events: pd.DataFrame | None
     finished = an.finish_times(df, events) if events is not None else None
     skew = an.skew_timeline(df, finished, end_when_one_left=True)
     draw_skew(ax_skew, skew["elapsed"], skew["skew"], run_color, label=name, band=not repeated, lw=lw)
-    _progress_lines(ax_prog, df, run_color, lw_prog, name, label)
+    _progress_lines(ax_prog, df, run_color, lw_prog, name)
     return df
 
 
@@ -176,8 +181,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     Panels (in ``fig.axes`` order): smoothed loss against wall time; smoothed loss against minibatches
     processed; step skew against wall time (a symmetric-log axis once one run's skew dwarfs the others, so
     an SSP bound, dashed in its run's colour, stays visible beside async's hundreds); per-worker completed
-    steps against wall time (thin lines in the run's colour, its slowest worker thicker and named at its
-    end); smoothed loss against updates applied (the global step: sync applies one per N - B minibatches,
+    steps against wall time (thin lines in the run's colour, its slowest worker thicker and named in the
+    run's legend entry); smoothed loss against updates applied (the global step: sync applies one per N - B minibatches,
     ssp and async one per minibatch); what each run paid: share of worker time waiting against mean
     staleness. Values are step DataFrames, or ``(steps, events, config, ...)`` tuples (then wall time runs
     from the start barrier, finished workers leave the skew on their ``done`` event, and an SSP run's bound
@@ -214,8 +219,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
             draw_bound(ax_skew, staleness, color=run_color, lw=1.0, label=f"{label} {bound_label(staleness)}")
         paid = []
         for r, (steps, events) in enumerate(drawn):
-            df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None,
-                           label if r == 0 else None, repeated)
+            df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None, repeated)
             paid.append(an.summarize(df, events, config))
             skew_max = max(skew_max, int(paid[-1].get("max_skew") or 0))
         _cost_point(ax_cost, label, [p.get("wait_fraction") for p in paid], [p.get("mean_staleness") for p in paid],
@@ -238,6 +242,22 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     ax_skew.set(title="step skew", xlabel="wall time (s)", ylabel="most - least advanced (steps)")
     ax_prog.set(title="completed steps per worker\n(one fallen behind: thicker)", xlabel="wall time (s)",
                 ylabel="completed steps")
+    _legends(fig, axes, n)
+    return fig
+
+
+def _legends(fig: Figure, axes: list[Axes], n: int) -> None:
+    """A legend in each panel for a few runs; for more (a legend of 7 covered 30% of a panel, of 12 more than
+    half) one below the panels, naming each run once and the SSP bounds in one entry."""
+    ax_t, ax_skew = axes[0], axes[2]
+    bounds = [lab for lab in ax_skew.get_legend_handles_labels()[1] if " bound" in lab]
+    if n > LEGEND_INSIDE:
+        handles, labels = ax_t.get_legend_handles_labels()
+        if bounds:
+            handles.append(Line2D([], [], **{**BOUND_STYLE, "color": NOTE_COLOR, "lw": 1.0}))
+            labels.append("dashed: an ssp:S run's bound S+1")
+        legend_below(fig, handles, labels)
+        return
     for ax in axes:
         handles, labels = ax.get_legend_handles_labels()
         if ax is ax_skew:  # the runs' colours are named in every other panel: here only the bounds
@@ -245,4 +265,3 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
                 [lab for lab in labels if " bound" in lab]
         if handles:
             ax.legend(handles, labels, fontsize="small")
-    return fig

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
+from ssptk.render.fit import LEGEND_INSIDE, legend_below
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
 from ssptk.render.text import evaluated_every
 
@@ -65,6 +66,9 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
             draw_target(ax, target, label="target" if ax is ax_t else None)
     ax_t.set_title("held-out loss vs wall time")
     ax_m.set_title("held-out loss vs minibatches")
-    if ax_t.get_legend_handles_labels()[0]:
+    handles, labels = ax_t.get_legend_handles_labels()
+    if len(handles) > LEGEND_INSIDE:  # 13 entries in a panel hid the curve that climbed
+        legend_below(fig, handles, labels)
+    elif handles:
         ax_t.legend(fontsize="small")
     return fig

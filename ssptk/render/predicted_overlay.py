@@ -8,9 +8,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
+from ssptk.render.fit import LEGEND_INSIDE, foot_note, label_ticks, legend_below
 from ssptk.render.held_out import held_out_points
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
 from ssptk.render.verdict import marker, pace_lines, why_no_winner
@@ -37,29 +39,36 @@ def predicted_figure(runs: Mapping[str, Any], predicted: Mapping[str, Any], tabl
     """Two panels: each label's smoothed training loss against minibatches, measured (solid, its first run)
     and predicted (dashed, same colour), with the target; and minibatches to that target, measured beside
     predicted (:func:`ssptk.analysis.predicted_vs_measured.predicted_table` is ``table``), a missing bar said in
-    words."""
+    words. The legend names each label's colour once and the two line styles once; more than
+    :data:`~ssptk.render.fit.LEGEND_INSIDE` entries go below the panels (a legend of 25 covered a third of one)."""
     fig = NotebookFigure(figsize=(13, 4.4), layout="constrained")
     ax_loss, ax_bar = fig.subplots(1, 2, width_ratios=[3, 2])
     labels = list(runs)
     n = len(labels)
     held_out = table.attrs.get("target_on") == "held-out"  # then the loss the target is on is drawn
     drawn: list[pd.Series] = []
+    handles: list[Any] = []
     for i, label in enumerate(labels):
         c = color(i, n)
-        for value, style, name in ((Repeats.of(runs[label])[:1], "-", label),
-                                   ([predicted.get(label)], "--", f"{label} predicted")):
+        handles.append(Line2D([], [], color=c, lw=1.4, label=label))
+        for value, style in ((Repeats.of(runs[label])[:1], "-"), ([predicted.get(label)], "--")):
             x, y = _curve(value[0] if value else None, held_out)
             if x is not None:
-                ax_loss.plot(x, y, style, color=c, lw=1.4, label=name, marker="." if held_out else None)
+                ax_loss.plot(x, y, style, color=c, lw=1.4, marker="." if held_out else None)
                 drawn.append(y)
+    handles += [Line2D([], [], color="0.2", lw=1.4, ls=style, label=name)
+                for style, name in (("-", "measured"), ("--", "predicted"))]
     target = table.attrs.get("target")
     if target is not None:
-        draw_target(ax_loss, target, label=f"target {target:.3g}")
+        handles.append(draw_target(ax_loss, target, label=f"target {target:.3g}"))
     set_loss_scale(ax_loss, drawn)
     which = "held-out loss" if held_out else "training loss (smoothed)"
-    ax_loss.set(title=f"{which.split(' (')[0]} vs minibatches: measured (solid) and predicted (dashed)",
+    ax_loss.set(title=f"{which.split(' (')[0]} vs minibatches:\nmeasured (solid) and predicted (dashed)",
                 xlabel="minibatches processed", ylabel=which)
-    ax_loss.legend(fontsize="small", ncol=2)
+    if len(handles) <= LEGEND_INSIDE:
+        ax_loss.legend(handles=handles, fontsize="small")
+    else:
+        legend_below(fig, handles, [str(h.get_label()) for h in handles])
     _bars(ax_bar, table, n)
     return fig
 
@@ -79,14 +88,12 @@ def _bars(ax: Axes, table: pd.DataFrame, n: int) -> None:
         verdict = table.attrs.get(which)
         for i, (v, label) in enumerate(zip(table[col], table["label"].astype(str))):
             if pd.isna(v) and verdict is not None and label in {o.label for o in verdict.outcomes}:
-                said = " ".join(marker(verdict.outcome(label)).lstrip("× ").split())
-                ax.text(i + (k - 0.5) * 0.38, max(top, 1.0) * 0.02, said, rotation=90, ha="center", va="bottom",
-                        fontsize=8, color="0.25")
+                foot_note(ax, i + (k - 0.5) * 0.38, " ".join(marker(verdict.outcome(label)).lstrip("× ").split()))
     on = "held-out" if table.attrs.get("target_on") == "held-out" else "training"
-    ax.set(title=f"minibatches to the {on} target (lower is better)", ylabel="minibatches", xticks=x)
-    ax.set_xticklabels(table["label"].astype(str), rotation=30 if len(table) > 5 else 0, ha="right"
-                       if len(table) > 5 else "center")
-    ax.legend(fontsize="small")
+    ax.set(title=f"minibatches to the {on} target\n(lower is better)", ylabel="minibatches")
+    label_ticks(ax, table["label"].astype(str).tolist())
+    ax.set_ylim(0, 1.3 * max(top, 1.0))  # room above the bars for the legend: it hid the tallest one
+    ax.legend(fontsize="small", loc="upper right", ncols=2)
 
 
 def predicted_lines(table: pd.DataFrame) -> list[str]:

@@ -295,9 +295,10 @@ class RunPanels:
         self.ax_stale.set_xlim(lo - 0.6, max(hi, lo + 5) + 0.6)
 
     def legend_entries(self) -> tuple[list[Any], list[str]]:
-        """Every panel's legend entries, each label once (for one legend of the whole figure)."""
+        """Every panel's legend entries, each label once (for one legend of the whole figure); a worker by its
+        progress line (its loss lines are faint)."""
         handles, labels = [], []
-        for ax in (self.ax_loss, self.ax_prog, self.ax_skew, self.ax_wait, self.ax_samples):
+        for ax in (self.ax_prog, self.ax_loss, self.ax_skew, self.ax_wait, self.ax_samples):
             for h, lab in zip(*ax.get_legend_handles_labels()):
                 if lab not in labels:
                     handles.append(h)

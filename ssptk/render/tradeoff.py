@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.verdict import Verdict, verdict_of
+from ssptk.render.fit import foot_note, label_ticks
 from ssptk.render.style import NOTE_COLOR, NotebookFigure
 from ssptk.render.verdict import WHERE_THE_TRADEOFF_IS, marker, no_winner_box, verdict_lines
 
@@ -31,8 +32,7 @@ def _misses(ax: Axes, rows: pd.DataFrame, values: pd.Series, verdict: Verdict) -
     of the axis."""
     for x, label in enumerate(rows["label"].astype(str)):
         if pd.isna(values.iloc[x]):
-            ax.annotate(marker(verdict.outcome(label)), (x, 0.02), xycoords=("data", "axes fraction"), ha="center",
-                        color=_BAD, fontsize="small")
+            foot_note(ax, x, marker(verdict.outcome(label)), color=_BAD, fontsize="small")
 
 
 def _top(values: pd.Series) -> float:
@@ -91,7 +91,7 @@ def tradeoff_figure(table: pd.DataFrame, target: float | None = None, verdict: V
     ax_price.set_title("cost per update vs speed")
     _time_panel(ax_time, rows, verdict)
     for ax in (ax_price, ax_time):
-        ax.set_xticks(x, [str(label) for label in rows["label"]])
+        label_ticks(ax, [str(label) for label in rows["label"]])
         ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.set_xlabel("more synchronous ← setting → less synchronous")
     return fig
