@@ -173,3 +173,56 @@ def test_the_rate_bounds_are_what_the_kernel_shapes_as_asked() -> None:
     above = build(20e12)
     assert above.returncode != 0 and "Illegal \"burst\"" in above.stderr, above.stderr
 
+
+class _Counted:
+    """A cluster's links as :class:`~ssptk.launch.link_watch.LinkWatch` sees them: ``sent`` bytes so far per task."""
+
+    def __init__(self, network: Network | None) -> None:
+        self.network = network
+        self.sent = {"ps:0": 0, "worker:0": 0}
+        self.calls = 0
+
+    def traffic(self) -> dict:
+        self.calls += 1
+        rates = {t: None if self.network is None else self.network.rate(t) for t in self.sent}
+        return {"rates": rates, "tasks": {t: {"sent": b, "received": 0} for t, b in self.sent.items()}}
+
+
+def test_a_stall_on_a_busy_shaped_link_is_laid_on_that_link() -> None:
+    from ssptk.core.errors import TaskFailure
+    from ssptk.launch.link_watch import LinkWatch
+
+    now = [0.0]
+    links = _Counted(parse_network("ps=100kbit"))
+    watch = LinkWatch(links, 60.0, clock=lambda: now[0])
+    stall = TaskFailure("ps:0", "stalled: no step logged for 60 s (no step since ...)")
+    for _ in range(8):  # 40 s at 92% of 100kbit: the PS's link is what the run waits for
+        watch.tick()
+        now[0] += 5.0
+        links.sent["ps:0"] += int(0.92 * 100e3 / 8 * 5.0)
+    assert links.calls == 3  # every 15 s (a quarter of the time-out), not every poll
+    f = watch.explain(stall, lambda task: None)
+    assert f.task == "ps:0" and f.reason.startswith("stalled on its link: ps:0's link (--network 100kbit) was 9")
+    assert "--stall-timeout 60 s allows: give --network a faster rate" in f.reason
+    links.sent["worker:0"] += 10**9  # an unshaped link carries anything: never the one laid blame on
+    now[0] += 5.0
+    assert watch.explain(stall, lambda task: None).task == "ps:0"
+
+
+def test_an_idle_link_or_no_shaping_leaves_the_stall_as_it_was() -> None:
+    from ssptk.core.errors import TaskFailure
+    from ssptk.launch.link_watch import LinkWatch
+
+    now = [0.0]
+    stall = TaskFailure("ps:0", "stalled: ps:0 is stopped")
+    idle = _Counted(parse_network("ps=100kbit"))  # a stopped PS: its link carries nothing
+    watch = LinkWatch(idle, 60.0, clock=lambda: now[0])
+    for _ in range(8):
+        watch.tick()
+        now[0] += 5.0
+        idle.sent["ps:0"] += 100  # a keep-alive
+    assert watch.explain(stall, lambda task: None) is stall
+    free = _Counted(None)
+    unshaped = LinkWatch(free, 60.0, clock=lambda: now[0])
+    unshaped.tick()
+    assert free.calls == 0 and unshaped.explain(stall, lambda task: None) is stall

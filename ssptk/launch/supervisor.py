@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
 from ssptk.core.errors import TaskFailure, raise_if_stopped
 from ssptk.core.options import RunOptions
+from ssptk.launch.link_watch import LinkWatch
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import RunLogReader
 
@@ -77,6 +78,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
     ps_cpu0: float | None = None
     stall = StallWatch(opts.stall_timeout if opts is not None else 0.0,
                        steps_logged=opts is None or not opts.no_log)
+    links = LinkWatch(cluster, stall.timeout)  # a link too slow for a step is named, not the task it holds up
     divergence = DivergenceWatch(smoothing_window(opts.workers)) if opts is not None and opts.stop_on_divergence \
         else None
 
@@ -108,7 +110,8 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
                 return Outcome(replace(failure, reason=f"error: {errors[0].get('message', '')}"))
             hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
             if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
-                return Outcome(replace(failure, reason=f"error: {hung[0].get('message', '')}"))
+                hung_failure = replace(failure, reason=f"error: {hung[0].get('message', '')}")
+                return Outcome(links.explain(hung_failure, cluster.log_path))
             if restarts_left > 0 and stall.started is None:
                 return Outcome(not_restarted_in_start_up(failure))
             if restarts_left > 0 and failure.task.startswith("worker:"):  # died (killed, crashed): again
@@ -140,7 +143,8 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         restarting = {w: t for w, t in restarting.items() if time.monotonic() - t <= START_TIMEOUT_S}
         failure = None if restarting else stall.check(cluster)
         if failure is not None:
-            return Outcome(failure)
+            return Outcome(failure if cluster.stopped_tasks() else links.explain(failure, cluster.log_path))
+        links.tick()
         time.sleep(POLL_S)
 
 
