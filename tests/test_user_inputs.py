@@ -17,10 +17,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cluster_processes, ssptk_cmd
+from conftest import assert_gone, cluster_processes, ssptk_cmd
 
 #: The most address space a refused command may take: far more than a refusal needs (no TensorFlow is imported).
 _LIMIT = 6 * 2**30
+ESCAPES = "\x1b]0;TITLE\x07\x1b[31m"
 
 
 def _limited() -> None:
@@ -101,3 +102,18 @@ def test_gather_into_something_that_is_not_a_directory_is_one_line(tmp_path: Pat
         assert line == f"ssptk: error: cannot gather into {dest}: {why}: give --gather a new directory", line
     assert (tmp_path / "afile").read_text() == "mine\n"
 
+
+@pytest.mark.slow
+def test_compare_runs_one_suffixed_label_alone_and_prints_its_out_escaped(tmp_path: Path) -> None:
+    """``compare async+dc`` alone was refused as an unknown mode (it worked beside another label); the
+    comparison's last line printed the control characters of its ``--out`` raw, to the terminal."""
+    out = tmp_path / f"cmp{ESCAPES}"
+    p = subprocess.run([*ssptk_cmd(), "compare", "async+dc", "--workers", "2", "--steps", "10", "--out", str(out)],
+                       capture_output=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert b"\x1b" not in p.stdout + p.stderr and b"\x07" not in p.stdout + p.stderr
+    last = p.stdout.decode().strip().splitlines()[-1]
+    assert last == f"report: {tmp_path}/cmp\\x1b]0;TITLE\\x07\\x1b[31m/report.html", last
+    config = json.loads((out / "async+dc" / "config.json").read_text())
+    assert config["options"]["mode"] == "async" and config["options"]["lr_staleness"] == "dc:0.04"
+    assert_gone(str(tmp_path))
