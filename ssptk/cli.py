@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         _print_failure(e)
         return 1
     except DiskFull as e:
-        print(f"ssptk: error: {e}", file=sys.stderr)
+        print(f"ssptk: error: {printable(str(e))}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `ssptk report ... | head`: the reader has what it wanted
         with contextlib.suppress(OSError):
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         name = getattr(e, "signal", None) or "SIGINT"
         why = "interrupted" if name == "SIGINT" else f"stopped by {name}"
-        print(f"ssptk: {why}{_left(args.command, commands.left_behind(claimed))}", file=sys.stderr)
+        print(printable(f"ssptk: {why}{_left(args.command, commands.left_behind(claimed))}"), file=sys.stderr)
         return 128 + int(signal.Signals[name])
 
 
@@ -141,16 +141,22 @@ def _say(text: str) -> None:
         pass
 
 
+def _show(text: object, file: Any = None) -> None:
+    """Print ``text`` with what would act on a terminal escaped (:func:`printable`): a result names its
+    ``--out``, and a failure quotes a task's log, both of which may hold control characters."""
+    print(printable(str(text), keep="\n"), file=file or sys.stdout)
+
+
 def _print_failure(e: RunFailed) -> None:
     f = e.failure
-    print(f"ssptk: run failed: {f}", file=sys.stderr)
+    _show(f"ssptk: run failed: {f}", sys.stderr)
     if f.log_tail:
-        print(f"last lines of {f.task}'s log:", file=sys.stderr)
+        _show(f"last lines of {f.task}'s log:", sys.stderr)
         for line in f.log_tail[-10:]:
-            print(f"  {line}", file=sys.stderr)
+            _show(f"  {line}", sys.stderr)
     result = getattr(e, "result", None)
     if result is not None:
-        print(f"logs kept in {result.run_dir}", file=sys.stderr)
+        _show(f"logs kept in {result.run_dir}", sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -161,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
         result = commands.run(args, progress=bar)
     finally:
         bar.close()
-    print(result)
+    _show(result)
     return _exit_code(result)
 
 
@@ -180,12 +186,12 @@ def _compare(args: argparse.Namespace) -> int:
         result = commands.compare(plan, progress=bars, warm=True)
     finally:
         bars.close()
-    print(result)
-    print(f"\nreport: {result.report_path}")
+    _show(result)
+    _show(f"\nreport: {result.report_path}")
     failed = {name: r for name, r in result.all_runs.items() if not r.ok}
     failed.update({f"{name} (predicted)": r for name, r in result.predicted.items() if not r.ok})
     for name, r in failed.items():
-        print(f"ssptk: {name} failed: {r.summary.get('reason')}", file=sys.stderr)
+        _show(f"ssptk: {name} failed: {r.summary.get('reason')}", sys.stderr)
     return 1 if failed else 0
 
 
@@ -223,7 +229,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _sim(args: argparse.Namespace) -> int:
     if args.model is None:
-        print(commands.sim(args))
+        _show(commands.sim(args))
         return 0
     from ssptk.render import ProgressBar
 
@@ -232,7 +238,7 @@ def _sim(args: argparse.Namespace) -> int:
         result = commands.sim(args, bar)
     finally:
         bar.close()
-    print(result)
+    _show(result)
     return _exit_code(result)
 
 

@@ -186,16 +186,14 @@ class ComparePlan:
 def compare_plan(args: argparse.Namespace) -> ComparePlan:
     """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S`` or ``local:H``); bad
     options raise :class:`UsageError`."""
+    from ssptk.experiment.compare import common_options
     from ssptk.experiment.sweep import sweep_labels
 
     labels = (args.labels if args.command == "compare"
               else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep"))
     swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
     ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
-    # parsed with the first label's mode, so a message names a mode the user gave; compare() checks
-    # every label before it starts
-    opts = from_namespace(ns, mode=labels[0])
-    common = {k: v for k, v in _kwargs(opts).items() if k not in ("mode", "out", *swept)}
+    common = common_options(labels[0], given_options(ns))  # what the first label sets is its own (async+dc alone)
     return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
 
 

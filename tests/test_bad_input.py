@@ -81,6 +81,21 @@ ROWS = [
         {"workers": 2, "straggler": ["1:1e308", "1:1e308"]},
         r"--straggler: worker 1 would be held inf s every step, more than a day \(86400 s\)"),
     Row("lr-nan", ("--lr", "nan"), {"lr": "nan"}, r"--lr must be a finite number > 0, got nan"),  # API: TypeError
+    # --- inputs that are not files, networks the kernel or the mode cannot have (issue 36, points 3 and 6; 42) ---
+    Row("jitter-trace-a-device", ("--jitter", "trace:/dev/zero"), {"jitter": "trace:/dev/zero"},
+        r"--jitter trace:/dev/zero: a device, not a regular file; give a run directory or a CSV"),  # was read to OOM
+    Row("network-key-twice", ("--network", "ps=10mbit,ps=20mbit"), {"network": "ps=10mbit,ps=20mbit"},
+        r"bad --network 'ps=10mbit,ps=20mbit': ps= is given twice; give each once"),  # the last won, silently
+    Row("network-rate-too-slow", ("--network", "ps=1bit"), {"network": "ps=1bit"},
+        r"'1bit' is outside the rates the kernel's traffic control shapes as asked: give a rate from 1kbit to 10tbit"),
+    Row("network-rate-too-fast", ("--network", "ps=99999999tbit"), {"network": "ps=99999999tbit"},
+        r"give a rate from 1kbit to 10tbit"),  # the kernel refused it once the run had started
+    Row("network-ps-for-allreduce", ("--mode", "allreduce", "--network", "ps=20mbit"),
+        {"mode": "allreduce", "network": "ps=20mbit"},
+        r"bad --network 'ps=20mbit': allreduce has no parameter server, so ps= shapes no link"),  # was accepted
+    Row("network-over-254-tasks", ("--workers", "300", "--layout", "shared", "--network", "1gbit"),
+        {"workers": 300, "layout": "shared", "network": "1gbit"},
+        r"--network shapes at most 254 tasks' links, and this run has 301 \(300 workers, 1 PS\)"),  # failed running
     Row("stall-timeout-true", ("--stall-timeout", "True"), {"stall_timeout": True},
         r"argument --stall-timeout: invalid float value: 'True'",
         api_message=r"--stall-timeout must be a number of seconds, got True", argparse=True),  # API: 1 s
@@ -120,6 +135,9 @@ ROWS = [
         r"model 'usermodels:missing': module 'usermodels' has no function 'missing'", command="compare"),
     Row("compare-bad-gpus", ("sync", "async", "--gpus", "x"), {"labels": ["sync", "async"], "gpus": "x"},
         r"bad --gpus 'x': use auto, none, or GPU ids like 0,2", command="compare"),
+    Row("compare-network-ps-for-allreduce", ("sync", "allreduce", "--network", "ps=20mbit"),
+        {"labels": ["sync", "allreduce"], "network": "ps=20mbit"}, r"allreduce has no parameter server, so ps= shapes "
+        r"no link: give worker=RATE \(or RATE\)", command="compare"),
 ]
 
 assert len({r.id for r in ROWS}) == len(ROWS)

@@ -12,7 +12,16 @@ from pathlib import Path
 import pytest
 
 from ssptk.core.errors import UsageError
-from ssptk.core.network import Network, addressed_spec, link_address, parse_network, task_order
+from ssptk.core.network import (
+    MAX_RATE,
+    MIN_RATE,
+    Network,
+    addressed_spec,
+    link_address,
+    named_roles,
+    parse_network,
+    task_order,
+)
 from ssptk.launch.links import kernel_has_netem, tc_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +59,32 @@ def test_bad_specs_are_refused_in_one_line(spec: str, match: str) -> None:
     with pytest.raises(UsageError, match=match) as e:
         parse_network(spec)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("ps=10mbit,ps=20mbit", r"ps= is given twice; give each once"),  # the last won, silently
+    ("worker=1gbit, worker=1gbit", r"worker= is given twice"),
+    ("10mbit,20mbit", r"a bare RATE is given twice"),
+    ("1gbit,delay=1ms,delay=2ms", r"delay= is given twice"),
+    ("10mbit,ps=1gbit,worker=1gbit", r"the bare RATE shapes no link, since ps= and worker= name every role"),
+    ("ps=1bit", r"'1bit' is outside the rates the kernel's traffic control shapes as asked: give a rate from 1kbit "
+                r"to 10tbit"),  # the kernel refused it after the run had started
+    ("ps=999bit", r"give a rate from 1kbit to 10tbit"),  # taken by tc, with a burst of a few bytes
+    ("ps=99999999tbit", r"give a rate from 1kbit to 10tbit"),  # tc: Illegal "burst"
+    ("10.5tbit", r"give a rate from 1kbit to 10tbit"),
+])
+def test_duplicate_keys_and_rates_the_kernel_cannot_shape_are_refused(spec: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match) as e:
+        parse_network(spec)
+    assert "\n" not in str(e.value)
+
+
+def test_a_bare_rate_shapes_the_roles_not_named_wherever_it_stands() -> None:
+    assert parse_network("ps=1gbit,100mbit") == parse_network("100mbit,ps=1gbit") == parse_network(
+        "ps=1gbit,worker=100mbit")
+    assert parse_network(f"{MIN_RATE:g}bit").rates == {"ps": MIN_RATE, "worker": MIN_RATE}
+    assert parse_network("10tbit").rates["ps"] == MAX_RATE
+    assert named_roles("100mbit,ps=1gbit") == ["ps"] and named_roles("1gbit,delay=2ms") == []
 
 
 def test_each_task_sees_every_other_at_the_address_of_their_pair() -> None:
@@ -106,3 +141,88 @@ def test_a_delay_needs_netem() -> None:
     else:
         with pytest.raises(RuntimeError, match="needs the kernel's netem qdisc"):
             probe("1gbit,delay=20ms", 0.1)
+
+
+#: Builds ps:0's link at the rate given in bits per second (argv[1]) with ssptk's tc batch, in the namespace it runs in,
+#: and prints how the kernel holds the class (or tc's refusal, exit 1).
+_RATE_PROBE = """
+import subprocess, sys
+from ssptk.core.network import Network
+from ssptk.launch.links import Links
+try:
+    Links(["ps:0"], Network({"ps": float(sys.argv[1]), "worker": None}), [], ()).build()
+except Exception as e:
+    sys.exit(str(e))
+print(subprocess.run(["tc", "-d", "class", "show", "dev", "lo", "classid", "1:11"], capture_output=True, text=True).stdout)
+"""
+
+
+@needs_ns
+def test_the_rate_bounds_are_what_the_kernel_shapes_as_asked() -> None:
+    """1kbit and 10tbit links are built with the rate and burst asked; just past either end tc sets a few bytes of
+    burst without a word, or refuses the run's links after it started (what the parser's bounds now refuse)."""
+    def build(bits: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["unshare", "-rn", sys.executable, "-c", _RATE_PROBE, repr(bits)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    low, high = build(MIN_RATE), build(MAX_RATE)
+    assert low.returncode == 0 and "rate 1Kbit" in low.stdout and "burst 16000b" in low.stdout, low.stdout + low.stderr
+    assert high.returncode == 0 and "rate 10Tbit" in high.stdout and "burst 2500000000b" in high.stdout, high.stderr
+    below = build(400.0)
+    assert below.returncode == 0 and "burst 16000b" not in below.stdout, below.stdout  # a mangled burst, no error
+    above = build(20e12)
+    assert above.returncode != 0 and "Illegal \"burst\"" in above.stderr, above.stderr
+
+
+class _Counted:
+    """A cluster's links as :class:`~ssptk.launch.link_watch.LinkWatch` sees them: ``sent`` bytes so far per task."""
+
+    def __init__(self, network: Network | None) -> None:
+        self.network = network
+        self.sent = {"ps:0": 0, "worker:0": 0}
+        self.calls = 0
+
+    def traffic(self) -> dict:
+        self.calls += 1
+        rates = {t: None if self.network is None else self.network.rate(t) for t in self.sent}
+        return {"rates": rates, "tasks": {t: {"sent": b, "received": 0} for t, b in self.sent.items()}}
+
+
+def test_a_stall_on_a_busy_shaped_link_is_laid_on_that_link() -> None:
+    from ssptk.core.errors import TaskFailure
+    from ssptk.launch.link_watch import LinkWatch
+
+    now = [0.0]
+    links = _Counted(parse_network("ps=100kbit"))
+    watch = LinkWatch(links, 60.0, clock=lambda: now[0])
+    stall = TaskFailure("ps:0", "stalled: no step logged for 60 s (no step since ...)")
+    for _ in range(8):  # 40 s at 92% of 100kbit: the PS's link is what the run waits for
+        watch.tick()
+        now[0] += 5.0
+        links.sent["ps:0"] += int(0.92 * 100e3 / 8 * 5.0)
+    assert links.calls == 3  # every 15 s (a quarter of the time-out), not every poll
+    f = watch.explain(stall, lambda task: None)
+    assert f.task == "ps:0" and f.reason.startswith("stalled on its link: ps:0's link (--network 100kbit) was 9")
+    assert "--stall-timeout 60 s allows: give --network a faster rate" in f.reason
+    links.sent["worker:0"] += 10**9  # an unshaped link carries anything: never the one laid blame on
+    now[0] += 5.0
+    assert watch.explain(stall, lambda task: None).task == "ps:0"
+
+
+def test_an_idle_link_or_no_shaping_leaves_the_stall_as_it_was() -> None:
+    from ssptk.core.errors import TaskFailure
+    from ssptk.launch.link_watch import LinkWatch
+
+    now = [0.0]
+    stall = TaskFailure("ps:0", "stalled: ps:0 is stopped")
+    idle = _Counted(parse_network("ps=100kbit"))  # a stopped PS: its link carries nothing
+    watch = LinkWatch(idle, 60.0, clock=lambda: now[0])
+    for _ in range(8):
+        watch.tick()
+        now[0] += 5.0
+        idle.sent["ps:0"] += 100  # a keep-alive
+    assert watch.explain(stall, lambda task: None) is stall
+    free = _Counted(None)
+    unshaped = LinkWatch(free, 60.0, clock=lambda: now[0])
+    unshaped.tick()
+    assert free.calls == 0 and unshaped.explain(stall, lambda task: None) is stall

@@ -241,3 +241,25 @@ def test_local_sgd_evaluates_every_k_steps_per_worker_as_sync_does() -> None:
     assert resolve(mode="local:8", eval_every=50).eval_period == 6
     assert resolve(mode="local:8", eval_every=4).eval_period == 1
     assert resolve(mode="local:8", eval_every=0).eval_period == 0
+
+
+@pytest.mark.parametrize("argv, runs", [
+    # one label with a suffix, alone: refused as an unknown mode, though it worked beside another label
+    (["compare", "async+dc"], {"async+dc": {"mode": "async", "lr_staleness": "dc:0.04"}}),
+    (["compare", "ssp:4+dc:0.1"], {"ssp:4+dc:0.1": {"mode": "ssp", "staleness": 4, "lr_staleness": "dc:0.1"}}),
+    (["compare", "local:4+outer"], {"local:4+outer": {"mode": "local", "local_steps": 4, "outer_lr": 0.7}}),
+    # what the first label sets is its own: local:4's H was given to sync ("--local-steps applies to local only")
+    (["compare", "local:4", "sync"], {"local:4": {"local_steps": 4}, "sync": {"mode": "sync", "local_steps": None}}),
+    (["compare", "local:4+outer", "local:8", "--outer-lr", "0.5"],
+     {"local:4+outer": {"outer_lr": 0.7, "outer_momentum": 0.9}, "local:8": {"outer_lr": 0.5, "outer_momentum": 0.0}}),
+    (["compare", "async+dc", "async", "--lr-staleness", "inverse"],
+     {"async+dc": {"lr_staleness": "dc:0.04"}, "async": {"lr_staleness": "inverse"}}),
+])
+def test_a_comparison_plans_each_label_with_its_own_options(argv: list[str], runs: dict[str, dict]) -> None:
+    from ssptk.commands import compare_plan
+
+    plan = compare_plan(build_parser().parse_args(argv))
+    assert plan.labels == list(runs)
+    for label, kw in parse_labels(plan.labels):
+        opts = resolve(**{**plan.common, **kw})  # what compare() runs for this label
+        assert {k: getattr(opts, k) for k in runs[label]} == runs[label], label

@@ -4,6 +4,7 @@ simulator (issue 23, point 4). The strict distribution check (quantiles within 1
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -74,7 +75,14 @@ def test_a_replayed_step_is_held_until_it_took_the_source_steps_time(tmp_path: P
 @pytest.mark.parametrize("body, match", [
     (None, r"trace:.*missing: no such file or directory; give a run directory or a CSV of worker,seconds"),
     ("seconds\n0.1\n", r"the CSV needs a header with columns worker,seconds"),
-    ("worker,seconds\n0,-1\n", r"line 2: give a worker >= 0 and seconds >= 0"),
+    ("worker,seconds\n0,-1\n", r"line 2: seconds must be a finite number >= 0, not '-1'"),
+    ("worker,seconds,note\n0,0.1,x\n", r"needs a header with columns worker,seconds and no others .*not "
+                                         r"'worker,seconds,note'"),  # the extra column was ignored
+    ("worker,seconds\n0,0.1\n0,0.2,0.3\n", r"line 3: 3 columns; give two, worker and seconds"),
+    ("worker,seconds\n12345678901234567890,0.1\n", r"line 2: the worker must be an index from 0 to 9999 in digits, "
+                                                   r"not '12345678901234567890'"),  # was taken as worker 1.2e19
+    ("worker,seconds\n-1,0.1\n", r"line 2: the worker must be an index from 0 to 9999"),
+    ("worker,seconds\n1_0,0.1\n", r"line 2: the worker must be an index"),  # int() reads 10
     ("worker,seconds\n", r"no step times in it"),
     ("", r"the CSV needs a header"),
 ])
@@ -84,6 +92,40 @@ def test_bad_traces_are_refused_in_one_line(tmp_path: Path, body: str | None, ma
         p.write_text(body)
     with pytest.raises(UsageError, match=match):
         parse_jitter(f"trace:{p}")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link to a device", "socket"])
+def test_a_trace_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path: Path, kind: str) -> None:
+    """A FIFO hung the run before it started, /dev/zero ran the machine out of memory (the 64 MiB cap used the size
+    the file system gave, 0): what is neither a run directory nor a regular file is refused as it is."""
+    import socket
+
+    p = tmp_path / "trace.csv"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "link to a device":
+        os.symlink("/dev/zero", p)
+    elif kind == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(p))
+    path = "/dev/zero" if kind == "device" else str(p)
+    what = {"fifo": "a FIFO", "socket": "a socket"}.get(kind, "a device")
+    with pytest.raises(UsageError, match=rf"--jitter trace:{re.escape(path)}: {what}, not a regular file; give a "
+                                         r"run directory or a CSV of worker,seconds"):
+        parse_jitter(f"trace:{path}")
+
+
+def test_a_file_swapped_for_a_fifo_after_the_look_is_refused_on_the_opened_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The type is checked on the descriptor opened (without blocking), not only on the path looked at first."""
+    from ssptk.rundir import trace
+
+    regular, fifo = _csv(tmp_path, [(0, 0.1)]), tmp_path / "swapped.csv"
+    os.mkfifo(fifo)
+    real_stat = os.stat
+    monkeypatch.setattr(trace.os, "stat", lambda p, *a, **k: real_stat(regular if str(p) == str(fifo) else p, *a, **k))
+    with pytest.raises(UsageError, match=r"a FIFO, not a regular file; give a run directory or a CSV"):
+        read_step_trace(str(fifo))
 
 
 def test_a_directory_that_is_no_run_is_refused(tmp_path: Path) -> None:

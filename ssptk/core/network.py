@@ -1,9 +1,11 @@
 """The network a local cluster's tasks talk over: ``--network SPEC``, and the per-link addresses it needs.
 
-A spec is a comma-separated list of ``RATE`` (every task's link), ``ps=RATE``, ``worker=RATE`` and
-``delay=TIME`` (one way, per link crossed). Rates take the units of Linux traffic control, in bits per second:
-``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (``100mbit``, ``1gbit``, ``2.5gbit``); times ``s``, ``ms``,
-``us``. Examples: ``100mbit``, ``ps=1gbit,worker=100mbit``, ``1gbit,delay=2ms``.
+A spec is a comma-separated list of ``RATE`` (the link of every task whose role is not named), ``ps=RATE``,
+``worker=RATE`` and ``delay=TIME`` (one way, per link crossed), each at most once. Rates take the units of Linux
+traffic control, in bits per second: ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` (``100mbit``, ``1gbit``,
+``2.5gbit``), from :data:`MIN_RATE` to :data:`MAX_RATE` (1kbit to 10tbit: what the kernel shapes as asked); times
+``s``, ``ms``, ``us``. Examples: ``100mbit``, ``ps=1gbit,worker=100mbit``, ``ps=1gbit,100mbit`` (the same),
+``1gbit,delay=2ms``.
 
 Each task has a full-duplex link of its rate: what it sends and what it receives are each held to that rate,
 and a transfer between two tasks crosses both ends' links (the PS's link is what N workers share). How the
@@ -28,6 +30,12 @@ RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 ROLES = ("ps", "worker")
 MAX_TASKS = 254  # the caller's byte of the address: 1..254
+#: The slowest rate a link takes (bits per second): htb holds a rate in whole bytes per second, and under ~470 bit/s
+#: the time its 16 kB burst takes overflows tc's 32-bit field (tc then sets a burst of a few bytes without a word).
+MIN_RATE = 1e3
+#: The fastest (bits per second): the 2 ms burst ssptk.launch.links gives a link must fit tc's 32-bit byte count
+#: (it refuses "Illegal burst" above ~17 tbit).
+MAX_RATE = 10e12
 #: Set in a task's environment when the launcher built the links: the task then sees the cluster through
 #: :func:`addressed_spec` (tasks started by hand or by srun see the spec as given).
 LINKS_ENV = "SSPTK_LINKS"
@@ -49,10 +57,14 @@ def _number(text: str, units: dict[str, float], what: str, spec: str) -> float:
     result = value * units[unit]
     if not math.isfinite(result) or (what == "rate" and result <= 0) or result < 0:
         raise UsageError(f"bad --network {spec!r}: {text!r} must be a positive finite {what}; {HINT}")
+    if what == "rate" and not MIN_RATE <= result <= MAX_RATE:
+        raise UsageError(f"bad --network {spec!r}: {text!r} is outside the rates the kernel's traffic control shapes "
+                         f"as asked: give a rate from {format_rate(MIN_RATE)} to {format_rate(MAX_RATE)}")
     return result
 
 
-def _format_rate(bits: float) -> str:
+def format_rate(bits: float) -> str:
+    """A rate in bits per second as a spec writes it: ``100mbit``, ``2.5gbit``."""
     for unit in ("tbit", "gbit", "mbit", "kbit"):
         if bits >= RATE_UNITS[unit]:
             return f"{bits / RATE_UNITS[unit]:g}{unit}"
@@ -76,33 +88,44 @@ class Network:
 
     def __str__(self) -> str:
         ps, worker = self.rates.get("ps"), self.rates.get("worker")
-        parts = ([_format_rate(ps)] if ps is not None and ps == worker else
-                 [f"{role}={_format_rate(r)}" for role, r in (("ps", ps), ("worker", worker)) if r is not None])
+        parts = ([format_rate(ps)] if ps is not None and ps == worker else
+                 [f"{role}={format_rate(r)}" for role, r in (("ps", ps), ("worker", worker)) if r is not None])
         if self.delay_s:
             parts.append(f"delay={self.delay_s * 1e3:g}ms")
         return ",".join(parts)
 
 
 def parse_network(spec: str | Network | None) -> Network | None:
-    """Parse ``--network`` (see the module's docstring); ``None``, ``""`` or ``none``: the free loopback."""
+    """Parse ``--network`` (see the module's docstring); ``None``, ``""`` or ``none``: the free loopback. Each key
+    comes once; a bare ``RATE`` is the rate of the roles not named (``ps=1gbit,100mbit``: the workers' 100mbit)."""
     if spec is None or isinstance(spec, Network):
         return spec
     text = str(spec).strip()
     if text in ("", "none"):
         return None
-    rates: dict[str, float | None] = {r: None for r in ROLES}
-    delay = 0.0
+    given: dict[str, float] = {}
     for item in text.split(","):
         key, eq, value = item.strip().partition("=")
-        if not eq:
-            rates = {r: _number(key, RATE_UNITS, "rate", text) for r in ROLES}
-        elif key.strip() in ROLES:
-            rates[key.strip()] = _number(value, RATE_UNITS, "rate", text)
-        elif key.strip() == "delay":
-            delay = _number(value, TIME_UNITS, "time", text)
-        else:
-            raise UsageError(f"bad --network {text!r}: unknown key {key.strip()!r}; {HINT}")
-    return Network(rates, delay)
+        name = key.strip() if eq else "RATE"
+        if eq and name not in (*ROLES, "delay"):
+            raise UsageError(f"bad --network {text!r}: unknown key {name!r}; {HINT}")
+        if name in given:
+            raise UsageError(f"bad --network {text!r}: {'a bare RATE' if name == 'RATE' else name + '='} is given "
+                             "twice; give each once")
+        given[name] = _number(value if eq else key, TIME_UNITS if name == "delay" else RATE_UNITS,
+                              "time" if name == "delay" else "rate", text)
+    if "RATE" in given and all(r in given for r in ROLES):
+        raise UsageError(f"bad --network {text!r}: the bare RATE shapes no link, since "
+                         f"{' and '.join(r + '=' for r in ROLES)} name every role; drop one of them")
+    rates: dict[str, float | None] = {r: given.get(r, given.get("RATE")) for r in ROLES}
+    return Network(rates, given.get("delay", 0.0))
+
+
+def named_roles(spec: str | None) -> list[str]:
+    """The roles a ``--network`` spec names by key (``ps=``, ``worker=``), in :data:`ROLES` order; a bare ``RATE``
+    names none (it applies to whichever roles a mode has)."""
+    keys = {item.strip().partition("=")[0].strip() for item in str(spec or "").split(",") if "=" in item}
+    return [r for r in ROLES if r in keys]
 
 
 def task_order(spec: dict[str, list[str]]) -> list[str]:

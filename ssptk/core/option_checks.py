@@ -9,7 +9,7 @@ from ssptk.core.delays import check_delay_bounds, parse_jitter
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, LabelError, parse_dc
 from ssptk.core.models import BUILTIN, MODEL_HINT
-from ssptk.core.network import parse_network
+from ssptk.core.network import MAX_TASKS, named_roles, parse_network
 
 #: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
 RunOptions = Any
@@ -118,13 +118,22 @@ def _check_local(o: RunOptions) -> None:
 
 
 def _check_network(o: RunOptions) -> None:
-    """``--network`` parses (and is kept in its canonical form), ``--ps`` is a shard count the mode has."""
+    """``--network`` parses (and is kept in its canonical form), names only roles the mode has and at most
+    :data:`~ssptk.core.network.MAX_TASKS` links; ``--ps`` is a shard count the mode has."""
     net = parse_network(o.network)
-    o.network = None if net is None else str(net)
     if not 1 <= o.ps <= MAX_PS:
         raise UsageError(f"--ps must be from 1 to {MAX_PS} parameter-server tasks, got {o.ps}")
     if o.ps > 1 and o.mode == "allreduce":
         raise UsageError("--ps is for sync, ssp and async: allreduce has no parameter server")
+    if net is not None and o.mode == "allreduce" and "ps" in named_roles(o.network):
+        raise UsageError(f"bad --network {o.network!r}: allreduce has no parameter server, so ps= shapes no link: "
+                         "give worker=RATE (or RATE) for its workers' links")
+    tasks = o.workers + (o.ps if o.mode != "allreduce" else 0)
+    if net is not None and tasks > MAX_TASKS:
+        raise UsageError(f"--network shapes at most {MAX_TASKS} tasks' links, and this run has {tasks} ({o.workers} "
+                         f"workers{'' if o.mode == 'allreduce' else f', {o.ps} PS'}): use fewer workers or leave "
+                         "--network out")
+    o.network = None if net is None else str(net)
 
 
 def stall_timeout_floor(o: RunOptions) -> float:

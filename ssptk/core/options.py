@@ -121,8 +121,9 @@ OPTIONS: tuple[Option, ...] = (
            "--restart-failed, which need processes", "auto|processes|shared"),
     Option("network", str, None,
            "each task's link, shaped by the kernel inside the cluster's private network namespace: RATE (every "
-           "task), ps=RATE, worker=RATE, delay=TIME, comma-separated, e.g. ps=100mbit (rates in bit, kbit, mbit, "
-           "gbit; a transfer crosses both ends' links, so N workers share their PS's)", "SPEC"),
+           "task whose role is not named), ps=RATE, worker=RATE, delay=TIME, comma-separated, each once, e.g. "
+           "ps=100mbit (rates from 1kbit to 10tbit, in bit, kbit, mbit, gbit, tbit; a transfer crosses both ends' "
+           "links, so N workers share their PS's)", "SPEC"),
     Option("ps", int, 1, "parameter-server tasks: the model's variables are spread over K shards by bytes; the "
            "mode's coordination stays on ps:0 (sync, ssp, async)", "K"),
     Option("cores", float, None,

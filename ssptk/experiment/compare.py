@@ -19,15 +19,15 @@ from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.labels import label_dir, label_options
-from ssptk.core.options import check_target, resolve
+from ssptk.core.options import OPTIONS, check_target, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import ComparisonDir, RunDir
 from ssptk.sim.links import recorded_cores
 
-__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare", "parse_labels", "predict_comparison",
-           "run_order", "run_tuple"]
+__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "common_options", "compare", "parse_labels",
+           "predict_comparison", "run_order", "run_tuple"]
 
 
 @dataclass
@@ -104,6 +104,19 @@ def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[st
     if not out:
         raise UsageError("nothing to compare: give modes like sync ssp:2 async")
     return out
+
+
+def common_options(first_label: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The options every run of a comparison shares, from those the user ``given``, resolved with the first label's
+    (so a message names a mode the user gave; every label is checked before a run starts). What a label sets (its
+    mode, its number, its suffix's options) or its mode fills in is that label's own: of those only a value the
+    user gave goes to every run (``local:4 sync``: sync gets no local steps; ``async+dc`` alone: a comparison)."""
+    first = label_options(first_label)
+    opts = resolve(**{**given, **first})
+    own = {"mode", "out", "staleness", "local_steps", *first}
+    common = {o.name: getattr(opts, o.name) for o in OPTIONS if o.name not in own}
+    common.update({k: given[k] for k in own - {"mode", "out"} if k in given})
+    return common
 
 
 def check_repeat(repeat: Any) -> int:

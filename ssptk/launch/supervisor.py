@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
 from ssptk.core.errors import TaskFailure, raise_if_stopped
 from ssptk.core.options import RunOptions
+from ssptk.launch.link_watch import LinkWatch
 from ssptk.launch.observers import RunObserver
 from ssptk.rundir import RunLogReader
 
@@ -77,6 +79,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
     ps_cpu0: float | None = None
     stall = StallWatch(opts.stall_timeout if opts is not None else 0.0,
                        steps_logged=opts is None or not opts.no_log)
+    links = LinkWatch(cluster, stall.timeout)  # a link too slow for a step is named, not the task it holds up
     divergence = DivergenceWatch(smoothing_window(opts.workers)) if opts is not None and opts.stop_on_divergence \
         else None
 
@@ -101,7 +104,7 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         if failure is None:
             failure = _exited_unfinished(cluster, exited, stall.ended)
         if failure is not None:
-            ended = _ending(failure, events, restarts_left, stall.started is not None, opts)
+            ended = _ending(failure, events, restarts_left, stall.started is not None, opts, links, cluster.log_path)
             if ended is None:  # a worker died (killed, crashed): started again
                 restarts_left -= 1
                 cluster.restart(failure.task)
@@ -128,12 +131,13 @@ def supervise(cluster: SupervisedCluster, run_dir: str, total: int, observers: l
         restarting = {w: t for w, t in restarting.items() if time.monotonic() - t <= START_TIMEOUT_S}
         failure = None if restarting else stall.check(cluster)
         if failure is not None:
-            return Outcome(failure)
+            return Outcome(failure if cluster.stopped_tasks() else links.explain(failure, cluster.log_path))
+        links.tick()
         time.sleep(POLL_S)
 
 
 def _ending(failure: TaskFailure, events: list[dict[str, Any]], restarts_left: int, started: bool,
-            opts: RunOptions | None) -> TaskFailure | None:
+            opts: RunOptions | None, links: LinkWatch, log_path: Callable[[str], str | None]) -> TaskFailure | None:
     """What ends the run after ``failure`` (a task's process ended), or ``None`` where the worker is to be started
     again (``--restart-failed``, restarts left, the run past its start)."""
     errors = [e for e in events if e.get("event") == "error" and f"worker:{e.get('worker')}" == failure.task]
@@ -141,7 +145,7 @@ def _ending(failure: TaskFailure, events: list[dict[str, Any]], restarts_left: i
         return replace(failure, reason=f"error: {errors[0].get('message', '')}")
     hung = [e for e in events if e.get("event") == "hung" and f"worker:{e.get('worker')}" == failure.task]
     if hung and not restarts_left:  # a step hung inside TensorFlow: restartable, but not asked to
-        return replace(failure, reason=f"error: {hung[0].get('message', '')}")
+        return links.explain(replace(failure, reason=f"error: {hung[0].get('message', '')}"), log_path)
     if restarts_left > 0 and not started:
         return not_restarted_in_start_up(failure)
     if restarts_left > 0 and failure.task.startswith("worker:"):

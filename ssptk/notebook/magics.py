@@ -17,6 +17,7 @@ from typing import Any
 from ssptk import commands
 from ssptk.core.errors import RunFailed, RunInterrupted, UsageError
 from ssptk.notebook.forwarding import Forwarding
+from ssptk.rundir import trace  # noqa: F401  (installs --jitter trace:PATH's reader: options are checked here first)
 
 
 def parse_line(line: str) -> argparse.Namespace | None:

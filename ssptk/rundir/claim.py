@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 from ssptk.core.errors import UsageError
+from ssptk.rundir.contract import load_json
 from ssptk.rundir.space import writing
 
 __all__ = ["CLAIM_FILE", "claim", "make_directory", "recording_claims", "refusal"]
@@ -128,12 +129,8 @@ def _only_a_claim(path: str) -> str | None:
 
 
 def _claim_of(path: str) -> dict[str, object] | None:
-    """The claim in ``path``, read (a JSON object), or ``None``."""
-    try:
-        with open(os.path.join(path, CLAIM_FILE), encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError):
-        return None
+    """The claim in ``path``, read (a JSON object), or ``None`` (a FIFO or a device there is not read)."""
+    info, _ = load_json(os.path.join(path, CLAIM_FILE))
     return info if isinstance(info, dict) else None
 
 

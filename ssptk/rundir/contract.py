@@ -27,7 +27,7 @@ from ssptk.core.options import OPTIONS
 from ssptk.core.printable import printable_json
 
 __all__ = ["MAX_JSON_BYTES", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "MAX_WORKERS", "NotRegular", "check_config",
-           "check_final", "check_summary", "check_traffic", "load_json", "open_regular", "valid_record"]
+           "check_final", "check_summary", "check_traffic", "file_kind", "load_json", "open_regular", "valid_record"]
 
 #: The most a JSON file of a run directory (config.json, summary.json, ...) may hold; a larger one is skipped.
 MAX_JSON_BYTES = 16 * 2**20
@@ -45,21 +45,28 @@ class NotRegular(OSError):
     """A path of a run directory that is there but is not a regular file (a directory, a FIFO, a device)."""
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words, for a message: ``a FIFO``, ``a device``, ..."""
     return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
             "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "not a regular file")
+            else "a regular file" if stat.S_ISREG(mode) else "not a regular file")
 
 
 def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """``path`` opened for reading in binary, if it is a regular file (after symbolic links); a FIFO is opened
     without blocking and refused like a directory or a device (:class:`NotRegular`). Missing:
     ``FileNotFoundError``; other errors as ``open`` raises them."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: a socket, or a device with no driver behind it
+            raise
+        raise NotRegular(errno.EINVAL, f"{file_kind(os.stat(path).st_mode)}, not a regular file",
+                         os.fspath(path)) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotRegular(errno.EINVAL, f"{_kind(mode)}, not a regular file", os.fspath(path))
+            raise NotRegular(errno.EINVAL, f"{file_kind(mode)}, not a regular file", os.fspath(path))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

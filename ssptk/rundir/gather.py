@@ -17,7 +17,8 @@ import stat
 from collections.abc import Callable
 
 from ssptk.core.errors import UsageError
-from ssptk.rundir.contract import MAX_LOG_BYTES
+from ssptk.rundir.claim import os_reason
+from ssptk.rundir.contract import MAX_LOG_BYTES, file_kind
 from ssptk.rundir.layout import RunDir
 from ssptk.rundir.task_status import read_statuses
 
@@ -41,11 +42,7 @@ def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = N
     for rd in with_config[1:]:
         if options[rd.path] != options[first.path]:
             raise UsageError(f"{first.path} and {rd.path} are not one run: their config.json options differ")
-    if os.path.exists(dest) and os.listdir(dest):
-        raise UsageError(f"{dest} is not empty: gather into a new directory")
-    out = RunDir(dest)
-    for d in (out.workers_dir, out.logs_dir, out.tasks_dir):
-        os.makedirs(d, exist_ok=True)
+    out = _destination(dest)
     shutil.copy2(first.config_path, out.config_path)
     for rd in rds:
         _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path, say)
@@ -75,6 +72,29 @@ def _one_identity(rds: list[RunDir]) -> None:
                                      f"run {identity} (another cluster, job, seed or options): give the directories "
                                      "of one run")
             seen.setdefault(identity, rd.path)
+
+
+def _destination(dest: str) -> RunDir:
+    """``dest`` as the gathered run's directory, made with its ``workers/`` and ``logs/``: refused in one line if it
+    is a file (or anything but a directory), holds anything, or cannot be made."""
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageError(f"cannot gather into {dest}: {os_reason(e)}: give --gather a new directory") from None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"cannot gather into {dest}: it is {file_kind(st.st_mode)}, not a directory: give --gather "
+                         "a new directory")
+    if st is not None and os.listdir(dest):
+        raise UsageError(f"{dest} is not empty: gather into a new directory")
+    out = RunDir(dest)
+    try:
+        for d in (out.workers_dir, out.logs_dir, out.tasks_dir):
+            os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot gather into {dest}: {os_reason(e)}: give --gather a new directory") from None
+    return out
 
 
 def _copyable(path: str, say: Callable[[str], None]) -> bool:

@@ -14,18 +14,22 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import io
 import math
 import os
+import re
+import stat
 
 from ssptk.core import delays
 from ssptk.core.errors import UsageError
+from ssptk.rundir.contract import MAX_WORKERS, NotRegular, file_kind, open_regular
 from ssptk.rundir.layout import RunDir
 
 __all__ = ["MAX_TRACE_STEPS", "read_step_trace", "step_times"]
 
 #: The most step times kept per worker (the latest ones): a trace is a distribution, not an archive.
 MAX_TRACE_STEPS = 100_000
-#: The largest CSV read (bytes).
+#: The largest CSV read (bytes, counted as read).
 MAX_CSV_BYTES = 64 * 1024 * 1024
 
 
@@ -44,30 +48,56 @@ def step_times(run_dir: str) -> dict[int, list[float]]:
     return out
 
 
-def _csv_step_times(path: str) -> dict[int, list[float]]:
-    if os.path.getsize(path) > MAX_CSV_BYTES:
+_WORKER = re.compile(r"[0-9]{1,5}")  # an index in digits only (int() also takes "+1", "1_0", "١")
+
+
+def _csv_text(path: str) -> str:
+    """The CSV's text: a regular file (checked on the opened descriptor, which a FIFO opens without blocking, so
+    a path swapped after a look is caught too) of at most :data:`MAX_CSV_BYTES`, counted as it is read (a
+    device's size says nothing)."""
+    try:
+        with open_regular(path) as f:
+            data = f.read(MAX_CSV_BYTES + 1)
+    except OSError as e:
+        why = e.strerror if isinstance(e, NotRegular) else (e.strerror or type(e).__name__).lower()
+        raise UsageError(f"--jitter trace:{path}: {why}; give a run directory or a CSV of worker,seconds") from None
+    if len(data) > MAX_CSV_BYTES:
         raise UsageError(f"--jitter trace:{path}: the CSV is over {MAX_CSV_BYTES // 2**20} MiB; give fewer steps")
+    return data.decode("utf-8-sig", errors="replace")  # a BOM (a spreadsheet's export) is no column name
+
+
+def _csv_step_times(path: str) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {}
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"worker", "seconds"} <= set(reader.fieldnames):
-            raise UsageError(f"--jitter trace:{path}: the CSV needs a header with columns worker,seconds "
-                             "(one row per step, in order)")
-        for n, row in enumerate(reader, start=2):
-            try:
-                w, s = int(row["worker"]), float(row["seconds"])
-            except (TypeError, ValueError):
-                raise UsageError(f"--jitter trace:{path}: line {n}: worker must be an integer and seconds a "
-                                 "number") from None
-            if w < 0 or not math.isfinite(s) or s < 0:
-                raise UsageError(f"--jitter trace:{path}: line {n}: give a worker >= 0 and seconds >= 0")
-            out.setdefault(w, []).append(s)
+    reader = csv.reader(io.StringIO(_csv_text(path), newline=""))
+    header = [c.strip() for c in next(reader, [])]
+    if sorted(header) != ["seconds", "worker"]:
+        raise UsageError(f"--jitter trace:{path}: the CSV needs a header with columns worker,seconds and no others "
+                         f"(one row per step, in order), not {','.join(header)[:80]!r}")
+    iw, js = header.index("worker"), header.index("seconds")
+    for row in reader:
+        n = reader.line_num
+        if not row:
+            continue
+        if len(row) != 2:
+            raise UsageError(f"--jitter trace:{path}: line {n}: {len(row)} columns; give two, worker and seconds")
+        if not _WORKER.fullmatch(row[iw].strip()) or int(row[iw]) >= MAX_WORKERS:
+            raise UsageError(f"--jitter trace:{path}: line {n}: the worker must be an index from 0 to "
+                             f"{MAX_WORKERS - 1} in digits, not {row[iw][:30]!r}")
+        w = int(row[iw])
+        try:
+            s = float(row[js])
+        except ValueError:
+            s = math.nan
+        if not math.isfinite(s) or s < 0:
+            raise UsageError(f"--jitter trace:{path}: line {n}: seconds must be a finite number >= 0, not "
+                             f"{row[js][:30]!r}")
+        out.setdefault(w, []).append(s)
     return out
 
 
 @functools.lru_cache(maxsize=8)
-def _read(path: str, mtime_ns: int) -> tuple[tuple[float, ...], ...]:
-    if os.path.isdir(path):
+def _read(path: str, mtime_ns: int, directory: bool) -> tuple[tuple[float, ...], ...]:
+    if directory:
         if not os.path.isdir(RunDir(path).workers_dir):
             raise UsageError(_not_a_run(path))
         times = step_times(path)
@@ -97,11 +127,14 @@ def read_step_trace(path: str) -> tuple[tuple[float, ...], ...]:
     """Each source worker's step times in order (workers by index), in seconds: what
     ``--jitter trace:PATH`` replays. ``path``: a run directory or a CSV with columns ``worker,seconds``."""
     try:
-        mtime = os.stat(path).st_mtime_ns
+        st = os.stat(path)
     except OSError as e:
         raise UsageError(f"--jitter trace:{path}: {e.strerror.lower() if e.strerror else e}; give a run "
                          "directory or a CSV of worker,seconds") from None
-    return _read(os.path.realpath(path), mtime)
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):  # a FIFO would block, /dev/zero never end
+        raise UsageError(f"--jitter trace:{path}: {file_kind(st.st_mode)}, not a regular file; give a run "
+                         "directory or a CSV of worker,seconds")
+    return _read(os.path.realpath(path), st.st_mtime_ns, stat.S_ISDIR(st.st_mode))
 
 
 delays.set_trace_reader(read_step_trace)

@@ -20,6 +20,7 @@ from ssptk.core.labels import parse_mode
 from ssptk.core.network import task_view
 from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
 from ssptk.rundir import RunDir
+from ssptk.rundir.contract import MAX_JSON_BYTES, NotRegular, open_regular
 from ssptk.rundir.space import is_disk_full
 from ssptk.rundir.task_status import DONE
 from ssptk.runtime.failure import one_line, report_uncaught, run_guarded, task_error
@@ -84,10 +85,25 @@ def _port_base(text: str) -> str | int:
     return port
 
 
+def _cluster_file(path: str) -> str:
+    """``--cluster @FILE``'s text: a regular file (a FIFO would block, a device never end) of at most
+    :data:`~ssptk.rundir.contract.MAX_JSON_BYTES`, counted as read."""
+    try:
+        with open_regular(path) as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except OSError as e:
+        why = e.strerror if isinstance(e, NotRegular) else (e.strerror or type(e).__name__).lower()
+        raise UsageError(f"--cluster @{path}: {why}: give a JSON file of {{\"ps\": [...], \"worker\": [...]}}") \
+            from None
+    if len(data) > MAX_JSON_BYTES:
+        raise UsageError(f"--cluster @{path}: larger than {MAX_JSON_BYTES // 2**20} MiB: is it the cluster's spec?")
+    return data.decode("utf-8", errors="replace")
+
+
 def parse_cluster(text: str) -> dict[str, list[str]]:
+    """``--cluster``'s JSON (or ``@FILE`` holding it; a whole ``TF_CONFIG`` too) as ``{job: [host:port, ...]}``."""
     if text.startswith("@"):
-        with open(text[1:]) as f:
-            text = f.read()
+        text = _cluster_file(text[1:])
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as e:
