@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import skip_or_fail
 
 from ssptk.core.errors import UsageError
 from ssptk.core.network import (
@@ -226,3 +227,15 @@ def test_an_idle_link_or_no_shaping_leaves_the_stall_as_it_was() -> None:
     unshaped = LinkWatch(free, 60.0, clock=lambda: now[0])
     unshaped.tick()
     assert free.calls == 0 and unshaped.explain(stall, lambda task: None) is stall
+
+
+def test_a_cluster_of_more_tasks_than_links_can_tell_apart_runs_unmeasured(tmp_path: Path) -> None:
+    """Links address at most 254 tasks; a larger cluster without --network builds none (its tasks then use the plain
+    loopback address) and says why its traffic is not measured, instead of failing after start."""
+    from ssptk.launch.cluster import LocalCluster
+
+    with LocalCluster(300, str(tmp_path / "run"), {}) as cluster:
+        if cluster.namespace is None:
+            skip_or_fail(f"no private network namespace here ({cluster.isolation})")
+        assert cluster.links is None
+        assert cluster.conditions()["traffic"] == "not measured (links tell at most 254 tasks apart, and this run has 301)"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ssptk.core.errors import TaskFailure, UsageError, raise_if_stopped
-from ssptk.core.network import LINKS_ENV, Network, task_order
+from ssptk.core.network import LINKS_ENV, MAX_TASKS, Network, task_order
 from ssptk.launch import forking, netns, tracking
 from ssptk.launch.forking import ForkServer
 from ssptk.launch.links import Links, LinksRefused, link_error
@@ -116,6 +116,10 @@ class LocalCluster:
         """Every task's link, shaped by ``--network`` or not, and counted. A run that shapes nothing goes on without
         them (its traffic not measured); one that asked for ``--network`` is refused in one line."""
         assert self.namespace is not None
+        if self.network is None and len(self.task_names) > MAX_TASKS:  # with --network refused before start
+            self.traffic_note = f"not measured (links tell at most {MAX_TASKS} tasks apart, and this run has " \
+                                f"{len(self.task_names)})"
+            return
         links = Links(self.task_names, self.network, self.namespace.wrap([]), self.namespace.fds)
         try:
             links.build()
