@@ -320,20 +320,24 @@ def test_a_negligible_correction_is_carried_and_said_wherever_the_dc_run_appears
     common = dict(model="digits", workers=3, steps=40, seed=1, gpus="none")
     cmp = ssptk.compare(["async", "async+dc"], out=str(tmp_path / "cmp"), warm=True, **common)
     summary = cmp.runs["async+dc"].summary
-    assert 0 < summary["dc_correction_mean"] < 0.01 and 0 <= summary["dc_correction_median"] < 0.01
+    assert 0 < summary["dc_correction_mean"] <= summary["dc_correction_max"] < 0.01
+    assert 0 <= summary["dc_correction_median"] <= summary["dc_correction_max"]
     assert cmp.runs["async"].summary["dc_correction_mean"] is None
     table = cmp.table.set_index("label")
-    assert table.loc["async+dc", "dc_correction"] == pytest.approx(summary["dc_correction_mean"])
-    assert table.loc["async+dc", "lr_staleness"] == "dc:0.04" and pd.isna(table.loc["async", "dc_correction"])
+    assert table.loc["async+dc", "dc_correction_mean"] == pytest.approx(summary["dc_correction_mean"])
+    assert table.loc["async+dc", "dc_correction_max"] == pytest.approx(summary["dc_correction_max"])
+    assert table.loc["async+dc", "lr_staleness"] == "dc:0.04" and pd.isna(table.loc["async", "dc_correction_mean"])
     csv = pd.read_csv(tmp_path / "cmp" / "metrics.csv").set_index("label")
-    assert csv.loc["async+dc", "dc_correction"] == pytest.approx(summary["dc_correction_mean"])
+    assert csv.loc["async+dc", "dc_correction_mean"] == pytest.approx(summary["dc_correction_mean"])
     (fact,) = [f for f in cmp.verdict.facts if isinstance(f, DelayCompensation)]
-    assert (fact.label, fact.form, fact.lam, fact.negligible, fact.plain, fact.plain_here) == \
-        ("async+dc", "dc", 0.04, True, "async", True)
+    assert (fact.label, fact.form, fact.lam, fact.negligible, fact.plain, fact.plain_here, fact.largest) == \
+        ("async+dc", "dc", 0.04, True, "async", True, pytest.approx(summary["dc_correction_max"]))
     text = " ".join(str(cmp).split())
     assert "dc corr" in str(cmp).splitlines()[0]
-    assert re.search(r"async\+dc's delay compensation \(dc, lambda 0\.04\): its correction averaged (under )?[0-9.]+% "
-                     r"of its gradient \(median (under )?[0-9.]+%\): under 1%, so it trained as plain async would", text), text
+    share = r"(under )?[0-9.]+%"
+    assert re.search(rf"async\+dc's delay compensation \(dc, lambda 0\.04\): its correction averaged {share} of its "
+                     rf"gradient \(median {share}, at most {share}\): under 1% in every update, so it trained as plain "
+                     r"async would: a difference from async here is not the compensation's", text), text
     report = " ".join((tmp_path / "cmp" / "report.html").read_text().split())
     assert "async+dc&#x27;s delay compensation (dc, lambda 0.04): its correction averaged" in report
     assert "so it trained as plain async would" in report
@@ -343,3 +347,38 @@ def test_a_negligible_correction_is_carried_and_said_wherever_the_dc_run_appears
     assert "async+dc's delay compensation (dc, lambda 0.04)" in text and "trained as plain async would" in text
     assert 0 < pred.runs["async+dc"].summary["dc_correction_mean"] < 0.01
     assert_gone(str(tmp_path))
+
+
+def test_the_largest_correction_decides_whether_it_was_negligible() -> None:
+    """A mean under 1% is not enough: the predicted semi_sync pauses scenario's async+dc:25 averaged 0.84% but corrected
+    its most stale updates by up to 39%, and its held-out loss moved 4.7% (0.2947 -> 0.3086). Repeats: the largest
+    of any run decides. The table shows the mean as a share, tiny ones too."""
+    from ssptk.analysis import aggregate_repeats
+    from ssptk.analysis.compare import COMPARE_COLUMNS
+    from ssptk.analysis.verdict import comparison_verdict
+    from ssptk.render.tables import terminal_text
+    from ssptk.render.verdict import fact_lines
+
+    def row(label: str, lr_staleness: str, mean: float | None, largest: float | None, rep: int = 1) -> dict:
+        r = {c: None for c in COMPARE_COLUMNS}
+        r.update(label=label, rep=rep, mode="async", workers=8, steps_per_s=100.0, final_loss=0.3, status="ok",
+                 diverged=False, lr_staleness=lr_staleness, dc_correction_mean=mean, dc_correction_median=mean,
+                 dc_correction_max=largest)
+        return r
+
+    table = pd.DataFrame([row("async", "none", None, None), row("async+dc:25", "dc:25.0", 0.0084, 0.39),
+                          row("async+dc", "dc:0.04", 1.4e-5, 6.7e-4)], columns=list(COMPARE_COLUMNS))
+    facts = {f.label: f for f in comparison_verdict(table).facts}
+    assert set(facts) == {"async+dc:25", "async+dc"}
+    assert not facts["async+dc:25"].negligible and facts["async+dc"].negligible
+    table.attrs["verdict"] = comparison_verdict(table)
+    text = " ".join(terminal_text(table, width=10_000).split())
+    assert ("async+dc:25's delay compensation (dc, lambda 25): its correction averaged 0.84% of its gradient (median "
+            "0.84%, at most 39%): 1% or more in some updates, so it changed the updates") in text
+    assert "0.0014%" in text and "dc corr" in text
+    runs = pd.DataFrame([row("async+dc", "dc:0.04", 2e-4, 3e-4, 1), row("async+dc", "dc:0.04", 3e-4, 0.02, 2),
+                         row("async", "none", None, None, 1), row("async", "none", None, None, 2)],
+                        columns=["label", "rep", *COMPARE_COLUMNS[1:]])
+    (fact,) = aggregate_repeats(runs).attrs["verdict"].facts
+    assert fact.largest == 0.02 and not fact.negligible and fact.plain_here
+    assert "at most 2%" in fact_lines(aggregate_repeats(runs).attrs["verdict"])[0]

@@ -29,21 +29,21 @@ TARGET_FACTOR = 1.25
 COMPARE_COLUMNS: tuple[str, ...] = (
     "label", "mode", "staleness", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
     "final_loss", "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction",
-    "mean_staleness", "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction",
-    "dc_correction_median", "diverged", "diverged_on", "status",
+    "mean_staleness", "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction_mean",
+    "dc_correction_median", "dc_correction_max", "diverged", "diverged_on", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
     "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
     "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness", "mb_per_minibatch",
-    "link_busy", "transfer_share", "dc_correction", "dc_correction_median",
+    "link_busy", "transfer_share", "dc_correction_mean", "dc_correction_median", "dc_correction_max",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
 _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
 _FLOAT_COLUMNS = ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-                  "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction",
-                  "dc_correction_median")
+                  "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share",
+                  "dc_correction_mean", "dc_correction_median", "dc_correction_max")
 
 def _traffic_columns(traffic: Any) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
@@ -61,16 +61,13 @@ def _traffic_columns(traffic: Any) -> dict[str, Any]:
 
 def _dc_columns(summary: Mapping[str, Any], steps: pd.DataFrame | None, opts: Mapping[str, Any]) -> dict[str, Any]:
     """``lr_staleness`` (the run's option: ``none``, ``inverse``, ``dc:0.04``, ``dca:2.0``) and delay compensation's
-    correction against the gradient, ``dc_correction`` (mean) and ``dc_correction_median`` (``None`` without it):
-    the summary's, else from the step records (a summary written before ssptk kept them)."""
-    if "dc_correction_mean" in summary:
-        size = {"dc_correction_mean": summary.get("dc_correction_mean"),
-                "dc_correction_median": summary.get("dc_correction_median")}
-    else:
-        size = dc_correction_summary(steps)
+    correction against the gradient, ``dc_correction_mean``, ``_median`` and ``_max``
+    (``None`` without it): the summary's, else from the step records (a summary written before ssptk kept them)."""
+    size = summary if "dc_correction_mean" in summary else dc_correction_summary(steps)
     return {"lr_staleness": summary.get("lr_staleness") or opts.get("lr_staleness") or "none",
-            "dc_correction": clean(size["dc_correction_mean"]),
-            "dc_correction_median": clean(size["dc_correction_median"])}
+            "dc_correction_mean": clean(size.get("dc_correction_mean")),
+            "dc_correction_median": clean(size.get("dc_correction_median")),
+            "dc_correction_max": clean(size.get("dc_correction_max"))}
 
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
@@ -99,8 +96,8 @@ def compare_table(
     ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
     is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`, on the
     training loss or the held-out loss (``diverged_on``: ``"training"``, ``"held-out"`` or missing), whether or not
-    the run's summary (written before the held-out rule) says so. ``lr_staleness``, ``dc_correction`` (the mean) and
-    ``dc_correction_median``: the run's option and delay compensation's correction against the gradient.
+    the run's summary (written before the held-out rule) says so. ``lr_staleness``, ``dc_correction_mean``,
+    ``_median``, ``_max``: the run's option and delay compensation's correction against the gradient.
     Time and steps to target use each run's default :func:`smoothing_window` and run from the start
     barrier; only converged runs (ok, not diverged) get them: a failed or diverged run shows *not
     reached* (missing), whatever its loss did on the way.

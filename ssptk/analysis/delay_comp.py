@@ -13,10 +13,10 @@ __all__ = ["dc_correction_summary"]
 
 
 def dc_correction_summary(steps: pd.DataFrame | None) -> dict[str, Any]:
-    """``dc_correction_mean`` and ``dc_correction_median``: the correction's size relative to the gradient over the
-    run's applied updates (finite values: a diverged run's infinite ones say nothing more); ``None`` for a run
-    without delay compensation (no ``dc_correction`` in its records)."""
-    none: dict[str, Any] = {"dc_correction_mean": None, "dc_correction_median": None}
+    """``dc_correction_mean``, ``dc_correction_median`` and ``dc_correction_max``: the correction's size relative to
+    the gradient over the run's applied updates (finite values: a diverged run's infinite ones say nothing more);
+    ``None`` for a run without delay compensation (no ``dc_correction`` in its records)."""
+    none: dict[str, Any] = {"dc_correction_mean": None, "dc_correction_median": None, "dc_correction_max": None}
     if steps is None or "dc_correction" not in steps:
         return none
     values = pd.to_numeric(steps["dc_correction"], errors="coerce")
@@ -25,4 +25,5 @@ def dc_correction_summary(steps: pd.DataFrame | None) -> dict[str, Any]:
     values = values[np.isfinite(values.to_numpy(dtype="float64"))]
     if values.empty:
         return none
-    return {"dc_correction_mean": clean(float(values.mean())), "dc_correction_median": clean(float(values.median()))}
+    return {"dc_correction_mean": clean(float(values.mean())), "dc_correction_median": clean(float(values.median())),
+            "dc_correction_max": clean(float(values.max()))}

@@ -16,7 +16,7 @@ __all__ = ["KEY_FIGURES", "cell", "megabytes", "missing", "percent", "shown_cell
 #: Shares shown as percentages.
 _PERCENT = ("wait_fraction", "link_busy", "transfer_share")
 #: Shares that may be tiny, shown to 2 significant digits (:func:`small_share`): delay compensation's correction.
-_SMALL_SHARES = ("dc_correction", "dc_correction_median")
+_SMALL_SHARES = ("dc_correction_mean", "dc_correction_median", "dc_correction_max")
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                                  "steps_to_target", "max_skew", "wait_fraction")

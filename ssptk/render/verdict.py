@@ -232,22 +232,26 @@ def _skew_line(f: SkewOverStaleness) -> str:
 
 def dc_line(f: DelayCompensation) -> str:
     """What a setting's delay compensation did, in one sentence: how large its correction was against the gradient
-    and, when it was negligible, that the setting trained as its plain mode would (and which knob scales it)."""
-    what = {"dc": f"dc, lambda {f.lam:g}", "dca": f"dca, adaptive, lambda0 {f.lam:g}"}.get(str(f.form), "")
+    (mean, median, largest) and, when no update's reached :data:`~ssptk.analysis.verdict_facts.DC_NEGLIGIBLE`, that
+    the setting trained as its plain mode would (and which knob makes it larger)."""
     def share(v: float) -> str:
         return small_share(v).replace("<", "under ")
 
+    what = {"dc": f"dc, lambda {f.lam:g}", "dca": f"dca, adaptive, lambda0 {f.lam:g}"}.get(str(f.form), "")
+    spread = [f"median {share(f.median)}" if f.median is not None else "",
+              f"at most {share(f.largest)}" if f.largest is not None else ""]
     said = (f"{f.label}'s delay compensation{f' ({what})' if what else ''}: its correction averaged "
-            f"{share(f.mean)} of its gradient" + (f" (median {share(f.median)})" if f.median is not None else ""))
+            f"{share(f.mean)} of its gradient" + (f" ({', '.join(p for p in spread if p)})" if any(spread) else ""))
     limit = f"{100 * DC_NEGLIGIBLE:g}%"
     if not f.negligible:
-        return (f"{said}: {limit} or more, so it changed the updates"
-                + (f" (whether for the better: against plain {f.plain}, in this table)" if f.plain_here else "") + ".")
+        return (f"{said}: {limit} or more in {'some updates' if f.largest is not None else 'the mean'}, so it changed "
+                "the updates" + (f" (whether for the better: against plain {f.plain}, in this table)" if f.plain_here
+                                 else "") + ".")
     knob = ("dc:LAMBDA with a larger LAMBDA, or the adaptive dca, would make it larger" if f.form == "dc"
             else "dca:LAMBDA0 with a larger LAMBDA0 would make it larger" if f.form == "dca" else "")
     here = f": a difference from {f.plain} here is not the compensation's" if f.plain_here else ""
-    return (f"{said}: under {limit}, so it trained as plain {f.plain} would{here}" + (f" ({knob})" if knob else "")
-            + ".")
+    return (f"{said}: under {limit}{' in every update' if f.largest is not None else ''}, so it trained as plain "
+            f"{f.plain} would{here}" + (f" ({knob})" if knob else "") + ".")
 
 
 def fact_lines(v: Verdict) -> list[str]:

@@ -235,7 +235,7 @@ def _left_out(bad: list[str]) -> str:
 _NUMBERS = ("wall_s", "steps_per_s", "train_loss_last", "loss_smoothed_last", "wait_fraction", "mean_staleness",
             "first_step_s", "train_cpu_s", "cpu_ms_per_step", "overhead_ms", "gap_ms", "ideal_steps_per_s",
             "measured_over_ideal", "final_loss", "final_accuracy", "target", "time_to_target_s", "dc_correction_mean",
-            "dc_correction_median")
+            "dc_correction_median", "dc_correction_max")
 _INTS = ("backup", "steps", "total_steps", "max_skew", "max_staleness", "staleness", "local_steps", "diverged_at_step",
          "steps_to_target")
 #: summary.json's ``traffic`` (ssptk.analysis.traffic)
