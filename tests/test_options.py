@@ -12,6 +12,7 @@ from ssptk.api import compare, new_run_dir, parse_labels, run
 from ssptk.cli import build_parser
 from ssptk.core.delays import DelayModel, parse_jitter, parse_straggler
 from ssptk.core.errors import UsageError
+from ssptk.core.labels import DelayComp
 from ssptk.core.models import load_model
 from ssptk.core.options import OPTIONS, from_namespace, resolve, to_argv
 
@@ -188,7 +189,7 @@ def test_local_sgd_and_dc_grammar() -> None:
     assert resolve(mode="local").local_steps == 4
     assert resolve(mode="local", workers=4, backup=1).aggregated == 3
     assert resolve(mode="async", lr_staleness="dc").lr_staleness == "dc:0.04"
-    assert resolve(mode="ssp", lr_staleness="dc:0").dc_lambda == 0.0
+    assert resolve(mode="ssp", lr_staleness="dc:0").delay_comp == DelayComp(0.0)
     assert parse_labels(["local:2", "async+dc", "ssp:3+dc:0.5", "local:8+outer"]) == [
         ("local:2", {"mode": "local", "local_steps": 2}),
         ("async+dc", {"mode": "async", "lr_staleness": "dc:0.04"}),
@@ -210,7 +211,7 @@ def test_local_sgd_and_dc_grammar() -> None:
     ({"mode": "local", "lr_staleness": "dc"}, r"--lr-staleness applies to async and ssp, not local"),
     ({"mode": "async", "lr_staleness": "dc:-0.1"}, r"needs a finite LAMBDA >= 0"),
     ({"mode": "async", "lr_staleness": "dc:x"}, r"needs a finite LAMBDA >= 0"),
-    ({"mode": "async", "lr_staleness": "dcc"}, r"none, inverse or dc\[:LAMBDA\]"),
+    ({"mode": "async", "lr_staleness": "dcc"}, r"none, inverse, dc\[:LAMBDA\] or dca\[:LAMBDA0\]"),
     ({"mode": "sync", "outer_lr": 0.5}, r"--outer-lr applies to local only, not sync"),
     ({"mode": "ssp", "local_steps": 2}, r"--local-steps applies to local only, not ssp"),
     ({"mode": "local", "outer_momentum": 1.0}, r"--outer-momentum must be >= 0 and < 1"),

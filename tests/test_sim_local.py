@@ -147,7 +147,7 @@ def test_local_rounds_average_private_copies(momentum: float) -> None:
 def test_dc_with_lambda_zero_is_plain_async() -> None:
     sched = simulate("async", 4, 30, jitter="exp:0.02", overhead=0.005, seed=3).steps
     plain = replay(sched, Quadratic(), data, update_lr=0.05)
-    dc = replay(sched, Quadratic(), data, update_lr=0.05, dc_lambda=0.0)
+    dc = replay(sched, Quadratic(), data, update_lr=0.05, delay_comp=0.0)
     np.testing.assert_array_equal(dc.params[0], plain.params[0])
     np.testing.assert_array_equal(dc.steps["loss"], plain.steps["loss"])
 
@@ -157,7 +157,7 @@ def test_dc_corrects_each_gradient_by_its_read_version(mode: str) -> None:
     sched = simulate(mode, 4, 30, jitter="exp:0.02", overhead=0.005, seed=3).steps
     assert sched["staleness"].max() >= 2
     lam, lr = 0.5, 0.05
-    out = replay(sched, Quadratic(), data, update_lr=lr, dc_lambda=lam)
+    out = replay(sched, Quadratic(), data, update_lr=lr, delay_comp=lam)
     assert np.isfinite(out.steps["loss"]).all()
     versions = [np.zeros(3, np.float64)]  # the reference in float64: the correction is what differs, not rounding
     for row in sched.sort_values("global_step").itertuples():
@@ -169,7 +169,7 @@ def test_dc_corrects_each_gradient_by_its_read_version(mode: str) -> None:
     half = sched["global_step"] <= 20
     mid = versions[20]  # the version after 20 updates: where the runs still differ
     plain = replay(sched[half], Quadratic(), data, update_lr=lr)
-    dc = replay(sched[half], Quadratic(), data, update_lr=lr, dc_lambda=lam)
+    dc = replay(sched[half], Quadratic(), data, update_lr=lr, delay_comp=lam)
     np.testing.assert_allclose(dc.params[0], mid, rtol=1e-4)
     assert np.abs(plain.params[0] - dc.params[0]).max() > 0.05  # the correction did something
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ssptk.analysis.delay_comp import dc_correction_summary
 from ssptk.analysis.held_out import held_out_curve, held_out_divergence, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
 from ssptk.analysis.step_split import step_split
@@ -26,19 +27,23 @@ RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any
 TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "mode", "staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s", "final_loss",
-    "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction", "mean_staleness",
-    "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "diverged", "diverged_on", "status",
+    "label", "mode", "staleness", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
+    "final_loss", "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction",
+    "mean_staleness", "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction_mean",
+    "dc_correction_median", "dc_correction_max", "diverged", "diverged_on", "status",
 )
 #: The measured figures of :data:`COMPARE_COLUMNS`: what :func:`aggregate_repeats` averages and spreads.
 FIGURE_COLUMNS: tuple[str, ...] = (
     "steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
     "steps_to_target", "max_skew", "wait_fraction", "mean_staleness", "max_staleness", "mb_per_minibatch",
-    "link_busy", "transfer_share",
+    "link_busy", "transfer_share", "dc_correction_mean", "dc_correction_median", "dc_correction_max",
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
 _MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+_FLOAT_COLUMNS = ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
+                  "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share",
+                  "dc_correction_mean", "dc_correction_median", "dc_correction_max")
 
 def _traffic_columns(traffic: Any) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
@@ -52,6 +57,17 @@ def _traffic_columns(traffic: Any) -> dict[str, Any]:
     return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),
             "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None,
             "transfer_share": clean(None if split is None else split.transfer)}
+
+
+def _dc_columns(summary: Mapping[str, Any], steps: pd.DataFrame | None, opts: Mapping[str, Any]) -> dict[str, Any]:
+    """``lr_staleness`` (the run's option: ``none``, ``inverse``, ``dc:0.04``, ``dca:2.0``) and delay compensation's
+    correction against the gradient, ``dc_correction_mean``, ``_median`` and ``_max``
+    (``None`` without it): the summary's, else from the step records (a summary written before ssptk kept them)."""
+    size = summary if "dc_correction_mean" in summary else dc_correction_summary(steps)
+    return {"lr_staleness": summary.get("lr_staleness") or opts.get("lr_staleness") or "none",
+            "dc_correction_mean": clean(size.get("dc_correction_mean")),
+            "dc_correction_median": clean(size.get("dc_correction_median")),
+            "dc_correction_max": clean(size.get("dc_correction_max"))}
 
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
@@ -80,7 +96,8 @@ def compare_table(
     ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
     is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`, on the
     training loss or the held-out loss (``diverged_on``: ``"training"``, ``"held-out"`` or missing), whether or not
-    the run's summary (written before the held-out rule) says so.
+    the run's summary (written before the held-out rule) says so. ``lr_staleness``, ``dc_correction_mean``,
+    ``_median``, ``_max``: the run's option and delay compensation's correction against the gradient.
     Time and steps to target use each run's default :func:`smoothing_window` and run from the start
     barrier; only converged runs (ok, not diverged) get them: a failed or diverged run shows *not
     reached* (missing), whatever its loss did on the way.
@@ -128,6 +145,7 @@ def compare_table(
             "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
             "mean_staleness": pick("mean_staleness"), "max_staleness": pick("max_staleness"),
             **_traffic_columns(summary.get("traffic")),
+            **_dc_columns(summary, steps, opts),
             "status": summary.get("status") or "unknown",
         })
         if steps is not None and not steps.empty:
@@ -140,8 +158,7 @@ def compare_table(
     auto = target is None
     target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    for col in ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
-                "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share"):
+    for col in _FLOAT_COLUMNS:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
     for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")

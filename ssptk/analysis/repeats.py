@@ -101,6 +101,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
             if "diverged_on" in group else []
         row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],
                                "staleness": first["staleness"], "workers": first["workers"],
+                               "lr_staleness": first.get("lr_staleness"),
                                "diverged_on": on[0] if on else None}
         spread: dict[str, Any] = {}
         for col in FIGURE_COLUMNS:

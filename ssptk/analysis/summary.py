@@ -6,6 +6,7 @@ from typing import Any
 import pandas as pd
 
 from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.delay_comp import dc_correction_summary
 from ssptk.analysis.held_out import held_out_curve, held_out_divergence
 from ssptk.analysis.metrics import smoothing_window, summarize
 from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
@@ -38,9 +39,10 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
                          "signal": None if failure is None else failure.signal,
                          "mode": opts.mode, "model": opts.model, "workers": opts.workers,
                          "staleness": opts.staleness, "local_steps": opts.local_steps, "backup": opts.backup,
-                         "steps": opts.steps}
+                         "steps": opts.steps, "lr_staleness": opts.lr_staleness}
     s.update(summarize(steps, events, config))
     s.update(_startup(steps, config))
+    s.update(dc_correction_summary(steps))
     s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s"), opts.workers,
                              s.get("wait_fraction"), worker_cpu_s(events), steps))
     s["traffic_not_measured"] = _why_no_traffic(config) if "traffic" not in s else None

@@ -25,7 +25,7 @@ from ssptk.analysis.outcomes import (
     Outcome,
     outcomes_of,
 )
-from ssptk.analysis.verdict_facts import Fact, StalenessCost, skew_facts, staleness_cost
+from ssptk.analysis.verdict_facts import Fact, StalenessCost, dc_facts, skew_facts, staleness_cost
 
 __all__ = ["EARLY_PER_WORKER", "EARLY_SHARE", "KINDS", "SINGLE_RUN_SPREAD", "TIE_SHARE", "Noise", "Verdict",
            "comparison_verdict", "verdict_of"]
@@ -159,7 +159,7 @@ def comparison_verdict(table: pd.DataFrame) -> Verdict:
     return Verdict(outcomes=outcomes, fastest=None if best is None else best.label,
                    winner=best.label if kind == "winner" and best is not None else None, kind=kind, noise=noise,
                    cost=staleness_cost(outcomes), tied=tied, close=close if kind == "noise" else (),
-                   facts=skew_facts(table), target=None if target is None else float(target),
+                   facts=skew_facts(table) + dc_facts(table), target=None if target is None else float(target),
                    target_on=str(table.attrs.get("target_on") or "training"),
                    target_auto=bool(table.attrs.get("target_auto", True)), predicted=predicted)
 

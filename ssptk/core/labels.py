@@ -1,6 +1,7 @@
 """The label grammar, its one parser: modes (``sync``, ``ssp``, ``async``, ``allreduce``, ``local``), labels
-(``ssp:S``, ``local:H``), the suffixes of comparison labels (``+inverse``, ``+dc``, ``+dc:LAMBDA``, ``+outer``), and a
-label's directory name (``ssp:2`` -> ``ssp-2``).
+(``ssp:S``, ``local:H``), the suffixes of comparison labels (``+inverse``, ``+dc``, ``+dc:LAMBDA``, ``+dca``,
+``+dca:LAMBDA0``, ``+outer``), delay compensation's two forms (:class:`DelayComp`, :func:`parse_dc`), and a label's
+directory name (``ssp:2`` -> ``ssp-2``).
 
 ``--mode``, ``compare``'s labels, ``ssptk.simulate``'s mode, the task command and the simulator all parse
 here; a refused label raises :class:`LabelError`, whose ``reason`` lets a caller name the label its own way
@@ -9,23 +10,34 @@ without rewriting the message.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import UsageError
 
-__all__ = ["DC_SUFFIX", "DEFAULT_DC_LAMBDA", "DILOCO_OUTER", "INVERSE_SUFFIX", "MODES", "NUMBERED_MODES",
-           "OUTER_SUFFIX", "STALE_MODES", "LabelError", "label_dir", "label_of", "label_options", "parse_dc",
-           "parse_label", "parse_mode"]
+__all__ = ["DCA_DECAY", "DCA_EPSILON", "DC_FORMS", "DC_SUFFIX", "DEFAULT_DCA_LAMBDA", "DEFAULT_DC_LAMBDA",
+           "DILOCO_OUTER", "INVERSE_SUFFIX", "MODES", "NUMBERED_MODES", "OUTER_SUFFIX", "STALE_MODES", "DelayComp",
+           "LabelError", "label_dir", "label_of", "label_options", "parse_dc", "parse_label", "parse_mode"]
 
 MODES = ("sync", "ssp", "async", "allreduce", "local")
 #: The modes whose label carries a number: ``ssp:S`` (the staleness bound) and ``local:H`` (local steps per average).
 NUMBERED_MODES = {"ssp": ("S", 0), "local": ("H", 1)}  # mode -> (the number's letter, its least value)
 #: A comparison label's suffix for ``--lr-staleness inverse`` (``async+inverse``, ``ssp:4+inverse``).
 INVERSE_SUFFIX = "+inverse"
-#: ``--lr-staleness dc[:LAMBDA]``: delay-compensated gradients (``async+dc``, ``ssp:4+dc:0.1``).
+#: ``--lr-staleness dc[:LAMBDA]`` / ``dca[:LAMBDA0]``: delay-compensated gradients (``async+dc``, ``ssp:4+dc:0.1``,
+#: ``async+dca``, ``async+dca:1``).
 DC_SUFFIX = "+dc"
-#: DC-ASGD's lambda when none is given (MXNet's ``DCASGD`` default, Zheng et al. 2017).
+#: The forms of delay compensation: ``dc`` (DC-ASGD-c, a constant lambda), ``dca`` (DC-ASGD-a, lambda adapted to
+#: the gradients' running mean square). Zheng et al., ICML 2017.
+DC_FORMS = ("dc", "dca")
+#: DC-ASGD-c's lambda when none is given (MXNet's ``DCASGD`` default, Zheng et al. 2017).
 DEFAULT_DC_LAMBDA = 0.04
+#: DC-ASGD-a's lambda_0 when none is given (the paper's value for DC-ASGD-a in its experiments).
+DEFAULT_DCA_LAMBDA = 2.0
+#: DC-ASGD-a's decay of the running mean square, ``m`` (the paper's value; RMSProp's rule).
+DCA_DECAY = 0.95
+#: Added to the mean square under the square root: a coordinate whose gradients were all 0 gets no correction.
+DCA_EPSILON = 1e-7
 #: ``local:H+outer``: local SGD with DiLoCo's outer optimizer (Douillard et al. 2023): outer learning rate 0.7,
 #: Nesterov momentum 0.9.
 OUTER_SUFFIX = "+outer"
@@ -102,22 +114,49 @@ def parse_mode(mode: Any) -> tuple[str, int | None]:
     return text, None
 
 
-def parse_dc(value: str) -> float | None:
-    """``--lr-staleness``'s ``dc`` or ``dc:LAMBDA`` -> lambda (``None`` for any other value). Raises
-    :class:`LabelError` for a lambda that is not a finite number >= 0."""
+@dataclass(frozen=True)
+class DelayComp:
+    """Delay compensation (DC-ASGD, Zheng et al. 2017) as a run applies it: a stale gradient ``g``, computed at the
+    parameters ``w_read``, is applied as ``g + lambda * g * g * (w_now - w_read)``, ``w_now`` the parameters it lands
+    on. ``adaptive`` False (``dc``, DC-ASGD-c): ``lambda`` is :attr:`lam`. ``adaptive`` True (``dca``, DC-ASGD-a):
+    ``lambda = lam / sqrt(ms + eps)`` per coordinate, ``ms = decay * ms + (1 - decay) * g * g`` a running mean
+    square of the applied gradients kept per variable (updated by each update's gradient before it is used)."""
+
+    lam: float
+    adaptive: bool = False
+    decay: float = DCA_DECAY
+    eps: float = DCA_EPSILON
+
+    @property
+    def form(self) -> str:
+        """``"dc"`` or ``"dca"``: the name ``--lr-staleness`` and the labels give it."""
+        return DC_FORMS[self.adaptive]
+
+    @property
+    def spec(self) -> str:
+        """The canonical ``--lr-staleness`` value: ``dc:0.04``, ``dca:2.0``."""
+        return f"{self.form}:{self.lam!r}"
+
+
+def parse_dc(value: Any) -> DelayComp | None:
+    """``--lr-staleness``'s ``dc``, ``dc:LAMBDA``, ``dca`` or ``dca:LAMBDA0`` -> its :class:`DelayComp` (``None``
+    for any other value). Raises :class:`LabelError` for a lambda that is not a finite number >= 0."""
     name, colon, text = str(value).partition(":")
-    if name != "dc":
+    if name not in DC_FORMS:
         return None
+    adaptive = name == "dca"
+    default = DEFAULT_DCA_LAMBDA if adaptive else DEFAULT_DC_LAMBDA
     if not colon:
-        return DEFAULT_DC_LAMBDA
+        return DelayComp(default, adaptive)
     try:
         lam = float(text)
     except ValueError:
         lam = -1.0
     if not 0 <= lam < float("inf"):
-        reason = f"dc:LAMBDA needs a finite LAMBDA >= 0 (default {DEFAULT_DC_LAMBDA}), got {text!r}"
-        raise LabelError(f"bad dc {value!r}: {reason}", reason)
-    return lam
+        letter = "LAMBDA0" if adaptive else "LAMBDA"
+        reason = f"{name}:{letter} needs a finite {letter} >= 0 (default {default}), got {text!r}"
+        raise LabelError(f"bad {name} {value!r}: {reason}", reason)
+    return DelayComp(lam, adaptive)
 
 
 def _split_suffix(label: str) -> tuple[str, str]:
@@ -130,8 +169,9 @@ def label_options(label: str) -> dict[str, Any]:
     """A comparison label -> the run options it sets: ``sync`` -> ``{"mode": "sync"}``, ``ssp:4`` ->
     ``{"mode": "ssp", "staleness": 4}``, ``local:4`` -> ``{"mode": "local", "local_steps": 4}``. Suffixes set the
     mitigation beside the plain mode: ``+inverse`` sets ``lr_staleness="inverse"``, ``+dc`` / ``+dc:LAMBDA``
-    ``lr_staleness="dc:LAMBDA"`` (ssp and async), ``+outer`` DiLoCo's outer optimizer (local). Raises
-    :class:`LabelError`: ``unknown mode ...`` for a bare unknown name, else ``bad comparison label ...``."""
+    ``lr_staleness="dc:LAMBDA"``, ``+dca`` / ``+dca:LAMBDA0`` ``lr_staleness="dca:LAMBDA0"`` (ssp and async),
+    ``+outer`` DiLoCo's outer optimizer (local). Raises :class:`LabelError`: ``unknown mode ...`` for a bare
+    unknown name, else ``bad comparison label ...``."""
     base, suffix = _split_suffix(label)
     try:
         mode, number = parse_label(base)
@@ -159,15 +199,17 @@ def _suffix_options(mode: str, suffix: str) -> dict[str, Any]:
             reason = f"+{what.partition(':')[0]} (--lr-staleness {what}) applies to {' and '.join(STALE_MODES)} only"
             raise LabelError(reason, reason)
         if what != "inverse":
-            if what.partition(":")[0] != "dc":
+            dc = parse_dc(what)
+            if dc is None:
                 raise _unknown_suffix(suffix)
-            what = f"dc:{parse_dc(what)!r}"
+            what = dc.spec
         return {"lr_staleness": what}
     raise _unknown_suffix(suffix)
 
 
 def _unknown_suffix(suffix: str) -> LabelError:
-    reason = f"unknown suffix {suffix!r}: use {INVERSE_SUFFIX}, {DC_SUFFIX}, {DC_SUFFIX}:LAMBDA or {OUTER_SUFFIX}"
+    reason = (f"unknown suffix {suffix!r}: use {INVERSE_SUFFIX}, {DC_SUFFIX}[:LAMBDA], {DC_SUFFIX}a[:LAMBDA0] or "
+              f"{OUTER_SUFFIX}")
     return LabelError(reason, reason)
 
 

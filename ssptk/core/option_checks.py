@@ -18,7 +18,7 @@ __all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS",
 
 LAYOUTS = ("auto", "processes", "shared")
 LR_CONVENTIONS = ("minibatch", "mean")
-LR_STALENESS = ("none", "inverse", "dc")
+LR_STALENESS = ("none", "inverse", "dc", "dca")
 DATA_SPLITS = ("iid", "label")
 MAX_PS = 16
 #: what each local-SGD option is when not given (the mode's own options are refused elsewhere)
@@ -27,6 +27,7 @@ _LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": None, "outer_momentum": 0.0}
 
 def validate(o: RunOptions) -> None:
     """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
+    ``dca:2.0``,
     the network spec)."""
     if o.staleness is not None:
         if o.mode != "ssp":
@@ -90,15 +91,17 @@ def validate(o: RunOptions) -> None:
 
 
 def _check_lr_staleness(o: RunOptions) -> None:
-    """``--lr-staleness`` is one of :data:`LR_STALENESS` (``dc`` kept as ``dc:LAMBDA``, its lambda filled in)."""
+    """``--lr-staleness`` is one of :data:`LR_STALENESS` (``dc`` kept as ``dc:LAMBDA``, ``dca`` as ``dca:LAMBDA0``,
+    the lambda filled in)."""
     try:
-        lam = parse_dc(o.lr_staleness)
+        dc = parse_dc(o.lr_staleness)
     except LabelError as e:
         raise UsageError(f"bad --lr-staleness {o.lr_staleness!r}: {e.reason}") from None
-    if lam is not None:
-        o.lr_staleness = f"dc:{lam!r}"
+    if dc is not None:
+        o.lr_staleness = dc.spec
     elif o.lr_staleness not in LR_STALENESS:
-        raise UsageError(f"--lr-staleness must be none, inverse or dc[:LAMBDA], got {o.lr_staleness!r}")
+        raise UsageError(f"--lr-staleness must be none, inverse, dc[:LAMBDA] or dca[:LAMBDA0], "
+                         f"got {o.lr_staleness!r}")
 
 
 def _check_local(o: RunOptions) -> None:

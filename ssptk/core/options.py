@@ -12,7 +12,15 @@ from typing import Any
 from ssptk.core.delays import Jitter, parse_jitter, parse_stragglers, straggler_seconds
 from ssptk.core.divergence import DIVERGENCE_RULE
 from ssptk.core.errors import UsageError
-from ssptk.core.labels import DEFAULT_DC_LAMBDA, label_of, parse_dc, parse_mode
+from ssptk.core.labels import (
+    DCA_DECAY,
+    DEFAULT_DC_LAMBDA,
+    DEFAULT_DCA_LAMBDA,
+    DelayComp,
+    label_of,
+    parse_dc,
+    parse_mode,
+)
 from ssptk.core.models import BUILTIN
 from ssptk.core.network import Network, parse_network
 from ssptk.core.option_checks import (
@@ -104,7 +112,9 @@ OPTIONS: tuple[Option, ...] = (
            "when it is applied (Zhang et al. 2016, staleness-aware async-SGD); dc[:LAMBDA] applies the "
            "delay-compensated gradient g + LAMBDA * g * g * (w_now - w_read) (DC-ASGD, Zheng et al. 2017; default "
            f"LAMBDA {DEFAULT_DC_LAMBDA}; w_read: a copy of the model per worker on the PS, no byte more on the wire); "
-           "none: plain LR", "none|inverse|dc[:LAMBDA]"),
+           "dca[:LAMBDA0] its adaptive form, DC-ASGD-a: LAMBDA = LAMBDA0 / sqrt(mean square of g), per coordinate, "
+           f"the mean square a running average (decay {DCA_DECAY}) kept beside each variable on the PS (default "
+           f"LAMBDA0 {DEFAULT_DCA_LAMBDA}); none: plain LR", "none|inverse|dc[:LAMBDA]|dca[:LAMBDA0]"),
     Option("backup", int, 0, "sync and local: aggregate the first N-B gradients (local: deltas) of each step "
            "(round), drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
@@ -234,8 +244,8 @@ class RunOptions:
         return self.eval_every
 
     @property
-    def dc_lambda(self) -> float | None:
-        """``--lr-staleness dc[:LAMBDA]``'s lambda (``None`` without delay compensation)."""
+    def delay_comp(self) -> DelayComp | None:
+        """``--lr-staleness dc[:LAMBDA]`` or ``dca[:LAMBDA0]``: the delay compensation (``None`` without)."""
         return parse_dc(self.lr_staleness)
 
     @property

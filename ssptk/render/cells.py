@@ -11,10 +11,12 @@ import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
 
-__all__ = ["KEY_FIGURES", "cell", "megabytes", "missing", "percent", "shown_cells"]
+__all__ = ["KEY_FIGURES", "cell", "megabytes", "missing", "percent", "shown_cells", "small_share"]
 
 #: Shares shown as percentages.
 _PERCENT = ("wait_fraction", "link_busy", "transfer_share")
+#: Shares that may be tiny, shown to 2 significant digits (:func:`small_share`): delay compensation's correction.
+_SMALL_SHARES = ("dc_correction_mean", "dc_correction_median", "dc_correction_max")
 #: Figures that tables of repeated runs show as ``mean [min–max]`` (the others show the mean).
 KEY_FIGURES: tuple[str, ...] = ("steps_per_s", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                                  "steps_to_target", "max_skew", "wait_fraction")
@@ -60,6 +62,20 @@ def percent(value: Any) -> str:
         return "-"
     p = 100.0 * float(value)
     return f"{p:.0f}%" if p == 0 or round(p, 1) >= 10 else f"{p:.1f}%"
+
+
+def small_share(value: Any) -> str:
+    """A share that may be far below 1% (delay compensation's correction against the gradient) as the tables and
+    the sentences under them show it: ``12%``, ``1.5%``, ``8%``, ``0.021%``, ``<0.001%``, ``0%`` for none, ``-`` when
+    missing."""
+    if missing(value):
+        return "-"
+    p = 100.0 * float(value)
+    if p == 0:
+        return "0%"
+    if p >= 10:
+        return f"{p:.0f}%"
+    return f"{p:.2g}%" if p >= 0.001 else "<0.001%"
 
 
 def _range(lo: Any, hi: Any, fmt: Any = cell) -> str:
@@ -110,6 +126,8 @@ def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFr
                 cells[c] = [m if m == "-" else f"{m} {_range(lo, hi, fmt)}" for m, (lo, hi) in zip(means, bounds)]
         elif c in _PERCENT:
             cells[c] = [percent(v) for v in df[c].tolist()]
+        elif c in _SMALL_SHARES:
+            cells[c] = [small_share(v) for v in df[c].tolist()]
         elif c == "mb_per_minibatch":
             cells[c] = [megabytes(v) for v in df[c].tolist()]
         elif c == "diverged":

@@ -55,7 +55,7 @@ SHOWN_COLUMNS: dict[str, str] = {
     "label": "run", "rep": "rep", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
     "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
-    "link_busy": "net busy", "transfer_share": "xfer", "status": "status"}
+    "link_busy": "net busy", "transfer_share": "xfer", "dc_correction_mean": "dc corr", "status": "status"}
 _CELL = "white-space:nowrap;padding:2px 8px;text-align:{align};border-bottom:1px solid #ddd"
 _HEAD = "padding:2px 8px;text-align:{align};vertical-align:bottom;background:#f3f3f3;font-weight:600"
 
@@ -76,12 +76,12 @@ def _display(table: pd.DataFrame) -> tuple[list[Any], list[dict[Any, tuple[str, 
             for i in range(len(means))]
     spread = {f"{c}{x}" for c in FIGURE_COLUMNS for x in SPREAD_SUFFIXES}
     hidden = [str(c) for c in table.columns if c not in columns and c not in spread
-              and c not in ("mode", "staleness", "diverged", "diverged_on") and table[c].notna().any()]
+              and c not in ("mode", "staleness", "lr_staleness", "diverged", "diverged_on") and table[c].notna().any()]
     return columns, rows, numeric, hidden
 
 
 #: Columns whose short header a reader cannot guess: a line under an HTML table says what each shown one holds.
-_EXPLAINED = ("mb_per_minibatch", "link_busy", "transfer_share")
+_EXPLAINED = ("mb_per_minibatch", "link_busy", "transfer_share", "dc_correction_mean")
 
 
 def _head(text: str) -> str:
@@ -143,10 +143,10 @@ TERMINAL_COLUMNS: dict[str, str] = {
     "label": "run", "repeats": "repeats", "steps_per_s": "steps/s", "time_to_target_s": "to target s",
     "steps_to_target": "to target mb", "final_loss": "final loss", "final_accuracy": "accuracy",
     "max_skew": "max skew", "wait_fraction": "wait", "mean_staleness": "staleness", "mb_per_minibatch": "MB/step",
-    "link_busy": "net busy", "transfer_share": "xfer", "status": "status",
+    "link_busy": "net busy", "transfer_share": "xfer", "dc_correction_mean": "dc corr", "status": "status",
 }
 _DROP_ORDER = ("repeats", "transfer_share", "mb_per_minibatch", "mean_staleness", "wait_fraction", "link_busy",
-               "final_accuracy", "steps_to_target")
+               "dc_correction_mean", "final_accuracy", "steps_to_target")
 _LEGEND = {
     "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
@@ -158,6 +158,8 @@ _LEGEND = {
     "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
     "transfer_share": "xfer: share of a worker's step its tensors were on the wire (sync, ssp, async: timed on "
                       "every 10th step; local, allreduce: its bytes at the link's rate, an estimate and a floor)",
+    "dc_correction_mean": "dc corr: delay compensation's correction |lambda g*g*(w_now - w_read)| as a share of "
+                          "the gradient |g|, the mean over the run's updates (--lr-staleness dc or dca; - without it)",
 }
 
 
@@ -168,7 +170,8 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
     a single run's table in the same width."""
     cells, numeric = shown_cells(table, ranges_below=True)
     columns = [c for c in TERMINAL_COLUMNS if c in cells.columns]
-    for c in ("final_accuracy", "link_busy", "mb_per_minibatch", "transfer_share"):  # a column no run has says nothing
+    for c in ("final_accuracy", "link_busy", "mb_per_minibatch", "transfer_share",
+              "dc_correction_mean"):  # a column no run has says nothing
         if c in columns and (c not in table.columns or table[c].isna().all()):
             columns.remove(c)
     text = _aligned(cells, numeric, columns, TERMINAL_COLUMNS)

@@ -7,10 +7,12 @@ from typing import IO, Any
 
 import numpy as np
 
+from ssptk.analysis.verdict_facts import dc_fact
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
 from ssptk.core.labels import label_of
 from ssptk.core.options import skew_bound
 from ssptk.render.traffic import split_text
+from ssptk.render.verdict import dc_line
 
 #: What a local SGD run's staleness is (its step records' ``staleness``): every display of it says so.
 LOCAL_STALENESS = "local steps since the last average"
@@ -87,6 +89,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}"
         + (f"   ({LOCAL_STALENESS})" if local else ""),
     ]
+    compensated = dc_fact("this run", s)
+    if compensated is not None:  # how large delay compensation's correction was, worded as in a comparison
+        lines.append(f"dc        {dc_line(compensated)}")
     if s.get("ideal_steps_per_s"):
         lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
                      f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead{_cores_note(s.get('ideal_cores'))}: "

@@ -7,10 +7,11 @@ from collections.abc import Iterable
 
 from ssptk.analysis.outcomes import DIVERGED, EARLY_PER_WORKER, FAILED, NEVER, SOME, Outcome
 from ssptk.analysis.verdict import Noise, Verdict
-from ssptk.analysis.verdict_facts import PaceGap, SkewOverStaleness
+from ssptk.analysis.verdict_facts import DC_NEGLIGIBLE, DelayCompensation, PaceGap, SkewOverStaleness
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
+from ssptk.render.cells import small_share
 
-__all__ = ["WHERE_THE_TRADEOFF_IS", "best_line", "cost_line", "diverged_line", "fact_lines", "first_phrase",
+__all__ = ["WHERE_THE_TRADEOFF_IS", "best_line", "cost_line", "dc_line", "diverged_line", "fact_lines", "first_phrase",
            "legend_mark", "marker", "no_winner_box", "outcome_status", "pace_lines", "verdict_lines", "why_no_winner"]
 
 #: Where a newcomer sees both sides of the tradeoff, when a run does not show them.
@@ -229,9 +230,34 @@ def _skew_line(f: SkewOverStaleness) -> str:
             "than they ran together, which says nothing about how stale it is in principle.")
 
 
+def dc_line(f: DelayCompensation) -> str:
+    """What a setting's delay compensation did, in one sentence: how large its correction was against the gradient
+    (mean, median, largest) and, when no update's reached :data:`~ssptk.analysis.verdict_facts.DC_NEGLIGIBLE`, that
+    the setting trained as its plain mode would (and which knob makes it larger)."""
+    def share(v: float) -> str:
+        return small_share(v).replace("<", "under ")
+
+    what = {"dc": f"dc, lambda {f.lam:g}", "dca": f"dca, adaptive, lambda0 {f.lam:g}"}.get(str(f.form), "")
+    spread = [f"median {share(f.median)}" if f.median is not None else "",
+              f"at most {share(f.largest)}" if f.largest is not None else ""]
+    said = (f"{f.label}'s delay compensation{f' ({what})' if what else ''}: its correction averaged "
+            f"{share(f.mean)} of its gradient" + (f" ({', '.join(p for p in spread if p)})" if any(spread) else ""))
+    limit = f"{100 * DC_NEGLIGIBLE:g}%"
+    if not f.negligible:
+        return (f"{said}: {limit} or more in {'some updates' if f.largest is not None else 'the mean'}, so it changed "
+                "the updates" + (f" (whether for the better: against plain {f.plain}, in this table)" if f.plain_here
+                                 else "") + ".")
+    knob = ("dc:LAMBDA with a larger LAMBDA, or the adaptive dca, would make it larger" if f.form == "dc"
+            else "dca:LAMBDA0 with a larger LAMBDA0 would make it larger" if f.form == "dca" else "")
+    here = f": a difference from {f.plain} here is not the compensation's" if f.plain_here else ""
+    return (f"{said}: under {limit}{' in every update' if f.largest is not None else ''}, so it trained as plain "
+            f"{f.plain} would{here}" + (f" ({knob})" if knob else "") + ".")
+
+
 def fact_lines(v: Verdict) -> list[str]:
     """The verdict's facts (:mod:`ssptk.analysis.verdict_facts`) in sentences."""
-    return [_skew_line(f) for f in v.facts if isinstance(f, SkewOverStaleness)]
+    return [_skew_line(f) if isinstance(f, SkewOverStaleness) else dc_line(f) for f in v.facts
+            if isinstance(f, (SkewOverStaleness, DelayCompensation))]
 
 
 _WHY = {"clock": "its clock came from a per-step overhead of {p} ms, this run calibrated {r} ms (predicted before "

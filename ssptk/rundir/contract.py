@@ -241,7 +241,8 @@ def _left_out(bad: list[str]) -> str:
 
 _NUMBERS = ("wall_s", "steps_per_s", "train_loss_last", "loss_smoothed_last", "wait_fraction", "mean_staleness",
             "first_step_s", "train_cpu_s", "cpu_ms_per_step", "overhead_ms", "gap_ms", "ideal_steps_per_s",
-            "measured_over_ideal", "final_loss", "final_accuracy", "target", "time_to_target_s")
+            "measured_over_ideal", "final_loss", "final_accuracy", "target", "time_to_target_s", "dc_correction_mean",
+            "dc_correction_median", "dc_correction_max")
 _INTS = ("backup", "steps", "total_steps", "max_skew", "max_staleness", "staleness", "local_steps", "diverged_at_step",
          "steps_to_target")
 #: summary.json's ``traffic`` (ssptk.analysis.traffic)
@@ -256,7 +257,7 @@ _TRAFFIC_SUMMARY: dict[str, Callable[[Any], bool]] = {
 _SUMMARY: dict[str, Callable[[Any], bool]] = {
     **{k: _opt(_finite) for k in _NUMBERS}, **{k: _opt(_is_int) for k in _INTS},
     **{k: _opt(_is_str) for k in ("reason", "failed_task", "signal", "mode", "model", "run_dir", "target_on",
-                                  "traffic_not_measured")},
+                                  "traffic_not_measured", "lr_staleness")},
     "status": lambda v: v in ("ok", "failed", "interrupted"),
     "workers": _opt(lambda v: _is_int(v) and 1 <= v <= MAX_WORKERS),
     "diverged": _is_bool, "warm_reused": _is_bool,

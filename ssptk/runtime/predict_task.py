@@ -83,7 +83,7 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
     else:
         replayed = replay(sim.steps, oracle, data, opts.update_lr(lr),
                           inverse_staleness=opts.lr_staleness == "inverse", eval_every=opts.eval_every,
-                          allow_nan=opts.allow_nan, progress=progress, dc_lambda=opts.dc_lambda)
+                          allow_nan=opts.allow_nan, progress=progress, delay_comp=opts.delay_comp)
     if opts.stop_on_divergence and replayed.stopped is None:
         _stop_at_divergence(replayed, opts.workers)
     rd = RunDir(job["run_dir"])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ssptk.core.labels import DelayComp
 from ssptk.core.models import ModelSpec
 from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, fetch_add, make_fence
@@ -106,12 +107,12 @@ def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
 def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
-          incarnation: int | None = None, dc_lambda: float | None = None,
+          incarnation: int | None = None, delay_comp: DelayComp | None = None,
           mode_ops: Callable[[Any], dict[str, Any]] | None = None) -> PSGraph:
     """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count, local
     SGD's rounds; ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared
     layout; ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`;
-    ``dc_lambda``: ``--lr-staleness dc``, :mod:`ssptk.runtime.delay_comp`).
+    ``delay_comp``: ``--lr-staleness dc`` or ``dca``, :mod:`ssptk.runtime.delay_comp`).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`ssptk.runtime.sync_graph.sync_ops` sync's
@@ -128,7 +129,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
         setter = shard_setter(v1, device, cluster)
         with v1.device(setter):
             global_step, x, y, module, model_vars = model_graph(spec, seed)
-            dc = None if dc_lambda is None else Snapshots(v1, model_vars, index, dc_lambda)
+            dc = None if delay_comp is None else Snapshots(v1, model_vars, index, delay_comp)
             # With one PS the step's parameters are read after the global step, so `staleness` counts every
             # update that landed between this step's read and its own update. Read on the PS: under the worker's
             # device the read's Identity would sit on the worker, and its control edge to the parameter reads
@@ -217,7 +218,7 @@ def _free_ops(s: GraphParts, ssp: bool) -> dict[str, Any]:
         scales.append(1.0 / tf.cast(g_after - s.g_read, tf.float64))
         return scales[-1]
 
-    if s.dc is not None:  # g + lambda g*g*(w_now - w_read), on each variable's shard
+    if s.dc is not None:  # g + lambda g*g*(w_now - w_read), on each variable's shard (dca: its lambda there too)
         grads, share = s.dc.corrected(tf, grads, PS)
         tail = [tf.bitcast(share, tf.int64)]  # logged as dc_correction
     g_after, claim = _update_and_claim(s, grads, inverse if s.inverse_staleness else None)

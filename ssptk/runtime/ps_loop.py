@@ -88,7 +88,7 @@ class Trainer:
         lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
         return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
                               container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
-                              inverse_staleness=opts.lr_staleness == "inverse", dc_lambda=opts.dc_lambda)
+                              inverse_staleness=opts.lr_staleness == "inverse", delay_comp=opts.delay_comp)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:
@@ -239,7 +239,7 @@ class Trainer:
             t, t_read = (float(v) for v in meta[3:5].view(np.float64))
             tail = float(meta[-1:].view(np.float64)[0])  # --lr-staleness inverse: lr_scale; dc: dc_correction
             lr_scale = tail if self.opts.lr_staleness == "inverse" else None
-            dc = tail if self.opts.dc_lambda is not None else None
+            dc = tail if self.opts.delay_comp is not None else None
             self.rec.step(StepRecord(t=t, worker=self.index, step=step, global_step=g_after, loss=loss, wait_s=wait_s,
                                      staleness=g_after - g_read - 1, minibatch=mb, delay_s=delay, lr_scale=lr_scale,
                                      dc_correction=dc, transfer_s=getattr(step_fn, "transfer_s", None),

@@ -10,7 +10,9 @@ them (:mod:`ssptk.runtime.ps_graph`):
 * async and ssp: ``params -= lr * gradient`` per update (``lr / (staleness + 1)`` with
   ``--lr-staleness inverse``; with ``--lr-staleness dc:LAMBDA`` the delay-compensated gradient
   ``g + LAMBDA * g * g * (w_now - w_read)``, ``w_read`` the version the gradient was computed at, ``w_now`` the
-  one it is applied to);
+  one it is applied to; with ``dca:LAMBDA0`` LAMBDA is ``LAMBDA0 / sqrt(ms + eps)`` per coordinate, ``ms`` the
+  running mean square of the applied gradients, updated by each update's gradient in the order they land, as the
+  engine keeps it on the PS: :class:`ssptk.core.labels.DelayComp`);
 * sync (and allreduce): ``params -= update_lr * mean(gradients of the update)``, ``update_lr`` being the
   run's learning rate times the gradients aggregated under ``--lr-convention minibatch``; with ``--backup``
   the late gradients are computed (their loss is logged) and dropped;
@@ -32,7 +34,9 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-__all__ = ["GradientOracle", "Params", "Replayed", "compensated", "finish", "read_versions", "replay"]
+from ssptk.core.labels import DelayComp
+
+__all__ = ["GradientOracle", "Params", "Replayed", "compensated", "dca_lambdas", "finish", "read_versions", "replay"]
 
 Params = list[np.ndarray]
 Batch = tuple[np.ndarray, np.ndarray]
@@ -56,7 +60,8 @@ class Replayed:
     """What a replay predicts.
 
     ``steps``: the schedule's records (the columns of real runs) with ``loss`` filled in (NaN where a loss was
-    not finite) and, with ``--lr-staleness inverse``, ``lr_scale``; cut after the first non-finite loss unless
+    not finite) and, with ``--lr-staleness inverse``, ``lr_scale`` (with ``dc`` or ``dca``, ``dc_correction``: the
+    correction's size relative to the gradient's, as the engine logs it); cut after the first non-finite loss unless
     ``allow_nan`` (a real run stops there). ``evals``: ``global_step``, ``t``, ``eval_loss``, ``eval_accuracy``
     every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early.
     """
@@ -90,15 +95,16 @@ def read_versions(steps: pd.DataFrame) -> np.ndarray:
 def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], update_lr: float,
            inverse_staleness: bool = False, eval_every: int = 0, allow_nan: bool = False,
            progress: Callable[[int, int], None] | None = None, wave_limit: int = 256,
-           dc_lambda: float | None = None) -> Replayed:
+           delay_comp: DelayComp | float | None = None) -> Replayed:
     """Replay ``steps`` (a simulated run's records) with ``oracle``'s gradients; see the module docstring.
 
     ``data(worker, minibatch)``: that minibatch as the engine gives it to that worker. ``update_lr``: the rate
     an update applies to the mean of its gradients (``RunOptions.update_lr``). ``progress(done, total)``: called
     after every wave with the gradients computed so far. ``wave_limit``: most gradients per oracle call.
-    ``dc_lambda``: delay compensation's lambda (``RunOptions.dc_lambda``; ``None``: none).
+    ``delay_comp``: delay compensation (``RunOptions.delay_comp``; a number: ``dc``'s constant lambda; ``None``: none).
     """
-    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc_lambda)
+    dc = DelayComp(float(delay_comp)) if isinstance(delay_comp, (int, float)) else delay_comp
+    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc)
     with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
         while True:
             r.wave(data, wave_limit, allow_nan)
@@ -118,11 +124,12 @@ class _Replay:
     """The state of one replay: the schedule's arrays, the versions still to be read, the gradients in hand."""
 
     def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int,
-                 dc: float | None = None) -> None:
+                 dc: DelayComp | None = None) -> None:
         self.records, self.oracle, self.lr, self.inverse, self.every = records, oracle, lr, inverse, every
         self.dc = dc
         self.read_at: dict[int, Params] = {}  # with dc: the parameters each gradient in hand was computed at
         self.n = len(records)
+        self.dc_share = None if dc is None else np.zeros(self.n)  # each applied gradient's |correction| / |g|
         self.reads = read_versions(records)
         applied = records["applied"].to_numpy(bool)
         g = records["global_step"].to_numpy(np.int64)
@@ -144,6 +151,8 @@ class _Replay:
         self.order = np.argsort(self.reads, kind="stable")  # records by the version they read
         self.nxt = 0  # next position in `order` not computed yet
         self.versions: dict[int, Params] = {0: [np.asarray(p) for p in oracle.initial()]}
+        # dca: the running mean square of the applied gradients, per variable (the engine's slot beside each)
+        self.mean_square = [np.zeros_like(p) for p in self.versions[0]] if dc is not None and dc.adaptive else None
         self.current = 0
         self.evals: list[tuple[int, float, float, float | None]] = []
         self.calls = 0
@@ -178,8 +187,7 @@ class _Replay:
             u = self.current + 1
             grads = [self.grads.pop(i) for i in self.members[u]]
             if self.dc is not None:
-                grads = [compensated(g, self.versions[self.current], self.read_at.pop(i), self.dc)
-                         for g, i in zip(grads, self.members[u])]
+                grads = [self._compensated(g, i) for g, i in zip(grads, self.members[u])]
             self.versions[u] = _apply(self.versions[self.current], grads,
                                       self.lr, [self.stale[i] for i in self.members[u]] if self.inverse else None)
             self.current, moved = u, True
@@ -191,16 +199,30 @@ class _Replay:
             del self.versions[v]
         return moved
 
+    def _compensated(self, g: Params, i: int) -> Params:
+        """Record ``i``'s gradient ``g`` delay-compensated against the version it lands on (``dca``: the running mean
+        square takes ``g`` in first); its correction's relative size kept for its record."""
+        assert self.dc is not None
+        lam: float | Params = self.dc.lam
+        if self.mean_square is not None:
+            self.mean_square, lam = dca_lambdas(g, self.mean_square, self.dc)
+        out = compensated(g, self.versions[self.current], self.read_at.pop(i), lam)
+        if self.dc_share is not None:
+            moved = sum(float(np.sum(np.square(o - gk, dtype=np.float64))) for o, gk in zip(out, g))
+            size = sum(float(np.sum(np.square(gk, dtype=np.float64))) for gk in g)
+            self.dc_share[i] = np.sqrt(moved) / np.sqrt(size) if size > 0 else 0.0
+        return out
+
     def result(self) -> Replayed:
         return finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
                       self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
-                      lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None)
+                      lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None, dc_correction=self.dc_share)
 
 
 def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop_at: float | None,
            oracle: GradientOracle, final: Params, updates: int, landed: float,
            evals: list[tuple[int, float, float, float | None]], every: int, calls: int,
-           lr_scale: np.ndarray | None = None) -> Replayed:
+           lr_scale: np.ndarray | None = None, dc_correction: np.ndarray | None = None) -> Replayed:
     """A replay's :class:`Replayed`: ``records`` with their ``losses`` (cut after ``stop_at``, the first non-finite
     loss's time, where the real run would have stopped), the final held-out evaluation of ``final`` (version
     ``updates``, applied at ``landed``) and the last of ``evals`` every ``every`` updates."""
@@ -211,6 +233,8 @@ def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop
     out["loss"] = losses[keep]
     if lr_scale is not None:
         out["lr_scale"] = lr_scale[keep]
+    if dc_correction is not None:
+        out["dc_correction"] = dc_correction[keep]
     stopped = None
     if stop_at is not None:
         first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
@@ -224,14 +248,29 @@ def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop
                     updates=updates, stopped=stopped, oracle_calls=calls, gradients=int(computed.sum()))
 
 
-def compensated(grad: Params, now: Params, read: Params, lam: float) -> Params:
+def compensated(grad: Params, now: Params, read: Params, lam: float | Params) -> Params:
     """DC-ASGD's delay-compensated gradient (Zheng et al. 2017): ``g + lam * g * g * (now - read)``, ``read`` the
-    parameters ``g`` was computed at, ``now`` those it is applied to; in the parameters' own precision."""
+    parameters ``g`` was computed at, ``now`` those it is applied to; ``lam`` a number (``dc``) or one array per
+    variable (``dca``: :func:`dca_lambdas`); in the parameters' own precision."""
     out = []
-    for g, w, r in zip(grad, now, read):
+    for k, (g, w, r) in enumerate(zip(grad, now, read)):
         one = w.dtype.type
-        out.append(g + one(lam) * g * g * (w - r))
+        lk = one(lam) if isinstance(lam, (int, float)) else lam[k]
+        out.append(g + lk * g * g * (w - r))
     return out
+
+
+def dca_lambdas(grad: Params, mean_square: Params, dc: DelayComp) -> tuple[Params, Params]:
+    """DC-ASGD-a: the running mean square after ``grad``, ``m * ms + (1 - m) * g * g``, and the lambda per
+    coordinate, ``lambda0 / sqrt(ms + eps)`` (:class:`ssptk.core.labels.DelayComp`), in the parameters' precision,
+    as the engine computes them on the PS."""
+    squares, lams = [], []
+    for g, ms in zip(grad, mean_square):
+        one = ms.dtype.type
+        new = one(dc.decay) * ms + one(1.0 - dc.decay) * g * g
+        squares.append(new)
+        lams.append(one(dc.lam) / np.sqrt(new + one(dc.eps)))
+    return squares, lams
 
 
 def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None) -> Params:
