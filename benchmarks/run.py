@@ -49,6 +49,7 @@ from bench_semi_sync import bench_semi_sync
 from bench_sim import bench_sim_vs_real
 from bench_soak import bench_soak
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
+from bench_suite_loaded import bench_suite_loaded
 from bench_trace import bench_trace
 from bench_tradeoff import bench_tradeoff
 from harness import HERE, Context, Row
@@ -84,6 +85,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_network_predicted,
     bench_network_sweep,
     bench_trace,
+    bench_suite_loaded,
 ]
 
 
