@@ -55,8 +55,9 @@ import heapq
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import count
+from typing import TypeVar
 
 from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
@@ -89,6 +90,7 @@ HEAD_SHARE = 2.0
 #: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
 GLOBAL_STEP_BYTES = 8
 _PULL, _PUSH, _LAND, _COMPUTE, _GAP, _BACK = 0, 1, 2, 3, 4, 5
+W = TypeVar("W")  # what the caller has in flight per worker
 
 
 def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
@@ -214,6 +216,12 @@ class Links:
 
     def __bool__(self) -> bool:
         return self.in_flight > 0
+
+    def landings(self, work: Sequence[W]) -> Iterator[tuple[float, W]]:
+        """Each step as it lands (:meth:`next`), ``(when, work[worker])``, until none is in flight."""
+        while self.in_flight > 0:
+            t, w = self.next()
+            yield t, work[w]
 
     def start(self, worker: int, t: float, compute: float) -> None:
         """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds (once its last step's
