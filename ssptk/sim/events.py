@@ -129,21 +129,19 @@ class Quorum(Generic[W]):
         self.updates = updates
         self.version = 0
         self.done = False  # the last update is applied
+        self.current = 0  # the version work must have read to count: ``version``, or -1 once ``done`` (none counts)
         self.landed: list[tuple[float, W]] = []
 
-    def counts(self, work: W) -> bool:
-        """Whether ``work`` counts towards the next update: it read the current version, and the run goes on."""
-        return work.read == self.version and not self.done
-
     def add(self, t: float, work: W) -> list[tuple[float, W]] | None:
-        """``work`` (that :meth:`counts`) landed at ``t``: the update it completes, each counted piece with when it
-        landed (the version then moves on), or ``None`` while too few have."""
+        """``work`` (read from :attr:`current`) landed at ``t``: the update it completes, each counted piece with
+        when it landed (the version then moves on), or ``None`` while too few have."""
         self.landed.append((t, work))
         if len(self.landed) < self.need:
             return None
         update, self.landed = self.landed, []
         self.version += 1
         self.done = self.version >= self.updates
+        self.current = -1 if self.done else self.version
         return update
 
 
@@ -185,7 +183,7 @@ class FreeRun:
         for i in range(self.workers.n):
             if not self.try_start(i, 0.0):
                 self.blocked.append(i)
-        add, counts, flight = self.schedule.add, self.counts, self.workers.flight
+        add, counts, flight, try_start = self.schedule.add, self.counts, self.workers.flight, self.try_start
         for t, step in self.workers.landings():
             if self.landed is not None:  # the updates landed before its read are not stale
                 step.read = bisect.bisect_right(self.landed, flight.read_at(step.worker))
@@ -194,7 +192,7 @@ class FreeRun:
             self.version += 1
             add(Record(t, step.worker, self.version, step.wait, stale, step.minibatch, step.delay, True))
             step.ready = t
-            if not self.try_start(step.worker, t):
+            if not try_start(step.worker, t):
                 self.blocked.append(step.worker)
             if self.blocked and (counts.lo != self.lo_tried or self.claimed >= self.total):
                 self.unblock(t)
@@ -251,17 +249,19 @@ def run_sync_drop(n: int, updates: int, backup: int, models: Sequence[DelayModel
                 workers.start(s.worker, t, v, v * n + s.worker)
 
     go_on(workers.work, 0.0)
+    add = schedule.add
     for t, step in workers.landings():
-        if not quorum.counts(step):
+        if step.read != quorum.current:  # late: read from an older version, or the run is over
             g = quorum.version
-            schedule.add(Record(t, step.worker, g, 0.0, g - step.read, step.minibatch, step.delay, False))
+            add(Record(t, step.worker, g, 0.0, g - step.read, step.minibatch, step.delay, False))
             go_on((step,), t)
             continue
         update = quorum.add(t, step)
         if update is None:
             continue
+        g = quorum.version
         for landed, s in update:
-            schedule.add(Record(t, s.worker, quorum.version, t - landed, 0, s.minibatch, s.delay, True))
+            add(Record(t, s.worker, g, t - landed, 0, s.minibatch, s.delay, True))
         go_on([s for _, s in update], t)
     return schedule, quorum.version
 

@@ -100,7 +100,7 @@ def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequenc
     for i in range(n):
         go_on(i, 0.0)
     for t, rnd in rounds.landings():
-        if not quorum.counts(rnd):  # a late delta: dropped
+        if rnd.read != quorum.current:  # a late delta: dropped
             later += rounds.records(rnd, t, t, 0.0, False, quorum.version)
             go_on(rnd.worker, t)
             continue
