@@ -137,9 +137,9 @@ def _group(ctx: Context, workers: int, layout: str, steps: int) -> list[Row]:
     import shutil
 
     from ssptk.analysis import compare_table
+    from ssptk.core.resources import machine_cores
     from ssptk.experiment.predicted_runs import plan, predict
     from ssptk.rundir import load_run
-    from ssptk.sim.links import machine_cores
 
     base = os.path.join(os.environ.get("SSPTK_BENCH_KEEP") or ctx.tmp, f"pred-{workers}-{layout}")
     common: dict[str, Any] = dict(model=PREDICTED_MODEL, workers=workers, steps=steps, layout=layout, seed=0)

@@ -142,7 +142,7 @@ def bench_network_sweep(ctx: Context) -> list[Row]:
     kept = {f"{k} s{seed}": s["kept"] for (k, seed), s in runs.items() if s.get("status") == "ok" and s.get("kept")}
     table = compare_table({label: load_run(d) for label, d in kept.items()}).set_index("label")
     target = table.attrs["target"]
-    from ssptk.sim.links import machine_cores
+    from ssptk.core.resources import machine_cores
 
     cores = machine_cores()
     ctx.note(f"Real: `--model {MODEL} --workers {WORKERS} --steps {steps} --eval-every {EVAL_EVERY} --layout {layout} "

@@ -46,7 +46,7 @@ from bench_notebook import bench_dashboard_overhead, bench_dashboard_overhead_64
 from bench_predict import bench_predict_speed, bench_predicted_vs_real, bench_predicted_vs_real_semi_sync
 from bench_ps_pause import bench_ps_pause
 from bench_semi_sync import bench_semi_sync
-from bench_sim import bench_sim_vs_real
+from bench_sim import bench_sim_speed, bench_sim_vs_real
 from bench_soak import bench_soak
 from bench_start_scale import bench_cold_start, bench_logging_on_off, bench_scale_workers
 from bench_suite_loaded import bench_suite_loaded
@@ -65,6 +65,7 @@ NOISE_NOTE = (
 BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_ssp_nonbinding_vs_async,
     bench_sim_vs_real,
+    bench_sim_speed,
     bench_warm_rerun,
     bench_dashboard_overhead,
     bench_dashboard_overhead_64,

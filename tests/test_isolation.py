@@ -23,9 +23,9 @@ import pytest
 from conftest import assert_gone, cluster_processes, skip_or_fail, ssptk_cmd, warm_processes
 
 import ssptk
+from ssptk.core.resources import machine_cores
 from ssptk.launch import netns, tracking, warm
 from ssptk.launch.cluster import LocalCluster
-from ssptk.sim.links import machine_cores
 
 COMMON = dict(model="linear", mode="async", workers=2)
 REFUSED = "unshare: unshare failed: Operation not permitted"

@@ -284,6 +284,11 @@ RULE_OWNERS: list[tuple[str, str, tuple[str, ...]]] = [
     (r"^MAX_DELAY_S\s*=", "the longest injected delay", ("ssptk.core.delays",)),
     (r"^(LINKS_ENV|MAX_TASKS)\s*=|def link_address\b", "the link addressing rule", ("ssptk.core.network",)),
     (r"\bhtb\b.*classid|tc\s+-batch", "traffic control", ("ssptk.launch.links",)),
+    (r"^GLOBAL_STEP_BYTES\s*=|def shard_bytes\b|class ShardBalancer\b|min\(range\(.*\.__getitem__",
+     "the PS-shard placement (engine and simulator alike)", ("ssptk.core.shards",)),
+    (r"def machine_cores\b|\bsched_getaffinity\(", "the machine's cores", ("ssptk.core.resources",)),
+    (r"def recorded_cores\b", "the cores config.json recorded", ("ssptk.rundir.layout",)),
+    (r"[\"']loss became ", "the message of a non-finite loss", ("ssptk.core.errors",)),
 ]
 
 
@@ -308,6 +313,23 @@ def test_the_rule_check_sees_violations(tmp_path: Path, monkeypatch: pytest.Monk
     assert rule_problems() == [
         "ssptk.render.m:3 holds starting processes, owned by ssptk.launch.process, ssptk.launch.netns",
         "ssptk.render.m:4 holds error text rewritten by hand (raise an error carrying the reason), owned by nobody"]
+
+
+def test_each_rule_owner_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second shard placement, core count, reader of the recorded cores or loss message is found, in any layer."""
+    path = tmp_path / "m.py"
+    path.write_text('"""doc"""\nimport os\n'
+                    "def shard_bytes(sizes, shards):\n    return min(range(shards), key=load.__getitem__)\n"
+                    "cores = len(os.sched_getaffinity(0))\n"
+                    "def recorded_cores(config):\n    return None\n"
+                    'stopped = f"loss became nan at step {step}"\n')
+    monkeypatch.setattr(__import__(__name__), "MODULES", {"ssptk.sim.m": path})
+    assert rule_problems() == [
+        "ssptk.sim.m:3 holds the PS-shard placement (engine and simulator alike), owned by ssptk.core.shards",
+        "ssptk.sim.m:4 holds the PS-shard placement (engine and simulator alike), owned by ssptk.core.shards",
+        "ssptk.sim.m:5 holds the machine's cores, owned by ssptk.core.resources",
+        "ssptk.sim.m:6 holds the cores config.json recorded, owned by ssptk.rundir.layout",
+        "ssptk.sim.m:8 holds the message of a non-finite loss, owned by ssptk.core.errors"]
 
 
 @pytest.mark.parametrize("modules", ["ssptk", "ssptk.worker, ssptk.runtime.ps_loop, ssptk.runtime.allreduce"])

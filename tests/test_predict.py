@@ -93,12 +93,13 @@ def test_cli_sim_with_a_model(tmp_path: Path) -> None:
     assert [e["global_step"] for e in events if e["event"] == "eval"] == [40, 80, 120, 160]
     rep = subprocess.run([*ssptk_cmd(), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0 and "PREDICTED" in rep.stdout
-    # a NaN loss ends a predicted run as it ends a real one: one line, exit code 1
+    # a non-finite loss ends a predicted run as it ends a real one: one line (saying what it was: here the loss
+    # overflows to inf before any NaN), exit code 1
     nan = subprocess.run([*ssptk_cmd(), "sim", "--model", "linear", "--mode", "async", "--workers", "2", "--steps",
                           "200", "--lr", "20", "--out", str(tmp_path / "nan")], capture_output=True, text=True,
                          timeout=300)
     assert nan.returncode == 1
-    assert "loss became nan at step" in nan.stderr and "Traceback" not in nan.stderr
+    assert "loss became inf at step" in nan.stderr and "Traceback" not in nan.stderr
     # training options without a model: the timing-only simulator cannot honour them
     bad = subprocess.run([*ssptk_cmd(), "sim", "--lr", "0.1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--lr needs --model" in bad.stderr

@@ -12,10 +12,12 @@ import ssptk
 from ssptk.commands import build_parser
 from ssptk.core.errors import UsageError
 from ssptk.core.options import from_namespace, resolve, to_argv
+from ssptk.core.resources import machine_cores
 from ssptk.render.text import format_summary
+from ssptk.rundir import recorded_cores
 from ssptk.sim import ideal_for
 from ssptk.sim import simulate as sim_simulate
-from ssptk.sim.links import machine_cores, recorded_cores, shared_cores
+from ssptk.sim.links import shared_cores
 
 MODEL_BYTES = 4.0 * 85_000  # mlp:256's parameters, float32
 BOUND = "ps=20mbit"  # 7 pulls/s of mlp:256: the link keeps the workers apart
@@ -81,7 +83,7 @@ def _cores_in_a_cgroup_with_a_quota(cpus: float) -> str:
     except OSError as e:
         skip_or_fail(f"needs a cgroup whose CPU quota this user may set ({e}): run the tests as root")
     try:
-        code = "from ssptk.sim.links import machine_cores; print(machine_cores())"
+        code = "from ssptk.core.resources import machine_cores; print(machine_cores())"
         enter = f"echo $$ > {group / 'cgroup.procs'} && exec {sys.executable} -c '{code}'"
         return subprocess.run(["sh", "-c", enter], capture_output=True, text=True, check=True, timeout=60,
                               env=dict(os.environ)).stdout.strip()

@@ -142,11 +142,16 @@ def test_inverse_staleness_scales_each_gradient() -> None:
 def test_a_non_finite_loss_ends_the_run_where_the_real_one_would() -> None:
     sched = ssptk.simulate("async", workers=2, steps=200, overhead=0.01).steps
     out = replay(sched, Quadratic(), data, update_lr=5.0)  # far too large: it blows up to inf, then NaN
-    assert out.stopped is not None and out.stopped.startswith("loss became nan at step")
     loss = out.steps.sort_values("t")["loss"].to_numpy()
     assert not np.isfinite(loss[-1]) and np.isfinite(loss[:-1]).all()  # cut after the first bad record
+    assert loss[-1] == np.inf  # and the message says so, as a real run's would (not "nan")
+    last = out.steps.sort_values("t").iloc[-1]
+    assert out.stopped == (f"loss became inf at step {last['step']} (worker {last['worker']}, global step "
+                           f"{last['global_step']}): lower --lr, check the model, or pass --allow-nan")
     kept = replay(sched, Quadratic(), data, update_lr=5.0, allow_nan=True)
     assert kept.stopped is None and len(kept.steps) == len(sched)
+    nan = replay(sched, Quadratic(start=float("nan")), data, update_lr=0.1)
+    assert nan.stopped is not None and nan.stopped.startswith("loss became nan at step 1 ")
 
 
 def test_held_out_every_k_updates() -> None:

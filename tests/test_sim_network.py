@@ -8,9 +8,10 @@ import pytest
 from ssptk.core.errors import UsageError
 from ssptk.core.models import builtin_parameters, mlp_parameters
 from ssptk.core.network import parse_network
+from ssptk.core.shards import shard_bytes
 from ssptk.sim import ideal_for, simulate
 from ssptk.sim.fluid import Fluid
-from ssptk.sim.links import HEAD_SHARE, PROTOCOL_OVERHEAD, Links, shard_bytes
+from ssptk.sim.links import HEAD_SHARE, PROTOCOL_OVERHEAD, Links
 
 MB = 1e6
 

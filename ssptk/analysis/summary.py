@@ -13,9 +13,9 @@ from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
 from ssptk.core.errors import TaskFailure
 from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
-from ssptk.rundir import RunDir, load_run
+from ssptk.rundir import RunDir, load_run, recorded_cores
 from ssptk.sim import calibrate_gap, ideal_for
-from ssptk.sim.links import recorded_cores, shared_cores
+from ssptk.sim.links import shared_cores
 
 __all__ = ["run_summary"]
 

@@ -106,14 +106,20 @@ class RunFailed(RuntimeError):
         return lines + ([f"logs kept in {run_dir}"] if run_dir else [])
 
 
+def loss_not_finite(loss: float, step: int, worker: int, global_step: int) -> str:
+    """The one line that says a run stopped on a non-finite ``loss`` (``nan``, ``inf`` or ``-inf``, as it was), a
+    real run's (:class:`LossNotFinite`) or a predicted one's alike."""
+    what = "nan" if loss != loss else ("inf" if loss > 0 else "-inf")
+    return (f"loss became {what} at step {step} (worker {worker}, global step {global_step}): "
+            "lower --lr, check the model, or pass --allow-nan")
+
+
 class LossNotFinite(RuntimeError):
     """Raised inside a worker when a step's loss is NaN or infinite (unless ``--allow-nan``); its
-    message is the one line the user sees."""
+    message is the one line the user sees (:func:`loss_not_finite`)."""
 
     def __init__(self, loss: float, step: int, worker: int, global_step: int) -> None:
-        what = "nan" if loss != loss else ("inf" if loss > 0 else "-inf")
-        super().__init__(f"loss became {what} at step {step} (worker {worker}, global step {global_step}): "
-                         "lower --lr, check the model, or pass --allow-nan")
+        super().__init__(loss_not_finite(loss, step, worker, global_step))
 
 
 def check_loss(loss: float, allow_nan: bool, step: int, worker: int, global_step: int) -> None:

@@ -1,4 +1,4 @@
-"""What a run needs of the machine's memory, estimated from its options before anything starts.
+"""What a run needs of the machine's memory, estimated from its options before anything starts; and the cores it has.
 
 One owner for the sizes a run is bounded by: ``--workers`` (TensorFlow tasks: a process each, or a server each
 in the shared layout), ``--batch`` (every worker holds its minibatch several times over while it steps) and
@@ -9,6 +9,7 @@ it simulates). :func:`run_estimate` and :func:`sim_estimate` are pure; :func:`ch
 --steps 1000000000000`` to 4 GB, before this check. The constants were measured on this project's machines
 (TensorFlow 2.21 on CPU, ``benchmarks``-style runs sampled with psutil: USS per process, PSS for the libraries
 they share); an estimate is a floor, not a promise: a model's own activations are not counted.
+:func:`machine_cores` is the CPU a run started here gets (its CPU set, within its cgroup's quota: :func:`cgroup_cpus`).
 Imports nothing above core.
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 from ssptk.core.errors import UsageError
 
 __all__ = ["BATCH_COPIES", "Estimate", "RECORD_BYTES", "SHARED_TASK_BYTES", "SIM_RECORD_BYTES", "TASK_BYTES",
-           "available_bytes", "cgroup_cpus", "check_fits", "check_sim", "example_bytes", "run_estimate", "sim_estimate"]
+           "available_bytes", "cgroup_cpus", "check_fits", "check_sim", "example_bytes", "machine_cores",
+           "run_estimate", "sim_estimate"]
 
 MB = 2**20
 #: the launcher itself (Python, NumPy, pandas, the supervisor)
@@ -189,6 +191,19 @@ def cgroup_cpus(root: str = "/sys/fs/cgroup") -> float | None:
                 break
     limits = [q for q in found if q is not None]
     return min(limits) if limits else None
+
+
+def machine_cores() -> float:
+    """The cores a run started here gets: the CPUs this process may run on (``os.sched_getaffinity``, which a
+    cgroup's cpuset or ``taskset`` narrows; ``os.cpu_count()`` where there is no such call), fewer where its
+    cgroup's CPU quota allows less (:func:`cgroup_cpus`: a container's ``--cpus 1.5`` gives 1.5); an ``int`` unless
+    the quota binds (then the quota to 0.01, at least 0.01)."""
+    try:
+        cpus: float = max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        cpus = max(1, os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return cpus if quota is None or quota >= cpus else max(0.01, round(quota, 2))
 
 
 def available_bytes() -> int | None:

@@ -23,8 +23,7 @@ from ssptk.core.options import OPTIONS, check_target, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
-from ssptk.rundir import ComparisonDir, RunDir
-from ssptk.sim.links import recorded_cores
+from ssptk.rundir import ComparisonDir, RunDir, recorded_cores
 
 __all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "common_options", "compare", "parse_labels",
            "predict_comparison", "run_order", "run_tuple"]

@@ -19,13 +19,13 @@ from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, check_memory, check_target, resolve
-from ssptk.core.resources import check_sim
+from ssptk.core.resources import check_sim, machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
 from ssptk.launch.predictor import PREDICT_TASK, PredictProgress, run_predictor
 from ssptk.rundir import RunDir, load_run
-from ssptk.sim.links import machine_cores, shared_cores
+from ssptk.sim.links import shared_cores
 
 __all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
 
@@ -60,7 +60,7 @@ def plan(overhead: float | None = None, run_dir: str | None = None, gap: float |
          **options: Any) -> Prediction:
     """Resolve and check ``options`` (those of ``ssptk run``; a model is required), claim the run directory
     (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``); ``cores`` (``--cores``) not given:
-    this machine's (:func:`ssptk.sim.links.machine_cores`); ``gap`` (:class:`Prediction`'s) at most the overhead.
+    this machine's (:func:`ssptk.core.resources.machine_cores`); ``gap`` (:class:`Prediction`'s) at most the overhead.
     Raises :class:`UsageError`."""
     for name, x in (("--overhead", overhead), ("gap", gap)):
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < float("inf")):

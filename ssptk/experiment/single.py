@@ -16,13 +16,13 @@ from typing import Any
 
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions, check_memory, resolve, to_argv
+from ssptk.core.resources import machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import ProgressFn, ProgressObserver, RunObserver, notify_starting
 from ssptk.launch.supervisor import Outcome, not_restarted_in_start_up, supervise
 from ssptk.launch.warm import Stopped
 from ssptk.rundir import USER_MODEL_FILE, RunDir
-from ssptk.sim.links import machine_cores
 
 __all__ = ["PreparedRun", "RunResult", "check_before_start", "check_model", "execute", "new_run_dir", "prepare", "run",
            "shutdown"]

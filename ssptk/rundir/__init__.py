@@ -16,10 +16,10 @@ from typing import Any
 
 from ssptk.rundir import trace as _trace  # noqa: F401  (installs the reader of --jitter trace:PATH)
 from ssptk.rundir.comparison import ComparisonDir
-from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, task_log_name
+from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, recorded_cores, task_log_name
 
 __all__ = ["USER_MODEL_FILE", "ComparisonDir", "JsonlTail", "RunDir", "RunLogReader", "load_run", "read_json",
-           "read_run", "task_log_name"]
+           "read_run", "recorded_cores", "task_log_name"]
 
 _READERS = ("JsonlTail", "RunLogReader", "load_run", "read_run")
 

@@ -7,6 +7,7 @@ path; ``config.json``, ``summary.json`` and ``model/final.json`` are written onl
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -18,7 +19,7 @@ from ssptk.core.records import finite_or_null
 from ssptk.rundir.contract import check_config, check_final, check_summary, check_traffic, load_json
 from ssptk.rundir.space import write_whole
 
-__all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "task_log_name"]
+__all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "recorded_cores", "task_log_name"]
 
 #: The code of a ``%%dtrain`` cell, saved in its run directory (``--model <dir>/user_model.py:NAME``).
 USER_MODEL_FILE = "user_model.py"
@@ -34,6 +35,15 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     file is read, and only up to :data:`~ssptk.rundir.contract.MAX_JSON_BYTES` (a FIFO cannot block it)."""
     obj, _ = load_json(path)
     return obj if isinstance(obj, dict) else {}
+
+
+def recorded_cores(config: object) -> float | None:
+    """The cores a run had, as its ``config.json`` recorded them (``tasks.cores``; ``None`` where it did not: a run
+    made before they were recorded, or one whose tasks no ssptk launcher started, each perhaps on its own host)."""
+    tasks = config.get("tasks") if isinstance(config, dict) else None
+    cores = tasks.get("cores") if isinstance(tasks, dict) else None
+    ok = isinstance(cores, (int, float)) and not isinstance(cores, bool) and 0 < cores < math.inf
+    return float(cores) if ok else None  # type: ignore[arg-type]
 
 
 def _write_json(path: str, obj: dict[str, Any]) -> None:

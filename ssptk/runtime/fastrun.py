@@ -2,7 +2,7 @@
 
 ``Session.make_callable`` has a fast path only for callables *without* feeds; with a ``feed_list`` it
 builds a feed dict and goes through ``Session.run`` on every call (fetch handler, feed checks, nest
-flattening): about a fifth of a small model's step here (see benchmarks/FINDINGS.md, 2026-11-25). Every
+flattening), a large share of a small model's step (measured: ``benchmarks/FINDINGS.md``). Every
 ssptk step feeds its minibatch, so :func:`feeding_callable` does once what ``Session.run`` repeats: the
 fetch handler, the fetch and target lists and the feeds' graph outputs, and on each call only converts
 the values and calls TensorFlow's C session run.

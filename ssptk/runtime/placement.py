@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ssptk.core.shards import ShardBalancer
+
 __all__ = ["BalanceBytes", "on_its_shard", "shard_setter"]
 
 
@@ -19,20 +21,18 @@ def shard_setter(v1: Any, worker_device: str, cluster: dict[str, list[str]]) -> 
 
 
 class BalanceBytes:
-    """``replica_device_setter``'s ``ps_strategy``: each variable to the shard with the fewest bytes so far (TF 1's
-    ``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn``, gone with ``tf.contrib``). ``load`` is each
-    shard's bytes."""
+    """``replica_device_setter``'s ``ps_strategy``: each variable to its shard by bytes, by the one rule the simulator
+    also places them by (:class:`ssptk.core.shards.ShardBalancer`; TF 1's ``GreedyLoadBalancingStrategy`` with
+    ``byte_size_load_fn``, gone with ``tf.contrib``)."""
 
     def __init__(self, shards: int) -> None:
-        self.load = [0] * shards
+        self.balancer = ShardBalancer(shards)
 
     def __call__(self, op: Any) -> int:
         import tensorflow as tf
 
-        shard = min(range(len(self.load)), key=self.load.__getitem__)
-        self.load[shard] += (tf.TensorShape(op.get_attr("shape")).num_elements() or 1) * \
-            tf.as_dtype(op.get_attr("dtype")).size
-        return shard
+        nbytes = (tf.TensorShape(op.get_attr("shape")).num_elements() or 1) * tf.as_dtype(op.get_attr("dtype")).size
+        return self.balancer.place(nbytes)
 
 
 def on_its_shard(v1: Any, var: Any) -> Any:

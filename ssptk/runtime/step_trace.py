@@ -7,8 +7,8 @@ that step: the parameters pulled from each shard, the gradients pushed, the cont
 values fetched back. Each entry spans from the tensor being sent (once it was produced and asked for) to its last
 byte arriving, so it includes waiting behind other workers' traffic on a shared link. A step's transfer time is the
 time in which some tensor of the step was on its way and the worker computed nothing (the union of those spans less
-the worker's own ops' spans): the step record's ``transfer_s``. Checked: traced steps take as long as the others
-(0.199 against 0.198 s, async, 4 workers, ``--ps 4``, ``mlp:256``, ``ps=20mbit``).
+the worker's own ops' spans): the step record's ``transfer_s``. Traced steps take as long as the others
+(measured: ``benchmarks/FINDINGS.md``).
 
 Not traced: GPU workers (a full trace asks for CUPTI, which a machine may lack), local SGD and allreduce (their
 share stays the estimate from bytes and rates, ``ssptk.analysis.traffic``).

@@ -1,94 +1,64 @@
-"""The network in the simulator: each pull and push a transfer through the links it crosses, sharing each as TCP does.
+"""The network in the simulator: each pull and push a transfer through the links it crosses, shared as TCP shares them.
 
-Every task has a full-duplex link (``--network``'s rate for its role; an unshaped role's link is free): what it
-sends goes out of its link, what it receives comes in. A transfer from task ``a`` to task ``b`` crosses ``a``'s
-link out and ``b``'s link in, and the transfers in flight share every link as TCP flows do: each link's rate is
-split among the transfers that can use more (one held back at a slower link it crosses leaves the rest to the
-others: max-min sharing, :class:`Fluid`), by weights: the transfer that has been on a link longest weighs
-:data:`HEAD_SHARE` against each of the others, which share the rest evenly (as raw TCP on these links measured
-with 4 and 16 transfers, ``benchmarks/exp_tcp_share.py``), and each weight is scaled by a draw of
-:data:`SHARE_SIGMA` (TCP's unevenness, measured). So of N workers that pull at once from one PS, the first finishes
-well before the rest, which finish nearly together. (``arrival_factor`` weighs every transfer :data:`ARRIVAL_FACTOR`
-times the one that entered after it: it fits 4 transfers as well, but not 16 or 64, and predicted fewer of 24
-shaped runs; ``head=1, arrival_factor=1``: plain fair sharing. ``benchmarks/FINDINGS.md``, stops 27-29.)
+Every task has a full-duplex link (``--network``'s rate for its role; an unshaped role's link is free). A transfer
+from task ``a`` to task ``b`` crosses ``a``'s link out and ``b``'s link in, and the transfers in flight share every
+link max-min (:class:`~ssptk.sim.fluid.Fluid`), by weights: the transfer longest on a link weighs
+:data:`HEAD_SHARE` against each of the others, which share the rest evenly, and each weight is scaled by a
+log-normal draw of :data:`SHARE_SIGMA`. A transfer carries its tensors' float32 bytes times
+:data:`PROTOCOL_OVERHEAD` and takes the one-way ``delay`` twice (its request and its reply).
 
-A step of worker ``i`` is
+A step of worker ``i`` (:class:`Links`):
 
-1. **pull**: from each PS shard the bytes it holds (:func:`shard_bytes`: the variables placed by bytes, as
-   ``placement.BalanceBytes`` places them) through the shard's link out and worker ``i``'s link in; the step
-   computes once the last shard's piece has arrived;
+1. **pull**: from each PS shard the bytes it holds (:func:`ssptk.core.shards.shard_bytes`: the engine's placement),
+   through the shard's link out and worker ``i``'s link in; the step computes once the last piece has arrived;
 2. **compute**: the step's own seconds (overhead, compute, injected delay);
-3. **push**: the gradient's bytes back the same way, into each shard's link in; the update lands when the last
-   piece has (``sync``, ``local``). In ``async`` and ``ssp`` as the engine runs them: with shards, async counts
-   the update (its landing) once ``ps:0``'s part is in, and ssp once every other shard's message reached
-   ``ps:0``, that message waiting behind what the shard's link out holds;
-4. **the result back** (``async``, ``ssp``): a few bytes from each shard, each waiting in the shard's link out
-   behind the bits queued there (one FIFO queue: the pulls in flight) before the worker can start its next step.
-   Under a PS-bound link that wait is most of the time between an update's landing and the worker's next read,
-   which makes async's staleness below N-1 (8 workers at ``ps=20mbit``: measured 5.7, predicted 5.6; without the
-   wait 6.9). A wait for the next step's request behind the pushes in the PS's link in as well predicted 19 of 23
-   shaped runs' steps/s within 15% (too slow; the requests pass that link in a class that only requests use,
-   :mod:`ssptk.launch.links`), and so did ssp's messages waiting in ``ps:0``'s link in too (``benchmarks/FINDINGS.md``,
-   stop 31).
+3. **push**: the gradient's bytes back the same way; the update lands with the last piece (``sync``, ``local``).
+   In ``async`` and ``ssp``, as the engine runs them with shards: async counts the update once ``ps:0``'s part is
+   in, ssp once every other shard's message reached ``ps:0``, behind what that shard's link out holds;
+4. **the result back** (``async``, ``ssp``): a few bytes from each shard, each behind the pulls queued in the
+   shard's link out, before the worker starts its next step.
 
-Each transfer also takes the one-way ``delay`` twice (its request and its reply): it enters the links ``delay``
-after it is ready and counts as arrived ``delay`` after its last bit left the links. The bytes are the
-variables' float32 bytes times :data:`PROTOCOL_OVERHEAD` (what ssptk's links measured above the tensors' bytes:
-3-8%). ``allreduce`` has no PS: after computing, each worker sends and receives ``2 (N-1)/N`` of the model
-through its own link (a ring all-reduce).
+``allreduce`` has no PS: after computing, each worker sends and receives ``2 (N-1)/N`` of the model through its own
+link (a ring all-reduce). With ``cores`` (a laptop's cluster: the workers on a few cores) a step's fixed cost is CPU
+work, shared by the workers computing at that moment as the kernel shares cores (each at most one; a
+:class:`~ssptk.sim.fluid.Fluid` link in core-seconds), and its injected delay a sleep; the fixed seconds a caller
+gives are what a free run measured a step to take, made CPU work here once (:func:`cpu_seconds`). Without
+``cores`` each worker has a CPU of its own. :func:`shared_cores` resolves a ``--cores`` value.
 
-**The CPU, where ``cores`` is given** (a laptop's cluster: N workers, and their PS, on a few cores): a step's
-fixed cost is CPU work, shared by the workers computing at that moment as the kernel shares cores (each at most
-one core, ``cores`` in all: processor sharing, a :class:`Fluid` link in units of core-seconds); the step's
-injected delay (a sleep) is not. So a free run's step is stretched by all N workers computing at once, while
-under a PS-bound link few compute together and each computes faster. The step's fixed seconds given (``cpu_s``)
-are what a free run of these N workers on these cores measures a step to take (a run's calibrated overhead): its
-CPU work is ``cpu_seconds(t, N, cores)`` (:func:`cpu_seconds`), so a free run is simulated at the pace it was
-measured at and only what keeps the workers apart changes it; the conversion is made here, once (a caller passes
-the measured time, never the CPU work). Without ``cores`` each worker computes on a CPU of its own (a cluster's
-machines), as before. :func:`machine_cores` is what a run on this machine gets; :func:`shared_cores` resolves a
-``--cores`` value against it.
+Where the model and its constants come from (TCP measured on shaped links, shaped runs predicted, the rules tried
+and left): ``benchmarks/experiments/`` and ``benchmarks/FINDINGS.md`` ("Moved from module docstrings").
 """
 from __future__ import annotations
 
 import heapq
 import math
-import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import count
+from typing import TypeVar
 
 from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
 from ssptk.core.options import check_cores
-from ssptk.core.resources import cgroup_cpus
+from ssptk.core.shards import shard_bytes
 from ssptk.sim.fluid import Fluid
 
-__all__ = ["ARRIVAL_FACTOR", "GLOBAL_STEP_BYTES", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Links",
-           "cpu_seconds", "machine_cores", "recorded_cores", "shard_bytes", "shared_cores"]
+__all__ = ["ARRIVAL_FACTOR", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Links", "cpu_seconds",
+           "shared_cores"]
 
-#: Bytes on the wire per byte of tensor: measured on ssptk's links (1.03-1.08; docs/tf-notes.md).
+#: Bytes on the wire per byte of tensor, measured on ssptk's links (``docs/tf-notes.md``).
 PROTOCOL_OVERHEAD = 1.05
-#: How unevenly TCP shares a link: each transfer's weight is drawn from a log-normal of this sigma. Measured on a
-#: 20 Mbit/s htb link here: 4 transfers started together end at 2.6-4.3x the time one alone takes (exact fair
-#: sharing: all at 4x), often one well before the rest; that unevenness is what lets equal workers drift apart.
+#: How unevenly TCP shares a link: each transfer's weight is log-normal with this sigma
+#: (``benchmarks/experiments/exp_tcp_share.py``).
 SHARE_SIGMA = 0.3
-#: How much more of a link a transfer keeps than the one that entered it next, for raw TCP with 4 transfers on the
-#: same 20 Mbit/s link (2026-11-27, ``exp_tcp_share.py``: 357 kB or 1.2 MB, 0.2 or 0.5 of one transfer's time apart, 3
-#: repeats each): 1.5 fits when each ended best there (mean miss 0.24 of one transfer's time; fair sharing 0.35). With
-#: 16 transfers it does not (mean miss 5.3 of one transfer's time, where :data:`HEAD_SHARE` misses by 0.65): not the
-#: default since stop 29 (``Links(arrival_factor=...)`` keeps it for comparisons).
+#: ``Links(arrival_factor=...)``, for comparisons: each transfer keeps this much more of a link than the one that
+#: entered after it. It fits 4 raw TCP transfers, not 16 (``exp_tcp_share.py``), so it is not the default.
 ARRIVAL_FACTOR = 1.5
-#: How much of a link the transfer that has been on it longest takes against each of the others, which share evenly:
-#: raw TCP on a 20 Mbit/s htb link here (``exp_tcp_share.py --fit``, 2026-11-28): 16 transfers of 357 kB nearly at
-#: once end with the first at 8.6 and the rest at 15.6-19.0 of one transfer's time (2 misses by 0.65 on average, fair
-#: sharing 1.2, arrival order 1.5 5.3); 4 transfers 0.2 or 0.5 of a transfer apart end first at 2.16 and 1.16-1.24
-#: (2 gives 2.02 and 1.33). Against 24 shaped runs of ssptk (``exp_link_sharing.py``, stop 29's): 21 within 15% (mean
-#: miss 7.4%), where arrival order 1.5 predicted 17 (10.3%) and fair sharing 8 (20.5%). The simulator's default.
+#: The default sharing: the transfer longest on a link takes this much of it against each other one
+#: (``exp_tcp_share.py``; against shaped runs of ssptk: ``benchmarks/experiments/exp_link_sharing.py``).
 HEAD_SHARE = 2.0
-#: The global step (int64), made first and so placed first, on ``ps:0``: the balancer counts it.
-GLOBAL_STEP_BYTES = 8
 _PULL, _PUSH, _LAND, _COMPUTE, _GAP, _BACK = 0, 1, 2, 3, 4, 5
+W = TypeVar("W")  # what the caller has in flight per worker
 
 
 def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
@@ -97,23 +67,11 @@ def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
     return float(step_s) * min(1.0, float(cores) / max(1, int(workers)))
 
 
-def machine_cores() -> float:
-    """The cores a run started here gets: the CPUs this process may run on (``os.sched_getaffinity``, which a
-    cgroup's cpuset or ``taskset`` narrows; ``os.cpu_count()`` where there is no such call), fewer where its
-    cgroup's CPU quota allows less (:func:`ssptk.core.resources.cgroup_cpus`: a container's ``--cpus 1.5`` gives
-    1.5); an ``int`` unless the quota binds (then the quota to 0.01, at least 0.01)."""
-    try:
-        cpus: float = max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        cpus = max(1, os.cpu_count() or 1)
-    quota = cgroup_cpus()
-    return cpus if quota is None or quota >= cpus else max(0.01, round(quota, 2))
-
-
 def shared_cores(given: object, default: float | None) -> float | None:
     """The cores a prediction lets its workers share (``None``: each worker its own machine) from ``--cores``'s
-    value: ``None`` (not given) takes ``default`` (the cores the run had, or :func:`machine_cores`), 0 means each
-    its own, a number > 0 that many. Raises :class:`UsageError` on anything else."""
+    value: ``None`` (not given) takes ``default`` (the cores the run had, or
+    :func:`ssptk.core.resources.machine_cores`), 0 means each its own, a number > 0 that many. Raises
+    :class:`UsageError` on anything else."""
     value = check_cores(given)
     if value is None:
         if default is not None and not (isinstance(default, (int, float)) and not isinstance(default, bool)
@@ -121,30 +79,6 @@ def shared_cores(given: object, default: float | None) -> float | None:
             raise UsageError(f"the recorded cores must be a number > 0, got {default!r}")
         return None if default is None else float(default)
     return value or None
-
-
-def recorded_cores(config: object) -> float | None:
-    """The cores a run had, as its ``config.json`` recorded them (``tasks.cores``; ``None`` where it did not: a run
-    made before they were recorded, or one whose tasks no ssptk launcher started, each perhaps on its own host)."""
-    tasks = config.get("tasks") if isinstance(config, dict) else None
-    cores = tasks.get("cores") if isinstance(tasks, dict) else None
-    ok = isinstance(cores, (int, float)) and not isinstance(cores, bool) and 0 < cores < math.inf
-    return float(cores) if ok else None  # type: ignore[arg-type]
-
-
-def shard_bytes(sizes: float | Sequence[float], shards: int) -> list[float]:
-    """The model's bytes each of ``shards`` PS tasks holds. ``sizes``: the model's bytes (split evenly), or each
-    variable's bytes in the order the model makes them, placed as ``--ps K`` places them: each on the shard with
-    the fewest bytes so far, the global step's :data:`GLOBAL_STEP_BYTES` first on shard 0."""
-    if isinstance(sizes, (int, float)):
-        return [float(sizes) / shards] * shards
-    load = [float(GLOBAL_STEP_BYTES)] + [0.0] * (shards - 1)
-    held = [0.0] * shards
-    for b in sizes:
-        s = min(range(shards), key=load.__getitem__)
-        load[s] += float(b)
-        held[s] += float(b)
-    return held
 
 
 class Links:
@@ -214,6 +148,12 @@ class Links:
 
     def __bool__(self) -> bool:
         return self.in_flight > 0
+
+    def landings(self, work: Sequence[W]) -> Iterator[tuple[float, W]]:
+        """Each step as it lands (:meth:`next`), ``(when, work[worker])``, until none is in flight."""
+        while self.in_flight > 0:
+            t, w = self.next()
+            yield t, work[w]
 
     def start(self, worker: int, t: float, compute: float) -> None:
         """Worker ``worker`` starts a step at ``t`` that computes for ``compute`` seconds (once its last step's

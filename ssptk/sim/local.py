@@ -2,8 +2,8 @@
 
 A round, for worker ``i``: it pulls the parameters, takes ``H`` local steps on its own copy (each ``base +
 models[i].next()`` seconds, no traffic), then pushes its delta. The round's average is applied when the first
-``N - B`` deltas computed from the current parameters have landed, as :func:`ssptk.sim.events.run_sync_drop`
-applies a sync update (a round here is a sync step there, its compute ``H`` steps long); a late delta is dropped
+``N - B`` deltas computed from the current parameters have landed, by sync's rule (:class:`ssptk.sim.events.Quorum`:
+a round here is a sync step there, its compute ``H`` steps long); a late delta is dropped
 and its worker starts the next round at once on the current parameters. ``steps=K`` is ``K`` local steps per
 worker: ``ceil(K / H)`` rounds, the last one ``K - (rounds - 1) * H`` steps long. Through
 :class:`ssptk.sim.links.Links` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
@@ -23,9 +23,12 @@ between its pull and its push to place the other steps (exact without a network)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from operator import attrgetter
 
 from ssptk.core.delays import DelayModel
-from ssptk.sim.events import Free, InFlight, Log
+from ssptk.sim.events import Flight, Free, InFlight, Quorum, Work
+from ssptk.sim.schedule import Finish, Record, Schedule
 
 __all__ = ["rounds_of", "run_local"]
 
@@ -35,70 +38,82 @@ def rounds_of(steps: int, local_steps: int) -> int:
     return -(-int(steps) // int(local_steps))
 
 
-def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequence[DelayModel], base: float,
-              flight: InFlight | None = None) -> tuple[Log, int, int, list[int]]:
-    """Local SGD (see the module docstring): the log, the rounds applied, the rounds started (pushes), and each
-    record's ``local_round`` (in the log's order)."""
-    h, need, rounds = int(local_steps), n - backup, rounds_of(steps, local_steps)
-    heap = Free() if flight is None else flight
-    g = 0  # rounds applied: the parameters' version
-    read = [0] * n
-    draws: list[list[float]] = [[] for _ in range(n)]
-    began = [0.0] * n
-    rows: list[tuple] = []  # (t, order, worker, record args or None for a finish): sorted into the log at the end
-    pushes = 0
+@dataclass(slots=True)
+class Round(Work):
+    """A worker's round in flight: the injected delays of its local steps, drawn when it ``began``."""
 
-    def start(i: int, t: float) -> None:
-        nonlocal pushes
-        read[i] = g
-        draws[i] = [models[i].next() for _ in range(min(h, steps - g * h))]
-        began[i] = t
-        pushes += 1
-        heap.start(i, t, len(draws[i]) * base + sum(draws[i]))
+    delays: list[float] = field(default_factory=list)
+    began: float = 0.0
 
-    def emit(i: int, landed: float, end: float, wait: float, applied: bool) -> None:
-        """Worker ``i``'s round as records: its last step at ``end``, the others when their compute ended."""
-        ds, r = draws[i], read[i]
-        transfers = max(0.0, landed - began[i] - len(ds) * base - sum(ds))
-        c = began[i] + transfers / 2
+
+class Rounds(Flight[Round]):
+    """The workers' rounds: :meth:`start` one (its local steps' delays drawn at once), :meth:`records` of one that
+    landed. ``steps`` local steps per worker, ``h`` to a round, each ``base`` seconds and its delay."""
+
+    def __init__(self, models: Sequence[DelayModel], base: float, h: int, steps: int, flight: InFlight) -> None:
+        super().__init__([Round(i) for i in range(len(models))], flight)
+        self.models, self.base, self.h, self.steps = models, base, h, steps
+        self.pushes = 0  # rounds started: each ends in a push of its delta
+
+    def start(self, i: int, t: float, read: int) -> None:
+        """Worker ``i`` pulls version ``read`` at ``t`` and takes its local steps (the last round: those left)."""
+        rnd = self.work[i]
+        rnd.read = read
+        rnd.delays = [self.models[i].next() for _ in range(min(self.h, self.steps - read * self.h))]
+        rnd.began = t
+        self.pushes += 1
+        self.flight.start(i, t, len(rnd.delays) * self.base + sum(rnd.delays))
+
+    def records(self, rnd: Round, landed: float, end: float, wait: float, applied: bool, version: int) -> list[Record]:
+        """``rnd``'s local steps as records, its delta ``landed`` at that time: the last step's at ``end`` (with
+        ``wait``; a late delta's, ``applied`` False, at ``version``, the version when it landed), the others when
+        their compute ended (the round's transfer time split evenly between its pull and its push)."""
+        ds, r, i, n, base = rnd.delays, rnd.read, rnd.worker, len(self.work), self.base
+        transfers = max(0.0, landed - rnd.began - len(ds) * base - sum(ds))
+        c = rnd.began + transfers / 2
+        out = []
         for j, d in enumerate(ds):
             c += base + d
-            last = j == len(ds) - 1
-            rows.append((end if last else min(c, landed), len(rows), i,
-                         (r + 1 if applied or not last else g, wait if last else 0.0, j, (r * h + j) * n + i, d,
-                          applied or not last), r + 1))
+            minibatch = (r * self.h + j) * n + i
+            if j < len(ds) - 1:
+                out.append(Record(min(c, landed), i, r + 1, 0.0, j, minibatch, d, True, r + 1))
+            else:
+                out.append(Record(end, i, r + 1 if applied else version, wait, j, minibatch, d, applied, r + 1))
+        return out
+
+
+def run_local(n: int, steps: int, local_steps: int, backup: int, models: Sequence[DelayModel], base: float,
+              flight: InFlight | None = None) -> tuple[Schedule, int, int]:
+    """Local SGD (see the module docstring): the schedule (its records carry ``local_round``), the rounds applied,
+    and the rounds started (pushes)."""
+    rounds = Rounds(models, base, int(local_steps), int(steps), Free() if flight is None else flight)
+    quorum: Quorum[Round] = Quorum(n - backup, rounds_of(steps, local_steps))
+    later: list[Record | Finish] = []  # each round's records are known when it lands: put in time order at the end
+
+    def go_on(i: int, t: float) -> None:
+        """Worker ``i`` starts its next round, or finishes if the run is over."""
+        if quorum.done:
+            later.append(Finish(t, i))
+        else:
+            rounds.start(i, t, quorum.version)
 
     for i in range(n):
-        start(i, 0.0)
-    arrived: list[tuple[int, float]] = []
-    done = False
-    while heap:
-        t, i = heap.next()
-        if not done and read[i] == g:
-            arrived.append((i, t))
-            if len(arrived) < need:
-                continue
-            g += 1
-            done = g >= rounds
-            for j, landed in arrived:
-                emit(j, landed, t, t - landed, True)
-                if done:
-                    rows.append((t, len(rows), j, None, 0))
-                else:
-                    start(j, t)
-            arrived = []
-        else:  # a late delta: dropped
-            emit(i, t, t, 0.0, False)
-            if done:
-                rows.append((t, len(rows), i, None, 0))
-            else:
-                start(i, t)
-    log = Log(n)
-    local_round: list[int] = []
-    for t, _, i, rec, lr in sorted(rows, key=lambda r: (r[0], r[1])):
-        if rec is None:
-            log.finish(t, i)
+        go_on(i, 0.0)
+    for t, rnd in rounds.landings():
+        if rnd.read != quorum.current:  # a late delta: dropped
+            later += rounds.records(rnd, t, t, 0.0, False, quorum.version)
+            go_on(rnd.worker, t)
+            continue
+        update = quorum.add(t, rnd)
+        if update is None:
+            continue
+        for landed, r in update:
+            later += rounds.records(r, landed, t, t - landed, True, quorum.version)
+            go_on(r.worker, t)
+    schedule = Schedule(n, local=True)
+    for event in sorted(later, key=attrgetter("t")):  # a stable sort: ties in the order they were made
+        if isinstance(event, Finish):
+            schedule.finish(event)
         else:
-            log.record(t, i, *rec)
-            local_round.append(lr)
-    return log, g, pushes, local_round
+            schedule.add(event)
+    return schedule, quorum.version, rounds.pushes

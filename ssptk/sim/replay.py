@@ -34,6 +34,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from ssptk.core.errors import loss_not_finite
 from ssptk.core.labels import DelayComp
 
 __all__ = ["GradientOracle", "Params", "Replayed", "compensated", "dca_lambdas", "finish", "read_versions", "replay"]
@@ -238,8 +239,8 @@ def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop
     stopped = None
     if stop_at is not None:
         first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
-        stopped = (f"loss became nan at step {int(first['step'])} (worker {int(first['worker'])}, global step "
-                   f"{int(first['global_step'])}): lower --lr, check the model, or pass --allow-nan")
+        stopped = loss_not_finite(float(first["loss"]), int(first["step"]), int(first["worker"]),
+                                  int(first["global_step"]))
     final_loss, final_acc = oracle.evaluate(final)
     if every and (not evals or evals[-1][0] != updates) and stop_at is None:
         evals.append((updates, landed, final_loss, final_acc))

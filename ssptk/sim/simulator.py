@@ -72,9 +72,10 @@ from ssptk.core.labels import LabelError, parse_label
 from ssptk.core.network import Network, parse_network
 from ssptk.core.options import DEFAULT_LOCAL_STEPS
 from ssptk.sim.calibrate import calibrate_overhead
-from ssptk.sim.events import COLUMNS, run_free, run_sync_abandon, run_sync_drop
+from ssptk.sim.events import run_free, run_sync_abandon, run_sync_drop
 from ssptk.sim.links import Links
 from ssptk.sim.local import run_local
+from ssptk.sim.schedule import COLUMNS
 
 __all__ = [
     "SimResult", "simulate", "ideal_for", "harmonic", "expected_sync_update_time", "COLUMNS"]
@@ -202,6 +203,24 @@ def _int_at_least(name: str, value: object, lo: int) -> int:
     return int(value)
 
 
+def _backup(mode: str, workers: int, backup: object, late: str) -> int:
+    """``backup`` checked against the mode and the workers (and ``late``, the model of the late ones)."""
+    b = _int_at_least("backup", backup, 0)
+    if b and mode not in ("sync", "local"):
+        raise UsageError(f"backup is only for mode sync or local (got mode {mode!r})")
+    if b >= workers:
+        raise UsageError(f"backup must be in [0, workers-1] = [0, {workers - 1}], got {b}")
+    if late not in LATE:
+        raise UsageError(f"late must be 'drop' or 'abandon', got {late!r}")
+    return b
+
+
+def _check_seconds(**seconds: object) -> None:
+    for label, x in seconds.items():
+        if not isinstance(x, (int, float, np.number)) or not np.isfinite(x) or x < 0:
+            raise UsageError(f"{label} must be a number of seconds >= 0, got {x!r}")
+
+
 def _parse_stragglers(spec: dict[int, float] | list[Any] | tuple[Any, ...] | None, workers: int) -> dict[int, float]:
     out = straggler_seconds(spec)
     for i in out:
@@ -242,16 +261,8 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     name, s, h = _parse_mode(mode, staleness, local_steps)
     n = _int_at_least("workers", workers, 1)
     k = _int_at_least("steps", steps, 1)
-    b = _int_at_least("backup", backup, 0)
-    if b and name not in ("sync", "local"):
-        raise UsageError(f"backup is only for mode sync or local (got mode {name!r})")
-    if b >= n:
-        raise UsageError(f"backup must be in [0, workers-1] = [0, {n - 1}], got {b}")
-    if late not in LATE:
-        raise UsageError(f"late must be 'drop' or 'abandon', got {late!r}")
-    for label, x in (("overhead", overhead), ("compute", compute), ("gap", gap)):
-        if not isinstance(x, (int, float, np.number)) or not np.isfinite(x) or x < 0:
-            raise UsageError(f"{label} must be a number of seconds >= 0, got {x!r}")
+    b = _backup(name, n, backup, late)
+    _check_seconds(overhead=overhead, compute=compute, gap=gap)
     strag = _parse_stragglers(straggler, n)
     jit = parse_jitter(jitter)
     base = float(overhead) + float(compute)
@@ -263,11 +274,11 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
     links = _links(network, n, ps, model_bytes, name, seed, cores, base * (h or 1), gap)
     kw = {} if links is None else {"flight": links}
 
-    pushes, local_round = None, None
+    pushes = None
     if name in ("async", "ssp"):
         log, updates = run_free(n, n * k, s, models, base, gap=gap, **kw)
     elif name == "local":
-        log, updates, pushes, local_round = run_local(n, k, h or 1, b, models, base, **kw)
+        log, updates, pushes = run_local(n, k, h or 1, b, models, base, **kw)
     elif b and late == "abandon":
         if links is not None:
             raise UsageError("late='abandon' is not simulated with a network: use late='drop'")
@@ -276,8 +287,6 @@ def simulate(mode: str, workers: int, steps: int, staleness: int | None = None, 
         log, updates = run_sync_drop(n, k, b, models, base, **kw)
 
     df = log.frame()
-    if local_round is not None:  # the runtime's local SGD records carry it
-        df["local_round"] = np.asarray(local_round, dtype=np.int64)
     skew = log.timeline()
     wall = float(df["t"].max()) if len(df) else 0.0
     records = len(df)

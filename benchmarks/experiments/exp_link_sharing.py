@@ -1,21 +1,26 @@
 #!/usr/bin/env python
-"""How the simulator should share a link: each sharing model's predicted steps/s against recorded shaped runs.
+"""How the simulator should share a link: each sharing rule's predicted steps/s against recorded shaped runs; the
+experiment that chose ``ssptk.sim.links.HEAD_SHARE`` as the default (its value measured by ``exp_tcp_share.py``).
 
-    python benchmarks/exp_link_sharing.py                          # fair (factor 1) and arrival order (1.5)
-    python benchmarks/exp_link_sharing.py --factor 1,1.25,1.5 --sigma 0.3,0.6,1.0
-    python benchmarks/exp_link_sharing.py --kept DIR --write   # the runs a SSPTK_BENCH_KEEP=DIR benchmark kept
+    python benchmarks/experiments/exp_link_sharing.py                     # fair sharing and arrival order 1.5
+    python benchmarks/experiments/exp_link_sharing.py --factor 1 --head 2   # the default rule
+    python benchmarks/experiments/exp_link_sharing.py --factor 1,1.25,1.5 --sigma 0.3,0.6,1.0
+    python benchmarks/experiments/exp_link_sharing.py --kept DIR --write   # runs a SSPTK_BENCH_KEEP=DIR benchmark kept
 
-Reads ``benchmarks/data/network_predicted_runs.json`` (the real runs of a ``network_predicted`` benchmark: each
-run's free per-step overhead and its shaped steps/s) and simulates each run with ``ssptk.simulate`` under every
-``(arrival factor, share sigma)`` given (``ssptk.sim.links.Links``' ``arrival_factor`` and ``share_sigma``),
-seeds 0-2, with the cores the run had. Prints, per model, how many runs are predicted within 15% and each run's
-predicted / measured steps/s. Simulation only: seconds, no cluster. The benchmark's own predictions also replay
-the model's gradients; the steps/s are the same simulated schedule.
+Reads ``network_predicted_runs.json`` beside it (the real runs of a ``network_predicted`` benchmark: each run's free
+per-step overhead and its shaped steps/s; its ``what`` says when and at which commit they were made) and simulates
+each run with ``ssptk.simulate`` under every ``(arrival factor, share sigma, head share)`` given
+(``ssptk.sim.links.Links``' ``arrival_factor``, ``share_sigma`` and ``head``), seeds 0-2, with the cores the run
+had. Prints, per rule, how many runs are predicted within 15% and each run's predicted / measured steps/s.
+Simulation only: seconds, no cluster.
 
-Result (2026-11-27, the 24 runs recorded): fair sharing with the measured sigma 0.3 (the simulator's default)
-17 of 24 within 15% (mean miss 9.8%); arrival order 1.5 (raw TCP's, ``exp_tcp_share.py``) 12 of 24 (26.7%): it
-fills a 4-worker PS link as the real runs do (0.97-1.00 at ``--ps 1``) but predicts ``--ps 4`` and 8 workers
-1.2-1.8x too fast. ``benchmarks/FINDINGS.md`` (2026-11-27) has the table.
+What it found, on the 24 runs of 2026-11-28 in the data file: with the simulator of then, head share 2
+(``HEAD_SHARE``) predicted 21 of 24 within 15% (mean miss 7.4%), arrival order 1.5 (``ARRIVAL_FACTOR``) 17
+(10.3%), fair sharing 8 (20.5%), so head share 2 became the default. Re-run with the simulator of 2026-11-28
+evening (a step's gap before its read and its result's way back, which every rule shares): head share 2 21 of 24
+(7.9%), arrival order 1.5 20 (9.5%), fair sharing 17 (10.5%). On the runs of 2026-11-27 (before the sharded step's
+fix), arrival order 1.5 filled a 4-worker PS link as the real runs did but predicted ``--ps 4`` and 8 workers
+1.2-1.8x too fast (``benchmarks/FINDINGS.md``, 2026-11-27 and 2026-11-28).
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-DATA = Path(__file__).with_name("data") / "network_predicted_runs.json"
+DATA = Path(__file__).with_name("network_predicted_runs.json")
 
 
 def predicted_over_measured(run: dict[str, Any], network: str, model: str, factor: float, sigma: float,

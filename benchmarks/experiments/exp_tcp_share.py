@@ -1,29 +1,33 @@
 #!/usr/bin/env python
-"""How TCP shares an htb-shaped link here: the measurement behind ``ssptk.sim.links.SHARE_SIGMA``.
+"""How TCP shares an htb-shaped link: the experiment that set ``ssptk.sim.links``' ``SHARE_SIGMA``,
+``ARRIVAL_FACTOR`` and ``HEAD_SHARE``.
 
-    unshare -rn python benchmarks/exp_tcp_share.py 357000 4 0     # bytes per transfer, transfers, seconds apart
-    unshare -rn python benchmarks/exp_tcp_share.py 357000 64 0.01 --fit 3   # and how each sharing rule fits, 3 repeats
+    unshare -rn python benchmarks/experiments/exp_tcp_share.py 357000 4 0     # bytes per transfer, transfers, gap (s)
+    unshare -rn python benchmarks/experiments/exp_tcp_share.py 357000 16 0.01 --fit 3   # and each rule's fit, 3 repeats
 
 Inside a private network namespace (``unshare -rn``: nothing outside changes), loopback is shaped to 20 Mbit/s
 with one ``htb`` class (as ``ssptk.launch.links`` shapes a task's link) and N connections each receive SIZE bytes,
 the i-th sent GAP * i seconds after the first. Prints when each ended, in units of the time one transfer takes
-alone: exact fair sharing of N started together gives N for all. Measured (2026-11-25, 3 repeats): 4 x 357 kB
-ended at 3.5-4.3, 4 x 1.2 MB at 3.3-4.2, 4 x 4.7 MB at 2.6-4.1 (one often well before the rest); a 4.7 MB transfer
-that started 0.5 s after another got an equal share at once (no first-come advantage).
+alone (exact fair sharing of N started together ends all at N); ``--fit`` prints how each sharing rule of
+:class:`ssptk.sim.fluid.Fluid` fits the ends (mean miss, in units of one transfer's time).
 
-Measured again (2026-11-27) at the sizes and gaps of a PS-bound run's pulls (4 x 357 kB and 4 x 1.2 MB, 0.2 and
-0.5 of one transfer's time apart, 3 repeats each): the first transfer ends well before fair sharing says (357 kB,
-0.2 apart: at 2.16-2.17 of one transfer's time where fair sharing ends it at 3.09; 1.2 MB, 0.5 apart: 1.16-1.24
-against 1.88), the later ones near it. Weighting each transfer 1/F of the one that entered before it and fitting
-the ends: F = 1.5 misses by 0.24 of one transfer's time on average and the first end by 0.20; F = 1 (fair) by
-0.35 and 0.89. That is ``ssptk.sim.links.ARRIVAL_FACTOR``. The 4.7 MB case above is a long transfer, whose
-newcomer has time to grow its window.
+What it measured, and the constants it set:
 
-With many transfers (2026-11-28, ``--fit``, 357 kB each, nearly at once): 16 end with the first at 8.6 and the rest at
-15.6-19.0 of one transfer's time (the link's own efficiency: 19 where the bytes alone say 16): the first transfer takes
-about twice the share of each other one, and the rest share evenly. A head share of 2 misses by 0.65 on average, fair
-sharing by 1.2, arrival order 1.5 by 5.3 (it ends them one after another). That is ``ssptk.sim.links.HEAD_SHARE``, the
-simulator's default since stop 29; 64 transfers: FINDINGS.md (stop 29).
+- ``SHARE_SIGMA = 0.3`` (2026-11-25, 3 repeats): 4 x 357 kB started together ended at 3.5-4.3, 4 x 1.2 MB at
+  3.3-4.2, 4 x 4.7 MB at 2.6-4.1 (one often well before the rest): TCP shares unevenly, which lets equal workers
+  drift apart; a log-normal weight of sigma 0.3 per transfer gives that spread. A 4.7 MB transfer that started 0.5 s
+  after another got an equal share at once (no first-come advantage for long transfers).
+- ``ARRIVAL_FACTOR = 1.5`` (2026-11-27, 4 x 357 kB and 4 x 1.2 MB, 0.2 and 0.5 of one transfer's time apart, 3
+  repeats each: the sizes and gaps of a PS-bound run's pulls): the first transfer ends well before fair sharing
+  says (357 kB, 0.2 apart: 2.16-2.17 where fair sharing says 3.09; 1.2 MB, 0.5 apart: 1.16-1.24 against 1.88).
+  Weighting each transfer 1/F of the one that entered before it, F = 1.5 misses by 0.24 on average and the first
+  end by 0.20; fair sharing by 0.35 and 0.89. Not the default: it does not fit 16 transfers (below).
+- ``HEAD_SHARE = 2.0``, the simulator's default (2026-11-28, ``--fit``, 357 kB each, nearly at once): 16 transfers end
+  with the first at 8.6 and the rest at 15.6-19.0 (the link's own efficiency: 19 where the bytes alone say 16):
+  the first takes about twice the share of each other one, the rest share evenly. A head share of 2 misses by 0.65
+  on average, fair sharing by 1.2, arrival order 1.5 by 5.3 (it ends them one after another); for the 4 transfers
+  above it gives 2.02 and 1.33 for the first ends measured at 2.16 and 1.16-1.24. Against ssptk's own shaped runs:
+  ``exp_link_sharing.py``.
 """
 from __future__ import annotations
 
