@@ -4,7 +4,6 @@ see it, and the host's loopback is untouched)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from ssptk.core.network import (
     parse_network,
     task_order,
 )
+from ssptk.launch import tools
 from ssptk.launch.links import kernel_has_netem, tc_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,8 @@ def test_the_batch_has_two_classes_per_task_and_pass() -> None:
     assert "rate 100000000bit" in lines and "netem" not in lines
 
 
-needs_ns = pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("tc") is None,
+# found as ssptk finds them (an ordinary user's PATH lacks /usr/sbin, where tc is)
+needs_ns = pytest.mark.skipif(tools.find("unshare") is None or tools.find("tc") is None,
                               reason="needs unshare and tc (iproute2)")
 
 

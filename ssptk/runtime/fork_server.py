@@ -76,6 +76,12 @@ IDLE_EXIT_S = 300.0
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 _MODULE_ARGV = ("-m", "ssptk.worker")
+#: Room the server keeps in its environment for its children's command lines. A process's title (what ps, /proc and
+#: psutil show) can only grow into the memory of its own argv and environ, unless it may move that (root may): a
+#: server started with a short environment, as an ordinary user's plain shell gives, cut its tasks' titles short
+#: (their --out, which tools and the tests find a run's tasks by, was lost).
+TITLE_ROOM = "SSPTK_TITLE_ROOM"
+TITLE_ROOM_BYTES = 16384
 
 
 def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
@@ -84,6 +90,7 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
     server ends when idle). Returns, in each forked child, the task's arguments (what follows ``python -m
     ssptk.worker``); in the server itself, ``None`` once it is done. A ``path`` that is taken raises
     :class:`~ssptk.core.errors.UsageError` (what is there is kept)."""
+    _with_title_room()
     for name, value in TASK_ENV_DEFAULTS.items():  # read by TensorFlow's import, once for every task forked after it
         os.environ.setdefault(name, value)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU tasks only (CUDA is not fork-safe): each child sets its own
@@ -100,6 +107,17 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
             _kill(list(owner))  # normally stopped by the launcher already
             if listener is not None:
                 listener.close()
+
+
+def _with_title_room() -> None:
+    """Start this server again (the same command line, its descriptors kept) with :data:`TITLE_ROOM` in its
+    environment, unless it has it: before anything else, so that nothing is done twice."""
+    if os.environ.get(TITLE_ROOM):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]],
+              dict(os.environ, **{TITLE_ROOM: "." * TITLE_ROOM_BYTES}))
 
 
 def _import_tensorflow() -> None:
