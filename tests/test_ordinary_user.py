@@ -270,3 +270,34 @@ def test_a_cgroup_delegated_to_the_user_follows_its_tasks(user: User, home: Path
         for d in sorted((p for p in delegated.rglob("*") if p.is_dir()), reverse=True):
             d.rmdir()
         delegated.rmdir()
+
+
+def test_tasks_forked_by_a_plain_shells_server_show_their_whole_command_line(user: User, home: Path) -> None:
+    """A fork server started from an ordinary user's plain shell (a short environment) gave its tasks titles cut at
+    its own argv and environ (283 of 470 characters): ps, and the tests that find a run's tasks by its --out, saw
+    none of them."""
+    socket_path = str(home / "fs")
+    server = subprocess.Popen(user.argv([user.python, "-m", "ssptk.worker", "--fork-server", "--listen", socket_path]),
+                              cwd=home, env=user.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(socket_path + ".server") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        command = [os.path.join(user.bin, "ssptk")] if ROOT_USER else ssptk_cmd()
+        run = subprocess.Popen(user.argv([*command, *SMALL[:-1], "400", "--out", str(home / "run")]), cwd=home,
+                               env=user.env(SSPTK_FORK_SERVER=socket_path), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        titles: list[str] = []
+        while run.poll() is None and len(titles) < 3:
+            titles = [" ".join(c.cmdline()) for c in psutil.Process(server.pid).children()
+                      if c.status() != psutil.STATUS_ZOMBIE]
+            time.sleep(0.05)
+        out, err = run.communicate(timeout=300)
+        assert run.returncode == 0, out + err
+        assert len(titles) == 3, f"the run's three tasks were never seen forked by the server: {titles}"
+        assert all(t.startswith(user.python) and t.endswith(f"--out {home / 'run'} --restart-failed 0 --stall-timeout "
+                                                            "60") for t in titles), titles
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -91,6 +91,11 @@ def serve(fd: int | None = None, path: str | None = None) -> list[str] | None:
     ssptk.worker``); in the server itself, ``None`` once it is done. A ``path`` that is taken raises
     :class:`~ssptk.core.errors.UsageError` (what is there is kept)."""
     _with_title_room()
+    import setproctitle
+
+    # its set-up finds the memory of argv and environ, which it can grow a child's title into, only where environ's
+    # strings still lie one after the other: before anything here sets a variable (that string goes elsewhere)
+    setproctitle.getproctitle()
     for name, value in TASK_ENV_DEFAULTS.items():  # read by TensorFlow's import, once for every task forked after it
         os.environ.setdefault(name, value)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # CPU tasks only (CUDA is not fork-safe): each child sets its own
@@ -121,11 +126,8 @@ def _with_title_room() -> None:
 
 
 def _import_tensorflow() -> None:
-    import setproctitle
-
     from ssptk.runtime.tf_import import skip_eager_keras
 
-    setproctitle.getproctitle()  # its set-up reads where argv and environ lie: before a child changes environ
     skip_eager_keras()
     import tensorflow  # noqa: F401  (the point of this process: every task forked from here has it)
 
