@@ -150,12 +150,14 @@ def test_a_delay_needs_netem() -> None:
 _RATE_PROBE = """
 import subprocess, sys
 from ssptk.core.network import Network
+from ssptk.launch import tools
 from ssptk.launch.links import Links
 try:
     Links(["ps:0"], Network({"ps": float(sys.argv[1]), "worker": None}), [], ()).build()
 except Exception as e:
     sys.exit(str(e))
-print(subprocess.run(["tc", "-d", "class", "show", "dev", "lo", "classid", "1:11"], capture_output=True, text=True).stdout)
+show = [tools.require("tc", "the rate probe"), "-d", "class", "show", "dev", "lo", "classid", "1:11"]
+print(subprocess.run(show, capture_output=True, text=True).stdout)
 """
 
 
