@@ -104,14 +104,22 @@ def sim_estimate(workers: int, steps: int, *, batch: int = 0, per_example: float
     return Estimate(parts)
 
 
-def _meminfo_available() -> int | None:
+def _meminfo(key: str) -> int | None:
+    """``/proc/meminfo``'s ``key`` (``MemAvailable``, ``MemTotal``) in bytes; ``None`` where it cannot be read."""
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(f"{key}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def _meminfo_available() -> int | None:
+    found = _meminfo("MemAvailable")
+    if found is not None:
+        return found
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
@@ -223,7 +231,7 @@ def _room_for(need: int) -> int | None:
     """:func:`available_bytes`, sampled again for up to :data:`MEMORY_DIP_S` while it is below ``need`` (at once when
     ``need`` is beyond the machine's whole memory, which no wait would change); the most it saw."""
     room = available_bytes()
-    total = _meminfo_total()
+    total = _meminfo("MemTotal")
     if room is None or need <= room or total is None or need > total:
         return room
     deadline = time.monotonic() + MEMORY_DIP_S
@@ -231,17 +239,6 @@ def _room_for(need: int) -> int | None:
         time.sleep(0.25)
         room = max(room, available_bytes() or 0)
     return room
-
-
-def _meminfo_total() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _gb(b: float) -> str:
