@@ -346,7 +346,7 @@ def left_behind(claimed: list[str]) -> Left:
 # --- sim ------------------------------------------------------------------------------------------------
 
 #: ``sim`` options that only a prediction with a model uses
-_TRAINING_ONLY = ("batch", "lr", "lr_convention", "data_split", "eval_every", "lr_staleness", "allow_nan",
+_TRAINING_ONLY = ("batch", "lr", "lr_convention", "data_split", "eval_every", "lr_staleness", "optimizer", "allow_nan",
                   "stop_on_divergence", "out", "target")
 
 

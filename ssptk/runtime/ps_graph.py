@@ -21,6 +21,7 @@ from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, fetch_add, make_fence
 from ssptk.runtime.graph_parts import PS, QUEUE_CAPACITY, GraphParts, received_on_shards
 from ssptk.runtime.injected import delayed
+from ssptk.runtime.optimizers import optimizer_variables, tf_optimizer
 from ssptk.runtime.placement import on_its_shard, shard_setter
 from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
 from ssptk.runtime.sync_graph import sync_ops
@@ -107,11 +108,12 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
           incarnation: int | None = None, dc_lambda: float | None = None,
-          mode_ops: Callable[[Any], dict[str, Any]] | None = None) -> PSGraph:
+          mode_ops: Callable[[Any], dict[str, Any]] | None = None, optimizer: str = "sgd") -> PSGraph:
     """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count, local
     SGD's rounds; ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared
     layout; ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`;
-    ``dc_lambda``: ``--lr-staleness dc``, :mod:`ssptk.runtime.delay_comp`).
+    ``dc_lambda``: ``--lr-staleness dc``, :mod:`ssptk.runtime.delay_comp`; ``optimizer``: ``--optimizer``, applied
+    where the update is, :mod:`ssptk.runtime.optimizers`; its slots are saved with the model).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`ssptk.runtime.sync_graph.sync_ops` sync's
@@ -165,7 +167,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 over_q = _run_over_queue(tf, v1, shards)
                 fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
             shared = GraphParts(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars,
-                                after_compute, claimed, clock, want, v1.train.GradientDescentOptimizer(lr),
+                                after_compute, claimed, clock, want, tf_optimizer(v1, optimizer, lr),
                                 inverse_staleness, fence, x, y, dc,
                                 count_on_ps0=device if shards > 1 and mode == "async" and dc is None
                                 and incarnation is None else None, read_stamp=read_stamp)
@@ -174,7 +176,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             else:
                 extra = (mode_ops or sync_ops)(shared)
             init = v1.variables_initializer(v1.global_variables())
-            saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
+            slots = {} if mode_ops is not None else optimizer_variables(shared.opt)  # local: inner slots, private
+            saver = v1.train.Saver(var_list={**{v.name.split(":")[0]: v for v in model_vars}, **slots}, sharded=False)
             with v1.device(PS):
                 go = _claim(shared, go_q.dequeue()) if claimed is not None else go_q.dequeue()
             return PSGraph(

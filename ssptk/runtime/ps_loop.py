@@ -24,6 +24,7 @@ import numpy as np
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import DiskFull, UsageError, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
+from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
@@ -85,10 +86,11 @@ class Trainer:
                incarnation: int | None) -> ps_graph.PSGraph:
         """This worker's graph (a subclass for another mode builds its own)."""
         spec, opts = self.spec, self.opts
-        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
+        lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to an update's (mean) gradient
         return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
                               container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
-                              inverse_staleness=opts.lr_staleness == "inverse", dc_lambda=opts.dc_lambda)
+                              inverse_staleness=opts.lr_staleness == "inverse", dc_lambda=opts.dc_lambda,
+                              optimizer=opts.optimizer)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:

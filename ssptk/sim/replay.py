@@ -16,6 +16,10 @@ them (:mod:`ssptk.runtime.ps_graph`):
   the late gradients are computed (their loss is logged) and dropped;
 * local SGD: its rounds, each worker's private copy, in :mod:`ssptk.sim.replay_local`.
 
+With ``--optimizer`` other than sgd, what an update applies to the mean of its gradients is that optimizer's step
+(:func:`ssptk.core.optimizers.apply`, TensorFlow's arithmetic), its slots carried from update to update in the order
+the updates land, as the PS holds them.
+
 The gradients come from an *oracle* (:class:`GradientOracle`): here only its interface, so that this module
 stays pure NumPy; :mod:`ssptk.runtime.gradients` computes them with TensorFlow from a model's
 :class:`~ssptk.core.models.ModelSpec`. Gradients are asked for in *waves*: once version ``v`` exists, every
@@ -31,6 +35,8 @@ from typing import Protocol
 
 import numpy as np
 import pandas as pd
+
+from ssptk.core.optimizers import Optimizer, SlotState, apply, new_state, parse_optimizer
 
 __all__ = ["GradientOracle", "Params", "Replayed", "compensated", "finish", "read_versions", "replay"]
 
@@ -58,7 +64,8 @@ class Replayed:
     ``steps``: the schedule's records (the columns of real runs) with ``loss`` filled in (NaN where a loss was
     not finite) and, with ``--lr-staleness inverse``, ``lr_scale``; cut after the first non-finite loss unless
     ``allow_nan`` (a real run stops there). ``evals``: ``global_step``, ``t``, ``eval_loss``, ``eval_accuracy``
-    every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early.
+    every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early;
+    ``versions``: with ``keep_versions``, the parameters after every update (version 0 first).
     """
 
     steps: pd.DataFrame
@@ -71,6 +78,7 @@ class Replayed:
     stopped_by: str | None = None  # who stopped it, when not a worker's own loss (``ssptk``: divergence)
     oracle_calls: int = 0
     gradients: int = field(default=0)
+    versions: list[Params] | None = None
 
 
 def read_versions(steps: pd.DataFrame) -> np.ndarray:
@@ -90,15 +98,17 @@ def read_versions(steps: pd.DataFrame) -> np.ndarray:
 def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], update_lr: float,
            inverse_staleness: bool = False, eval_every: int = 0, allow_nan: bool = False,
            progress: Callable[[int, int], None] | None = None, wave_limit: int = 256,
-           dc_lambda: float | None = None) -> Replayed:
+           dc_lambda: float | None = None, optimizer: str = "sgd", keep_versions: bool = False) -> Replayed:
     """Replay ``steps`` (a simulated run's records) with ``oracle``'s gradients; see the module docstring.
 
     ``data(worker, minibatch)``: that minibatch as the engine gives it to that worker. ``update_lr``: the rate
     an update applies to the mean of its gradients (``RunOptions.update_lr``). ``progress(done, total)``: called
     after every wave with the gradients computed so far. ``wave_limit``: most gradients per oracle call.
-    ``dc_lambda``: delay compensation's lambda (``RunOptions.dc_lambda``; ``None``: none).
+    ``dc_lambda``: delay compensation's lambda (``RunOptions.dc_lambda``; ``None``: none). ``optimizer``: what each
+    update applies (``--optimizer``). ``keep_versions``: keep every version for :attr:`Replayed.versions`.
     """
-    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc_lambda)
+    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc_lambda, optimizer,
+                keep_versions)
     with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
         while True:
             r.wave(data, wave_limit, allow_nan)
@@ -118,7 +128,7 @@ class _Replay:
     """The state of one replay: the schedule's arrays, the versions still to be read, the gradients in hand."""
 
     def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int,
-                 dc: float | None = None) -> None:
+                 dc: float | None = None, optimizer: str = "sgd", keep: bool = False) -> None:
         self.records, self.oracle, self.lr, self.inverse, self.every = records, oracle, lr, inverse, every
         self.dc = dc
         self.read_at: dict[int, Params] = {}  # with dc: the parameters each gradient in hand was computed at
@@ -148,6 +158,9 @@ class _Replay:
         self.evals: list[tuple[int, float, float, float | None]] = []
         self.calls = 0
         self.stop_at: float | None = None  # time of the first non-finite loss (the real run would end there)
+        self.optimizer = parse_optimizer(optimizer)
+        self.slots = new_state(self.optimizer, self.versions[0])  # the PS's slots, as each update lands
+        self.history: list[Params] | None = [self.versions[0]] if keep else None
 
     def wave(self, data: Callable[[int, int], Batch], limit: int, allow_nan: bool) -> None:
         """Compute every record read at a version that exists (in oracle calls of at most ``limit``)."""
@@ -180,8 +193,11 @@ class _Replay:
             if self.dc is not None:
                 grads = [compensated(g, self.versions[self.current], self.read_at.pop(i), self.dc)
                          for g, i in zip(grads, self.members[u])]
-            self.versions[u] = _apply(self.versions[self.current], grads,
-                                      self.lr, [self.stale[i] for i in self.members[u]] if self.inverse else None)
+            self.versions[u] = _apply(self.versions[self.current], grads, self.lr,
+                                      [self.stale[i] for i in self.members[u]] if self.inverse else None,
+                                      self.optimizer, self.slots)
+            if self.history is not None:
+                self.history.append(self.versions[u])
             self.current, moved = u, True
             if self.every and u % self.every == 0:
                 loss, acc = self.oracle.evaluate(self.versions[u])
@@ -192,9 +208,11 @@ class _Replay:
         return moved
 
     def result(self) -> Replayed:
-        return finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
-                      self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
-                      lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None)
+        out = finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
+                     self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
+                     lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None)
+        out.versions = self.history
+        return out
 
 
 def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop_at: float | None,
@@ -234,15 +252,17 @@ def compensated(grad: Params, now: Params, read: Params, lam: float) -> Params:
     return out
 
 
-def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None) -> Params:
-    """One update, in the parameters' own precision as TensorFlow's ops compute it: ``params - lr * mean(grads)``,
-    each gradient first scaled by ``1 / (staleness + 1)`` when ``staleness`` is given (``--lr-staleness inverse``)."""
-    out = []
+def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None,
+           optimizer: Optimizer | None = None, slots: list[SlotState] | None = None) -> Params:
+    """One update, in the parameters' own precision as TensorFlow's ops compute it: ``params - lr * mean(grads)``
+    (with an ``optimizer``, its step on ``mean(grads)``, ``slots`` its state), each gradient first scaled by
+    ``1 / (staleness + 1)`` when ``staleness`` is given (``--lr-staleness inverse``)."""
+    deltas = []
     for k, p in enumerate(params):
         one = p.dtype.type
         gk = [g[k] for g in grads]
         if staleness is not None:
             gk = [gi * one(1.0 / (s + 1.0)) for gi, s in zip(gk, staleness)]
-        delta = gk[0] if len(gk) == 1 else sum(gk[1:], gk[0]) / one(len(gk))
-        out.append(p - one(lr) * delta)
-    return out
+        deltas.append(gk[0] if len(gk) == 1 else sum(gk[1:], gk[0]) / one(len(gk)))
+    opt = optimizer or Optimizer()
+    return apply(opt, params, deltas, lr, new_state(opt, params) if slots is None else slots)
