@@ -101,7 +101,8 @@ def parse_labels(labels: list[str] | tuple[str, ...], optimizer: str | None = No
     A label is kept as given, but one that names an optimizer gets its canonical form (``async@momentum`` ->
     ``async·momentum:0.9``) and, where the comparison's ``optimizer`` is not sgd, one that does not gets it
     (``async·adam``), so every table and title says what its runs applied."""
-    out = [(canonical_label(label, optimizer or "sgd"), label_options(label)) for label in labels]
+    parsed = [(label, label_options(label)) for label in labels]  # a bad label refused as one first
+    out = [(canonical_label(label, optimizer or "sgd"), kw) for label, kw in parsed]
     if len({label_dir(lab) for lab, _ in out}) != len(out):
         raise UsageError("comparison labels repeat: give each mode once")
     if not out:

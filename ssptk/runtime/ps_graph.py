@@ -73,6 +73,7 @@ class PSGraph:
     backlog: Any | None = None    # tokens waiting in this worker's queue
     aggregate: Any | None = None  # chief: `updates` times take N-B gradients, apply, one token per worker
     close_tokens: Any | None = None
+    slots: tuple[Any, ...] = ()   # --optimizer's state on the PS (saved with the model; a restart finds it there)
 
 
 def model_graph(spec: ModelSpec, seed: int) -> tuple[Any, Any, Any, Any, list[Any]]:
@@ -187,7 +188,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 claim=_claim(shared) if claimed is not None else None,
                 done=done_q.enqueue(index),
                 dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]),
-                **({"delay": delay} | extra))
+                slots=tuple(slots.values()), **({"delay": delay} | extra))
 
 
 def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:

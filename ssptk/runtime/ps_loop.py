@@ -218,7 +218,10 @@ class Trainer:
         back = self._reaching((lambda: rejoin_sync(self.sess, self.g, log, self.n, self.index, opts.backup))
                               if opts.mode == "sync" else (lambda: rejoin_free(self.sess, self.g, log)), [])
         self.step_offset = back.after_step
-        where = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
+        where: dict[str, Any] = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
+        if self.g.slots:  # --optimizer's state, as the PS kept it through the death: not zeros again
+            kept = self.sess.run(list(self.g.slots))
+            where["optimizer_slots_norm"] = float(np.sqrt(sum(np.sum(np.square(v)) for v in kept)))
         self.rec.event("restart", attempt=attempt, after_step=back.after_step, unlogged=back.unlogged, **where)
         return back
 
