@@ -38,6 +38,24 @@ def _barrier_fn() -> Any:
     return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
 
 
+def _apply_fn(tf: Any, optimizer: str, variables: list[Any], slots: list[list[Any]], lr: float, n: int) -> Any:
+    """A replica's update: all-reduce the gradients, apply their mean with ``optimizer`` (sgd: ``w -= lr * mean``)."""
+
+    def apply_fn(grads: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        # identity places the arguments on this replica's device; all_reduce of a bare function
+        # argument fails with "destinations can not be empty".
+        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
+        for var, g, mine in zip(variables, summed, slots):
+            if optimizer == "sgd":
+                var.assign_sub(lr * (g / n))
+            else:
+                eager_update(tf, optimizer, var, mine, g / n, lr)
+        return tf.constant(0)
+
+    return apply_fn
+
+
 def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
     """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
     os.environ["TF_CONFIG"] = tf_config(cluster, index)
@@ -63,21 +81,9 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
             loss = spec.loss(y, module(x))
         return loss, tape.gradient(loss, variables)
 
-    def apply_fn(grads: Any) -> Any:
-        ctx = tf.distribute.get_replica_context()
-        # identity places the arguments on this replica's device; all_reduce of a bare function
-        # argument fails with "destinations can not be empty".
-        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
-        for var, g, mine in zip(variables, summed, slots):
-            if sgd:
-                var.assign_sub(lr * (g / n))
-            else:
-                eager_update(tf, opts.optimizer, var, mine, g / n, lr)
-        return tf.constant(0)
-
-    sgd = opts.optimizer == "sgd"
     compute = tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y)))
-    apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
+    apply = tf.function(lambda grads: strategy.run(_apply_fn(tf, opts.optimizer, variables, slots, lr, n),
+                                                   args=(grads,)))
     barrier = tf.function(lambda: strategy.run(_barrier_fn))
 
     rd = RunDir(run_dir)
