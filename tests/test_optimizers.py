@@ -132,3 +132,48 @@ def test_the_numpy_rules_carry_their_slots_from_update_to_update() -> None:
     params = apply(opt, params, [np.array([3.0, -1e-3], np.float32)], 0.01, state)
     np.testing.assert_allclose(params[0], [0.99, 1.01], rtol=1e-4)
     assert state[0][2] == np.float32(0.9) * np.float32(0.9)  # beta1^t after one update: the next step's correction
+
+
+# --- sliding over momentum: the sweep (CLI, magics, API) and the staleness explorer --------------------------------
+
+def test_the_sweep_command_slides_over_momentum_in_any_mode() -> None:
+    from ssptk.commands import build_parser, compare_plan
+
+    for notebook in (False, True):
+        parser = build_parser(notebook=notebook)
+        plan = compare_plan(parser.parse_args("sweep --momentum 0.9,0,0.5 --workers 2".split()))
+        assert plan.labels == ["async", "async\u00b7momentum:0.5", "async\u00b7momentum:0.9"]
+        plan = compare_plan(parser.parse_args("sweep --momentum 0,0.9 --mode ssp:4".split()))
+        assert plan.labels == ["ssp:4", "ssp:4\u00b7momentum:0.9"]
+        with pytest.raises(ssptk.UsageError, match="--mode goes with --momentum"):
+            compare_plan(parser.parse_args("sweep --staleness 0,1 --mode async".split()))
+        with pytest.raises(ssptk.UsageError, match="exactly one of --staleness"):
+            compare_plan(parser.parse_args("sweep --momentum 0 --staleness 1".split()))
+    with pytest.raises(ssptk.UsageError, match=r"invalid momentum list '0,1': use numbers in \[0, 1\)"):
+        build_parser(notebook=True).parse_args("sweep --momentum 0,1".split())
+
+
+def test_the_api_sweep_and_the_explorer_slide_over_momentum(tmp_path, monkeypatch) -> None:
+    from test_widgets import FakeRunner
+
+    from ssptk.notebook import widgets
+
+    monkeypatch.chdir(tmp_path)
+    fake = FakeRunner(tmp_path / "runs")
+    sw = widgets.sweep(momentum=[0.9, 0.0], runner=fake, workers=2, steps=5, mode="sync")
+    assert list(sw.results) == ["sync", "sync\u00b7momentum:0.9"]
+    assert [(c["mode"], c.get("optimizer", "sgd")) for c in fake.calls] == [("sync", "sgd"), ("sync", "momentum:0.9")]
+    sw.widget
+    assert sw.slider.description == "momentum \u03b2" and sw.title.startswith("ssptk momentum sweep")
+    with pytest.raises(ssptk.UsageError, match="a momentum sweep sets --optimizer"):
+        widgets.sweep(momentum=[0.5], runner=fake, optimizer="adam")
+    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], momentum=[0, 0.9], runner=fake, steps=5)
+    assert ex.momentum_slider is not None and ex.momentum_slider.description == "momentum \u03b2"
+    ex.run(2)
+    ex.momentum_slider.value = 0.9
+    ex.run(2)
+    assert [c.get("optimizer") for c in fake.calls[-2:]] == ["sgd", "momentum:0.9"]
+    assert [c["staleness"] for c in fake.calls[-2:]] == [2, 2]
+    assert sorted(ex._labels(list(ex.results)).values()) == ["S=2 \u03b2=0", "S=2 \u03b2=0.9"]
+    with pytest.raises(ssptk.UsageError, match="drop optimizer"):
+        widgets.staleness_explorer(momentum=[0.5], optimizer="adam", runner=fake)
