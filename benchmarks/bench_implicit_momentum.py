@@ -3,9 +3,11 @@ the linear model with N = 2, 4, 8 real workers and 1-64 predicted ones, beside t
 momentum that trains best at each size (``ssptk.implicit_momentum``; estimators in
 ``ssptk/analysis/implicit_momentum.py``).
 
-Target: the measured trend against 1 - 1/N. The implicit momentum must grow with N (rank correlation with N at least
-0.9, predicted sizes) and the best explicit momentum must fall (rank correlation at most -0.8), as the paper says;
-how far the measured values sit from 1 - 1/N is reported beside them (the findings say what it means). Two
+Target: the measured trend against 1 - 1/N, the paper's prediction: the fitted implicit momentum within 0.1 of
+1 - 1/N on average over N = 2-64 (predicted); beside it, whether it grows with N at all (rank correlation), and the
+best explicit momentum must fall as N grows (rank correlation at most -0.8), the paper's practical consequence. A
+MISSED first row is a finding, not a fault: docs/findings/index.md says where and why the model does not follow
+the paper. Two
 schedules: equal workers (no injected delay: they take turns, every update N-1 stale) and the paper's queueing model
 (``--jitter exp:0.05``: exponential compute times, an update from a worker picked at random, staleness geometric).
 """
@@ -16,7 +18,7 @@ import shutil
 
 import numpy as np
 import pandas as pd
-from harness import Context, Row, at_least, at_most
+from harness import Context, Row, at_most
 
 LR = 0.01  # per update: stable at 64 workers (lr x curvature 2 x 64 below the delay's limit)
 
@@ -67,11 +69,14 @@ def bench_implicit_momentum(ctx: Context) -> list[Row]:
         _note_table(ctx, table)
         sized = table[table["workers"] >= 2]
         mus = [None if pd.isna(v) else float(v) for v in sized["mu"]]
-        rows.append(Row(f"implicit_momentum {name}: mu grows with N (rank correlation, 2-64 predicted)",
-                        _rank([float(n) for n in sized["workers"]], mus), at_least(0.9)))
         gap = [abs(m - p) for m, p in zip(mus, sized["paper"]) if m is not None]
-        rows.append(Row(f"implicit_momentum {name}: mean |mu - (1 - 1/N)|, 2-64 predicted",
-                        float(np.mean(gap)) if gap else None, note="the paper's prediction: 0"))
+        rows.append(Row(f"implicit_momentum {name}: mean |mu - (1 - 1/N)|, 2-64 predicted (the paper: 0)",
+                        float(np.mean(gap)) if gap else None, at_most(0.1)))
+        rows.append(Row(f"implicit_momentum {name}: mu grows with N (rank correlation, 2-64 predicted)",
+                        _rank([float(n) for n in sized["workers"]], mus)))
+        eq = [None if pd.isna(v) else float(v) for v in table["equivalent"]]
+        rows.append(Row(f"implicit_momentum {name}: equivalent momentum grows with N (rank correlation, where "
+                        "defined)", _rank([float(n) for n in table["workers"]], eq)))
         best = [None if pd.isna(v) else float(v) for v in table["best_beta"]]
         rows.append(Row(f"implicit_momentum {name}: best explicit momentum falls with N (rank correlation)",
                         _rank([float(n) for n in table["workers"]], best), at_most(-0.8)))
