@@ -39,6 +39,7 @@ from typing import Any
 from bench_engine import bench_ssp_nonbinding_vs_async, bench_warm_rerun
 from bench_floor import bench_async_floor
 from bench_fork_server_soak import bench_fork_server_soak
+from bench_implicit_momentum import bench_implicit_momentum
 from bench_layouts import bench_scale_layouts
 from bench_network import bench_network, bench_network_predicted
 from bench_network_sweep import bench_network_sweep
@@ -87,6 +88,7 @@ BENCHMARKS: list[Callable[[Context], list[Row]]] = [
     bench_network_sweep,
     bench_trace,
     bench_suite_loaded,
+    bench_implicit_momentum,
 ]
 
 

@@ -14,7 +14,7 @@ from ssptk.core.models import ModelSpec
 from ssptk.core.version import __version__
 
 __all__ = ["ModelSpec", "RunFailed", "RunInterrupted", "TaskFailure", "UsageError", "__version__", "compare",
-           "predict", "run", "shutdown", "simulate"]
+           "implicit_momentum", "predict", "run", "shutdown", "simulate"]
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -31,7 +31,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:  # late imports keep `import ssptk` light (no pandas/TF until needed)
-    if name in ("run", "shutdown", "compare", "simulate", "predict"):
+    if name in ("run", "shutdown", "compare", "simulate", "predict", "implicit_momentum"):
         from ssptk import api
 
         return getattr(api, name)

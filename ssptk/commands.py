@@ -63,6 +63,17 @@ def local_steps_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"invalid local steps list {text!r}: use integers >= 1 like 1,2,4,8") from None
 
 
+def momentum_list(text: str) -> list[float]:
+    """``"0,0.5,0.9"`` -> ``[0.0, 0.5, 0.9]``: a sweep's momenta (:func:`ssptk.experiment.sweep.momentum_values`)."""
+    from ssptk.experiment.sweep import momentum_values
+
+    try:
+        return momentum_values(text)
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"invalid momentum list {text!r}: use numbers in [0, 1) like 0,0.5,0.9"
+                                         ) from None
+
+
 def build_parser(notebook: bool = False) -> _Parser:
     """The one grammar of ssptk's commands. ``notebook``: the ``%dtrain`` magic's flavour, whose
     ``run``, ``compare`` and ``sweep`` also take the notebook's own flags, and whose errors raise."""
@@ -85,9 +96,11 @@ def build_parser(notebook: bool = False) -> _Parser:
                         "inverse; async+dc, ssp:S+dc[:LAMBDA]: with --lr-staleness dc[:LAMBDA] (delay-compensated); "
                         "local:H+outer: local SGD with DiLoCo's outer step (--outer-lr 0.7, --outer-momentum 0.9)")
     add_run_arguments(c, skip=("mode", "staleness"))
-    sw = sub.add_parser("sweep", help="run SSP once per staleness value (or local SGD once per H) and compare them",
-                        description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, or --mode local "
-                                    "once per --local-steps value into OUT/local-<H>/ (give one of the two), then "
+    sw = sub.add_parser("sweep", help="run SSP once per staleness value (or local SGD once per H, or a mode once per "
+                                      "momentum) and compare them",
+                        description="Run --mode ssp once per --staleness value into OUT/ssp-<S>/, --mode local "
+                                    "once per --local-steps value into OUT/local-<H>/, or --mode MODE once per "
+                                    "--momentum value into OUT/MODE.momentum-<B>/ (give one of the three), then "
                                     "write OUT/metrics.csv and OUT/report.html (in a notebook: a slider over the "
                                     "runs).",
                         epilog=codes)
@@ -96,7 +109,13 @@ def build_parser(notebook: bool = False) -> _Parser:
     sw.add_argument("--local-steps", type=local_steps_list, default=None, metavar="H,H,...",
                     help="local SGD: the local steps between averages to run (mode local), e.g. 1,2,4,8; "
                          "--outer-lr and --outer-momentum apply to every run")
-    add_run_arguments(sw, skip=("mode", "staleness", "local_steps"))
+    sw.add_argument("--momentum", type=momentum_list, default=None, metavar="B,B,...",
+                    help="the explicit momenta to run (--optimizer momentum:B; 0: sgd), each in --mode, e.g. "
+                         "0,0.5,0.9: labels async, async\u00b7momentum:0.5, ...")
+    sw.add_argument("--mode", default=None, metavar="MODE",
+                    help="with --momentum: the mode of every run (sync, ssp:S, async, allreduce, local:H; default "
+                         "async)")
+    add_run_arguments(sw, skip=("mode", "staleness", "local_steps", "optimizer"))
     for sp in (c, sw):  # not run options: they are the comparison's
         sp.add_argument("--repeat", type=int, default=1, metavar="R", help="run each mode R times and show the spread")
         sp.add_argument("--predict", action="store_true",
@@ -189,9 +208,12 @@ def compare_plan(args: argparse.Namespace) -> ComparePlan:
     from ssptk.experiment.compare import common_options
     from ssptk.experiment.sweep import sweep_labels
 
+    if args.command == "sweep" and args.mode is not None and args.momentum is None:
+        raise UsageError("--mode goes with --momentum: a --staleness sweep runs ssp, a --local-steps sweep local SGD")
     labels = (args.labels if args.command == "compare"
-              else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep"))
-    swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
+              else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep", momentum=args.momentum,
+                                options={"mode": args.mode}))
+    swept = ("staleness", "local_steps", "momentum", "mode") if args.command == "sweep" else ("staleness",)
     ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
     common = common_options(labels[0], given_options(ns))  # what the first label sets is its own (async+dc alone)
     return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
@@ -346,7 +368,7 @@ def left_behind(claimed: list[str]) -> Left:
 # --- sim ------------------------------------------------------------------------------------------------
 
 #: ``sim`` options that only a prediction with a model uses
-_TRAINING_ONLY = ("batch", "lr", "lr_convention", "data_split", "eval_every", "lr_staleness", "allow_nan",
+_TRAINING_ONLY = ("batch", "lr", "lr_convention", "data_split", "eval_every", "lr_staleness", "optimizer", "allow_nan",
                   "stop_on_divergence", "out", "target")
 
 

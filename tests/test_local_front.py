@@ -52,8 +52,9 @@ def test_sweep_command_takes_exactly_one_of_staleness_and_local_steps(notebook: 
     assert plan.common["outer_lr"] == 0.7 and plan.common["outer_momentum"] == 0.9
     assert "local_steps" not in plan.common and "mode" not in plan.common
     for line in ("sweep --workers 2", "sweep --staleness 0,1 --local-steps 1,2"):
-        with pytest.raises(UsageError, match=r"^sweep takes exactly one of --staleness S,S,\.\.\. \(ssp\) and "
-                                             r"--local-steps H,H,\.\.\. \(local SGD\)$"):
+        with pytest.raises(UsageError, match=r"^sweep takes exactly one of --staleness S,S,\.\.\. \(ssp\), "
+                                             r"--local-steps H,H,\.\.\. \(local SGD\) and --momentum B,B,\.\.\. "
+                                             r"\(any --mode\)$"):
             compare_plan(parser.parse_args(line.split()))
     with pytest.raises(UsageError, match="--outer-lr applies to local only"):
         compare_plan(parser.parse_args("sweep --staleness 0,1 --outer-lr 0.5".split()))

@@ -1,7 +1,8 @@
 """The label grammar, its one parser: modes (``sync``, ``ssp``, ``async``, ``allreduce``, ``local``), labels
 (``ssp:S``, ``local:H``), the suffixes of comparison labels (``+inverse``, ``+dc``, ``+dc:LAMBDA``, ``+dca``,
-``+dca:LAMBDA0``, ``+outer``), delay compensation's two forms (:class:`DelayComp`, :func:`parse_dc`), and a label's
-directory name (``ssp:2`` -> ``ssp-2``).
+``+dca:LAMBDA0``, ``+outer``), delay compensation's two forms (:class:`DelayComp`, :func:`parse_dc`), the optimizer a
+label ends with (``async·adam``, ``ssp:4+inverse·momentum:0.9``; ``@`` for ``·``), and a label's directory name
+(``ssp:2`` -> ``ssp-2``, ``async·momentum:0.9`` -> ``async.momentum-0.9``).
 
 ``--mode``, ``compare``'s labels, ``ssptk.simulate``'s mode, the task command and the simulator all parse
 here; a refused label raises :class:`LabelError`, whose ``reason`` lets a caller name the label its own way
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import UsageError
+from ssptk.core.optimizers import SEPARATOR, parse_optimizer, suffix
 
 __all__ = ["DCA_DECAY", "DCA_EPSILON", "DC_FORMS", "DC_SUFFIX", "DEFAULT_DCA_LAMBDA", "DEFAULT_DC_LAMBDA",
-           "DILOCO_OUTER", "INVERSE_SUFFIX", "MODES", "NUMBERED_MODES", "OUTER_SUFFIX", "STALE_MODES", "DelayComp",
-           "LabelError", "label_dir", "label_of", "label_options", "parse_dc", "parse_label", "parse_mode"]
+           "DILOCO_OUTER", "INVERSE_SUFFIX", "MODES", "NUMBERED_MODES", "OPTIMIZER_MARKS", "OUTER_SUFFIX",
+           "STALE_MODES", "DelayComp", "LabelError", "canonical_label", "label_dir", "label_of", "label_options",
+           "parse_dc", "parse_label", "parse_mode", "split_optimizer"]
 
 MODES = ("sync", "ssp", "async", "allreduce", "local")
 #: The modes whose label carries a number: ``ssp:S`` (the staleness bound) and ``local:H`` (local steps per average).
@@ -42,6 +45,8 @@ DCA_EPSILON = 1e-7
 #: Nesterov momentum 0.9.
 OUTER_SUFFIX = "+outer"
 DILOCO_OUTER = {"outer_lr": 0.7, "outer_momentum": 0.9}
+#: What separates a label from its optimizer: ``·`` (as labels are shown) or ``@`` (easier to type).
+OPTIMIZER_MARKS = (SEPARATOR, "@")
 #: The modes whose updates have a staleness: ``--lr-staleness`` (and so ``+inverse``, ``+dc``) applies to them only.
 STALE_MODES = ("ssp", "async")
 
@@ -159,6 +164,29 @@ def parse_dc(value: Any) -> DelayComp | None:
     return DelayComp(lam, adaptive)
 
 
+def split_optimizer(label: str) -> tuple[str, str | None]:
+    """``async·adam`` (or ``async@adam``) -> ``("async", "adam")``; a label without one -> ``(label, None)``."""
+    text = str(label)
+    at = max(text.rfind(mark) for mark in OPTIMIZER_MARKS)
+    return (text, None) if at < 0 else (text[:at], text[at + 1:])
+
+
+def _label_optimizer(spec: str) -> str:
+    try:
+        return str(parse_optimizer(spec))
+    except UsageError as e:
+        reason = str(e).replace(f"bad --optimizer {spec!r}: ", "")
+        raise LabelError(reason, reason) from None
+
+
+def canonical_label(label: str, optimizer: str = "sgd") -> str:
+    """A comparison label as every table and title shows it: its optimizer canonical and after ``·``
+    (``async@momentum`` -> ``async·momentum:0.9``), or ``optimizer`` (the comparison's own) added where it has none
+    and is not sgd; a label without either is returned as given."""
+    plain, own = split_optimizer(label)
+    return plain + suffix(optimizer if own is None else own)
+
+
 def _split_suffix(label: str) -> tuple[str, str]:
     """``async+dc:0.1`` -> ``("async", "+dc:0.1")``; a label without a suffix -> ``(label, "")``."""
     base, plus, suffix = label.partition("+")
@@ -170,14 +198,18 @@ def label_options(label: str) -> dict[str, Any]:
     ``{"mode": "ssp", "staleness": 4}``, ``local:4`` -> ``{"mode": "local", "local_steps": 4}``. Suffixes set the
     mitigation beside the plain mode: ``+inverse`` sets ``lr_staleness="inverse"``, ``+dc`` / ``+dc:LAMBDA``
     ``lr_staleness="dc:LAMBDA"``, ``+dca`` / ``+dca:LAMBDA0`` ``lr_staleness="dca:LAMBDA0"`` (ssp and async),
-    ``+outer`` DiLoCo's outer optimizer (local). Raises :class:`LabelError`: ``unknown mode ...`` for a bare
-    unknown name, else ``bad comparison label ...``."""
-    base, suffix = _split_suffix(label)
+    ``+outer`` DiLoCo's outer optimizer (local); an optimizer at the end (``·adam``, ``@momentum:0.9``) sets
+    ``optimizer`` (its canonical spec). Raises :class:`LabelError`: ``unknown mode ...`` for a bare unknown name, else
+    ``bad comparison label ...``."""
+    plain, optimizer = split_optimizer(label)
+    base, end = _split_suffix(plain)
     try:
         mode, number = parse_label(base)
-        extra = _suffix_options(mode, suffix)
+        extra = _suffix_options(mode, end)
+        if optimizer is not None:
+            extra["optimizer"] = _label_optimizer(optimizer)
     except LabelError as e:
-        if ":" not in label and not suffix:
+        if ":" not in label and not end and optimizer is None:
             raise
         raise LabelError(f"bad comparison label {label!r}: {e.reason}", e.reason) from None
     if number is not None:
@@ -220,5 +252,11 @@ def label_of(mode: str, number: int | None) -> str:
 
 
 def label_dir(label: str) -> str:
-    """The directory name of a label in a comparison (``ssp:2`` -> ``ssp-2``)."""
-    return label.replace(":", "-")
+    """The directory name of a label in a comparison (``ssp:2`` -> ``ssp-2``, ``async·adam`` -> ``async.adam``)."""
+    plain, optimizer = split_optimizer(label)
+    if optimizer is not None:
+        try:
+            optimizer = str(parse_optimizer(optimizer))  # async@momentum and async·momentum:0.9: one directory
+        except UsageError:
+            pass
+    return (plain if optimizer is None else f"{plain}.{optimizer}").replace(":", "-")

@@ -49,7 +49,8 @@ class ModelSpec:
       ``trainable_variables`` (a ``tf.Module`` or a ``tf_keras`` model).
     - ``loss(y, predictions)``: a scalar TensorFlow tensor.
     - ``data(rng, batch)``: one minibatch ``(x, y)`` of NumPy arrays from ``rng`` (a ``numpy.random.Generator``).
-    - ``lr``: the default learning rate of plain SGD for this model.
+    - ``lr``: the default learning rate of plain SGD for this model (and of momentum: ``--optimizer momentum:BETA``).
+    - ``adam_lr`` (optional): the default learning rate of ``--optimizer adam`` (without it, 0.001, Kingma and Ba's).
     - ``eval_data()`` (optional): the held-out set ``(x, y)`` final models are evaluated on; without it, a
       fixed batch from ``data`` that no training step draws.
     - ``accuracy(y, predictions)`` (optional): a scalar TensorFlow tensor, the fraction classified right;
@@ -66,6 +67,7 @@ class ModelSpec:
     eval_data: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
     accuracy: Callable[[Any, Any], Any] | None = None
     train_set: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
+    adam_lr: float | None = None
 
 
 def minibatch(spec: ModelSpec, seed: int, index: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +140,7 @@ def _linear_data(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.n
 
 def linear() -> ModelSpec:
     """The blog seed's model. lr 0.05 converges in ~100 steps and stays stable under async staleness."""
-    return ModelSpec(build=_linear_build, loss=_mse, data=_linear_data, lr=0.05, name="linear")
+    return ModelSpec(build=_linear_build, loss=_mse, data=_linear_data, lr=0.05, name="linear", adam_lr=0.05)
 
 
 # --- keras: the first seed's Dense(2) on 5 features, labels from a fixed hidden teacher ------------
@@ -165,7 +167,7 @@ def _keras_data(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.nd
 
 def keras() -> ModelSpec:
     """The MultiWorkerMirroredStrategy page's ``Dense(2)``, with learnable labels."""
-    return ModelSpec(build=_keras_build, loss=_xent, data=_keras_data, lr=0.2, name="keras")
+    return ModelSpec(build=_keras_build, loss=_xent, data=_keras_data, lr=0.2, name="keras", adam_lr=0.05)
 
 
 # --- digits: a small MLP on scikit-learn's bundled 8x8 handwritten digits, where staleness costs something ----
@@ -225,7 +227,7 @@ def _classified(y: Any, logits: Any) -> Any:
 
 def digits() -> ModelSpec:
     """An MLP (64 -> 32 tanh -> 10) on scikit-learn's 8x8 digits: 1438 training and 359 held-out images."""
-    return ModelSpec(build=_digits_build, loss=_xent, data=_digits_data, lr=0.1, name="digits",
+    return ModelSpec(build=_digits_build, loss=_xent, data=_digits_data, lr=0.1, name="digits", adam_lr=0.01,
                      eval_data=_digits_eval, accuracy=_classified, train_set=_digits_train)
 
 

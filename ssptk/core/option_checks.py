@@ -10,6 +10,7 @@ from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, LabelError, parse_dc
 from ssptk.core.models import BUILTIN, MODEL_HINT
 from ssptk.core.network import MAX_TASKS, named_roles, parse_network
+from ssptk.core.optimizers import parse_optimizer
 
 #: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
 RunOptions = Any
@@ -27,8 +28,7 @@ _LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": None, "outer_momentum": 0.0}
 
 def validate(o: RunOptions) -> None:
     """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
-    ``dca:2.0``,
-    the network spec)."""
+    ``dca:2.0``, ``momentum:0.9``, the network spec)."""
     if o.staleness is not None:
         if o.mode != "ssp":
             raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
@@ -51,6 +51,7 @@ def validate(o: RunOptions) -> None:
     if not 0 <= o.seed < 2**32:
         raise UsageError(f"--seed must be an integer in [0, 2**32), got {o.seed}")
     _check_lr_staleness(o)
+    o.optimizer = str(parse_optimizer(o.optimizer))  # canonical: momentum:0.9, adam
     if o.lr_staleness != "none" and o.mode not in STALE_MODES:
         raise UsageError(f"--lr-staleness applies to async and ssp, not {o.mode}: its updates have no staleness")
     if o.data_split not in DATA_SPLITS:

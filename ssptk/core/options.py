@@ -21,8 +21,9 @@ from ssptk.core.labels import (
     parse_dc,
     parse_mode,
 )
-from ssptk.core.models import BUILTIN
+from ssptk.core.models import BUILTIN, builtin_parameters
 from ssptk.core.network import Network, parse_network
+from ssptk.core.optimizers import parse_optimizer, suffix
 from ssptk.core.option_checks import (
     validate,
 )
@@ -37,6 +38,7 @@ from ssptk.core.resources import (
     example_bytes,
     run_estimate,
     sim_estimate,
+    slot_part,
 )
 
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
@@ -115,6 +117,11 @@ OPTIONS: tuple[Option, ...] = (
            "dca[:LAMBDA0] its adaptive form, DC-ASGD-a: LAMBDA = LAMBDA0 / sqrt(mean square of g), per coordinate, "
            f"the mean square a running average (decay {DCA_DECAY}) kept beside each variable on the PS (default "
            f"LAMBDA0 {DEFAULT_DCA_LAMBDA}); none: plain LR", "none|inverse|dc[:LAMBDA]|dca[:LAMBDA0]"),
+    Option("optimizer", str, "sgd",
+           "what an update applies, where the mode applies it (sync, ssp, async: on the PS, each shard keeping its "
+           "variables' slots; local: each worker's inner steps; allreduce: each worker): sgd, momentum:BETA or "
+           "nesterov:BETA (BETA in [0, 1), default 0.9), adam or adam:B1,B2,EPS (default 0.9,0.999,1e-8); labels "
+           "say it (async\u00b7adam; a comparison label takes it as async\u00b7adam or async@adam)", "SPEC"),
     Option("backup", int, 0, "sync and local: aggregate the first N-B gradients (local: deltas) of each step "
            "(round), drop the late ones", "B"),
     Option("straggler", str, (), "make worker I take SECONDS longer every step (repeatable)", "I:SECONDS",
@@ -184,6 +191,7 @@ class RunOptions:
     data_split: str = _DEFAULT["data_split"]
     eval_every: int = _DEFAULT["eval_every"]
     lr_staleness: str = _DEFAULT["lr_staleness"]
+    optimizer: str = _DEFAULT["optimizer"]
     backup: int = _DEFAULT["backup"]
     straggler: tuple[tuple[int, float], ...] = field(default_factory=tuple)
     jitter: str | None = _DEFAULT["jitter"]
@@ -263,8 +271,10 @@ class RunOptions:
 
     @property
     def label(self) -> str:
-        """``ssp:S``, ``local:H`` or the mode's name (see :func:`label_of`)."""
-        return label_of(self.mode, self.local_steps if self.mode == "local" else self.staleness)
+        """``ssp:S``, ``local:H`` or the mode's name (see :func:`label_of`), then its optimizer unless sgd
+        (``async\u00b7adam``)."""
+        number = self.local_steps if self.mode == "local" else self.staleness
+        return label_of(self.mode, number) + suffix(self.optimizer)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -312,11 +322,13 @@ def check_memory(o: RunOptions, predicted: bool = False, available: int | None =
     whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
     ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
     per_example = example_bytes(o.model) if sized else None
+    slots = slot_part(o.optimizer, parse_optimizer(o.optimizer).slots, builtin_parameters(o.model),
+                      o.workers if o.mode in ("local", "allreduce") else 1)  # the PS's shards, or every worker's
     if predicted:
-        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True)
+        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True, slots=slots)
     else:
         estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
-                                per_example=per_example, records=not o.no_log)
+                                per_example=per_example, records=not o.no_log, slots=slots)
     check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
 
 

@@ -26,7 +26,7 @@ from ssptk.core.errors import UsageError
 
 __all__ = ["BATCH_COPIES", "Estimate", "RECORD_BYTES", "SHARED_TASK_BYTES", "SIM_RECORD_BYTES", "TASK_BYTES",
            "available_bytes", "cgroup_cpus", "check_fits", "check_sim", "example_bytes", "machine_cores",
-           "run_estimate", "sim_estimate"]
+           "run_estimate", "sim_estimate", "slot_part"]
 
 MB = 2**20
 #: the launcher itself (Python, NumPy, pandas, the supervisor)
@@ -73,14 +73,26 @@ def _tasks(workers: int, ps: int, shared: bool, with_ps: bool) -> tuple[str, int
     return f"{n} TensorFlow processes", TF_LIBRARY_BYTES + n * TASK_BYTES
 
 
+def slot_part(optimizer: str, slots: int, parameters: int | None, holders: int) -> dict[str, tuple[int, str]]:
+    """The memory of ``--optimizer``'s slots: ``slots`` float32 copies of the model's ``parameters`` (``None``: a
+    user model, unknown before it is built) on each of ``holders`` (1: the PS's shards; N: every worker's, in local
+    SGD and allreduce); nothing for sgd."""
+    if not slots or not parameters:
+        return {}
+    on = "the PS" if holders == 1 else f"each of {holders} workers"
+    return {f"--optimizer {optimizer}'s slots, {slots} x {parameters} parameters on {on}":
+            (4 * slots * parameters * holders, "--model")}
+
+
 def run_estimate(workers: int, batch: int, steps: int, *, ps: int = 1, shared: bool = False, with_ps: bool = True,
-                 per_example: float | None = None, records: bool = True) -> Estimate:
+                 per_example: float | None = None, records: bool = True,
+                 slots: dict[str, tuple[int, str]] | None = None) -> Estimate:
     """The memory of a run on this machine: the launcher, its tasks (``shared``: the shared layout; ``with_ps``:
     not allreduce), each worker's minibatch (``per_example``: the bytes of one example, ``x`` and ``y``; ``None``
-    when unknown) and, with ``records`` (not ``--no-log``), the ``workers * steps`` step records summarised at the
-    end."""
+    when unknown), ``slots`` (:func:`slot_part`) and, with ``records`` (not ``--no-log``), the ``workers * steps``
+    step records summarised at the end."""
     what, tasks = _tasks(workers, ps, shared, with_ps)
-    parts = {"the launcher": (LAUNCHER_BYTES, "--workers"), what: (tasks, "--workers")}
+    parts = {"the launcher": (LAUNCHER_BYTES, "--workers"), what: (tasks, "--workers"), **(slots or {})}
     if per_example:
         parts[f"{workers} minibatches of {batch} examples, {BATCH_COPIES} copies each"] = (
             int(workers * batch * per_example * BATCH_COPIES), "--batch")
@@ -90,11 +102,13 @@ def run_estimate(workers: int, batch: int, steps: int, *, ps: int = 1, shared: b
 
 
 def sim_estimate(workers: int, steps: int, *, batch: int = 0, per_example: float | None = None,
-                 model: bool = False) -> Estimate:
+                 model: bool = False, slots: dict[str, tuple[int, str]] | None = None) -> Estimate:
     """The memory of ``ssptk sim``: the simulator's ``workers * steps`` records; with a ``model`` (a predicted run)
-    also its predicting TensorFlow process, its one minibatch at a time and the summary of every record."""
+    also its predicting TensorFlow process, its one minibatch at a time, the replay's ``slots`` (:func:`slot_part`)
+    and the summary of every record."""
     n = workers * steps
-    parts = {"the launcher": (LAUNCHER_BYTES, "--workers"), f"{n} simulated steps": (n * SIM_RECORD_BYTES, "--steps")}
+    parts = {"the launcher": (LAUNCHER_BYTES, "--workers"), f"{n} simulated steps": (n * SIM_RECORD_BYTES, "--steps"),
+             **(slots or {})}
     if model:
         parts["the predicting TensorFlow process"] = (TF_LIBRARY_BYTES + TASK_BYTES, "--model")
         parts[f"{n} step records summarised"] = (n * RECORD_BYTES, "--steps")

@@ -18,7 +18,7 @@ import pandas as pd
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
-from ssptk.core.labels import label_dir, label_options
+from ssptk.core.labels import canonical_label, label_dir, label_options
 from ssptk.core.options import OPTIONS, check_target, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
@@ -94,10 +94,14 @@ class CompareResult:
         return terminal_text(self.table, predicted=self.report.predicted, verdict=self.verdict)
 
 
-def parse_labels(labels: list[str] | tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
+def parse_labels(labels: list[str] | tuple[str, ...], optimizer: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """``["sync", "ssp:2", "async", "async+inverse"]`` -> ``[(label, {"mode": ..., "staleness": ...}), ...]``;
-    a label ending in ``+inverse`` also sets ``lr_staleness="inverse"`` (:func:`ssptk.core.labels.label_options`)."""
-    out = [(label, label_options(label)) for label in labels]
+    a label ending in ``+inverse`` also sets ``lr_staleness="inverse"`` (:func:`ssptk.core.labels.label_options`).
+    A label is kept as given, but one that names an optimizer gets its canonical form (``async@momentum`` ->
+    ``async·momentum:0.9``) and, where the comparison's ``optimizer`` is not sgd, one that does not gets it
+    (``async·adam``), so every table and title says what its runs applied."""
+    parsed = [(label, label_options(label)) for label in labels]  # a bad label refused as one first
+    out = [(canonical_label(label, optimizer or "sgd"), kw) for label, kw in parsed]
     if len({label_dir(lab) for lab, _ in out}) != len(out):
         raise UsageError("comparison labels repeat: give each mode once")
     if not out:
@@ -158,7 +162,7 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
     same target (``CompareResult.predicted``, ``report.predicted``).
     """
-    plan = parse_labels(labels)
+    plan = parse_labels(labels, common.get("optimizer"))
     repeat = check_repeat(repeat)
     target = check_target(target)
     for _label, kw in plan:  # validate all before running any, or creating the directory
@@ -191,7 +195,7 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
     0: as it starts). A prediction whose loss became NaN stays in the result, failed."""
     from ssptk.experiment.predicted_runs import plan, predict
 
-    labelled = parse_labels(labels)
+    labelled = parse_labels(labels, common.get("optimizer"))
     target = check_target(target)
     for _label, kw in labelled:  # every option checked before anything is created
         resolve(**{"stall_timeout": 0, **common, **kw, "out": None})

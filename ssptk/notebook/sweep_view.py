@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
-from ssptk.experiment.sweep import Knob, label_knob, sweep_mode
+from ssptk.experiment.sweep import MOMENTUM, Knob, label_knob, sweep_labels, sweep_mode
 from ssptk.notebook.runner import ObserverFactory, Runner, default_runner, ipywidgets, split_runner_options
 from ssptk.notebook.views import StaticView
 from ssptk.render.overlay import summary_line
@@ -93,6 +93,8 @@ class SweepResult(StaticView):
 
 
 def _sweep_title(knob: Knob, labels: list[str]) -> str:
+    if knob is MOMENTUM:
+        return f"ssptk momentum sweep: {', '.join(labels)}"
     if knob.mode == "ssp":
         return f"ssptk staleness sweep: {', '.join(labels)}"
     return f"ssptk local SGD sweep over H, the local steps per average: {', '.join(labels)}"
@@ -108,6 +110,7 @@ def from_runs(results: Mapping[str, RunResult], title: str | None = None,
 
 def sweep(staleness: int | str | Iterable[int] | None = None, runner: Runner | None = None, *,
           local_steps: int | str | Iterable[int] | None = None,
+          momentum: float | str | Iterable[float] | None = None,
           progress: Callable[[str, int, int], None] | None = None,
           observer_factory: ObserverFactory | None = None, **run_options: Any) -> SweepResult:
     """Run mode ssp once per staleness value (labels ``ssp:S``), or with ``local_steps=[1, 2, 4, 8]`` mode local
@@ -119,19 +122,28 @@ def sweep(staleness: int | str | Iterable[int] | None = None, runner: Runner | N
     ``metrics.csv`` and ``report.html``, and a failed run stays in the result (status ``failed`` in the table).
     ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run, passed as
     ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
+    ``momentum=[0, 0.5, 0.9]``: the run options' ``mode`` (default async) once per explicit momentum instead
+    (labels ``async``, ``async·momentum:0.5``, ...; 0: plain sgd), a slider over them.
     """
     from ssptk.experiment.sweep import sweep as run_sweep
-    from ssptk.experiment.sweep import sweep_labels
 
-    labels = sweep_labels(staleness, local_steps)  # bad values fail here, before any run
-    knob = label_knob(labels)
-    assert knob is not None
-    what = "a staleness sweep" if knob.mode == "ssp" else "a local-steps sweep"
-    sweep_mode(run_options, knob, what)
+    if momentum is not None:
+        sweep_labels(staleness, local_steps, momentum=momentum, options=dict(run_options))  # bad values fail here
+        what = "a momentum sweep"
+        swept: dict[str, Any] = {"momentum": momentum}
+    else:
+        labels = sweep_labels(staleness, local_steps)  # bad values fail here, before any run
+        knob = label_knob(labels)
+        assert knob is not None
+        what = "a staleness sweep" if knob.mode == "ssp" else "a local-steps sweep"
+        sweep_mode(run_options, knob, what)
+        swept = {knob.option: [int(label.partition(":")[2]) for label in labels]}
+    mode = run_options.pop("mode", None) if momentum is not None else None  # any mode, with momentum
     extra = split_runner_options(run_options, what)
+    if mode is not None:
+        run_options["mode"] = mode
     if extra.get("model_source") is not None:
         raise UsageError(f"{what} takes a model by name (--model package.module:function), not model code")
-    values = [int(label.partition(":")[2]) for label in labels]
-    result = run_sweep(**{knob.option: values}, runner=runner or default_runner, progress=progress,
+    result = run_sweep(**swept, runner=runner or default_runner, progress=progress,
                        observer=observer_factory, warm=bool(extra.get("warm", True)), **run_options)
     return SweepResult(result.runs)

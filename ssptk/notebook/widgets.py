@@ -1,5 +1,6 @@
 """Interactive staleness sliders for Jupyter: :func:`staleness_explorer` (a slider over SSP's staleness S, or with
-``mode="local"`` over local SGD's local steps H), :func:`sweep`, :func:`from_runs`.
+``mode="local"`` over local SGD's local steps H; with ``momentum=[...]`` a second one over the explicit momentum),
+:func:`sweep`, :func:`from_runs`.
 
 Runs execute in the kernel's main thread, inside the Run button's handler. ipykernel handles widget
 messages one at a time on that thread, so clicks and slider moves made during a run wait (the controls
@@ -19,9 +20,18 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import RunFailed, UsageError
+from ssptk.core.optimizers import parse_optimizer
 from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
-from ssptk.experiment.sweep import KNOBS, Knob, local_steps_values, staleness_values, sweep_mode
+from ssptk.experiment.sweep import (
+    KNOBS,
+    MOMENTUM,
+    Knob,
+    local_steps_values,
+    momentum_values,
+    staleness_values,
+    sweep_mode,
+)
 from ssptk.notebook.explorer_predictions import ExplorerPredictions, error_line
 from ssptk.notebook.runner import (
     RUNNER_OPTIONS,
@@ -56,7 +66,7 @@ FIGURE_EVERY_S = 2.0
 def _family(key: Key) -> Key:
     """What an explorer fixes: a cache key without the options its sliders change."""
     return tuple((name, value) for name, value in key
-                 if name not in ("staleness", "local_steps", "workers", "straggler"))
+                 if name not in ("staleness", "local_steps", "workers", "straggler", "optimizer"))
 
 
 class Explorer(StaticView, ExplorerPredictions):
@@ -66,7 +76,8 @@ class Explorer(StaticView, ExplorerPredictions):
 
     def __init__(self, values: list[int], base: dict[str, Any], workers: int, straggler: float | None,
                  runner: Runner | None = None, observer_factory: ObserverFactory | None = None,
-                 extra: Mapping[str, Any] | None = None, knob: Knob = KNOBS["ssp"]) -> None:
+                 extra: Mapping[str, Any] | None = None, knob: Knob = KNOBS["ssp"],
+                 momenta: list[float] | None = None) -> None:
         w = ipywidgets()
         super().__init__()
         self.knob = knob
@@ -92,6 +103,9 @@ class Explorer(StaticView, ExplorerPredictions):
         self.straggler_slider = None if straggler is None else w.FloatSlider(
             value=straggler, min=0.0, max=max(0.2, 2 * straggler), step=0.005, readout_format=".3f",
             description="straggler: worker N-1 + s", style=style)
+        #: The explicit momentum's slider (``--optimizer momentum:BETA``, 0: sgd), where ``momentum=`` gave values.
+        self.momentum_slider = None if not momenta else w.SelectionSlider(
+            options=momenta, value=momenta[0], description=MOMENTUM.slider, style=style)
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
         self.predict_button = w.Button(description=f"Predict every {knob.letter}", icon="forward",
                                        tooltip=f"predict this N and straggler at every {knob.noun} of the slider: "
@@ -107,8 +121,8 @@ class Explorer(StaticView, ExplorerPredictions):
         self.image = w.Image(format="png", layout=w.Layout(max_width="100%"))
         #: What staleness costs and buys over the runs so far: grows as the slider's values are run.
         self.tradeoff_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
-        self._controls = [c for c in (self.staleness_slider, self.workers_slider, self.straggler_slider)
-                          if c is not None]
+        self._controls = [c for c in (self.staleness_slider, self.momentum_slider, self.workers_slider,
+                                      self.straggler_slider) if c is not None]
         #: What the runs so far say (their verdict in words) and how far predictions are from them, under the figures.
         self.notes_html = w.HTML(value="")
         self.widget = w.VBox([w.HBox([*self._controls, self.run_button, self.predict_button]),
@@ -133,6 +147,9 @@ class Explorer(StaticView, ExplorerPredictions):
         """The run options the sliders select (``staleness`` overrides the main slider: S, or H for local)."""
         opts = {**self._base, "mode": self.knob.mode, "workers": int(self.workers_slider.value),
                 self.knob.option: int(self.staleness_slider.value if staleness is None else staleness)}
+        if self.momentum_slider is not None:
+            beta = float(self.momentum_slider.value)
+            opts["optimizer"] = f"momentum:{beta!r}" if beta else "sgd"
         if self.straggler_slider is not None:
             seconds = round(float(self.straggler_slider.value), 6)
             opts["straggler"] = [f"{opts['workers'] - 1}:{seconds!r}"] if seconds > 0 else []
@@ -157,10 +174,13 @@ class Explorer(StaticView, ExplorerPredictions):
     def _labels(self, keys: list[Key]) -> dict[Key, str]:
         """``S=2`` (``H=4``), plus ``N=..`` and the straggler seconds (``+0.05s``) where those differ among
         ``keys``."""
-        dicts = {k: {**dict(k), "delay": sum(s for _, s in dict(k)["straggler"])} for k in keys}
+        dicts = {k: {**dict(k), "delay": sum(s for _, s in dict(k)["straggler"]),
+                     "beta": parse_optimizer(dict(k).get("optimizer", "sgd")).momentum} for k in keys}
         varies = [n for n in ("workers", "delay") if len({d[n] for d in dicts.values()}) > 1]
         letter, option = self.knob.letter, self.knob.option
-        return {k: " ".join([f"{letter}={d[option]}"] + ([f"N={d['workers']}"] if "workers" in varies else [])
+        return {k: " ".join([f"{letter}={d[option]}"]
+                            + ([f"{MOMENTUM.letter}={d['beta']:g}"] if self.momentum_slider is not None else [])
+                            + ([f"N={d['workers']}"] if "workers" in varies else [])
                             + ([f"+{d['delay']:g}s"] if "delay" in varies else [])) for k, d in dicts.items()}
 
     def _value(self, key: Key) -> int:
@@ -324,10 +344,13 @@ class Explorer(StaticView, ExplorerPredictions):
 def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float | str | list[Any] | None = None,
                        staleness: Iterable[int] | None = None, runner: Runner | None = None, *,
                        mode: str | None = None, local_steps: Iterable[int] | None = None,
+                       momentum: Iterable[float] | None = None,
                        observer_factory: ObserverFactory | None = None, **run_options: Any) -> Explorer:
     """A staleness slider, a Run button, a status line and an overlay of every run so far (mode ssp, staleness
     0..8); with ``mode="local"`` (or ``local_steps=...``) a slider over local SGD's local steps H between averages
-    instead (default 1, 2, 4, 8), its other options (``outer_lr``, ``outer_momentum``) fixed.
+    instead (default 1, 2, 4, 8), its other options (``outer_lr``, ``outer_momentum``) fixed. ``momentum=[0, 0.5,
+    0.9]`` adds a slider over the explicit momentum (``--optimizer momentum:BETA``; 0: sgd) beside it: how much
+    momentum pays at each staleness.
 
     ``straggler`` as a number of seconds adds a slider for worker N-1's extra delay per step (0 = none);
     an ``"I:S"`` string or a list of them is a fixed option. ``workers`` has a slider too. Each run is
@@ -350,6 +373,9 @@ def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float
             raise UsageError("local SGD has no staleness bound: give local_steps=[1, 2, 4, 8] for its slider")
         values = local_steps_values((1, 2, 4, 8) if local_steps is None else local_steps)
     sweep_mode(run_options, knob, what)
+    momenta = None if momentum is None else momentum_values(momentum)
+    if momenta is not None and run_options.get("optimizer") not in (None, "sgd"):
+        raise UsageError("momentum=[...] is the explorer's slider over --optimizer momentum:BETA: drop optimizer")
     extra = split_runner_options(run_options, what, (*RUNNER_OPTIONS, "out"))
     base: dict[str, Any] = {"model": model, **run_options}
     if isinstance(straggler, (int, float)) and not isinstance(straggler, bool):
@@ -359,4 +385,4 @@ def staleness_explorer(model: str = "linear", workers: int = 3, straggler: float
         base["straggler"], straggler = straggler, None
     cache_key({**base, "mode": knob.mode, knob.option: values[0], "workers": workers})  # bad options fail here
     return Explorer(values, base, int(workers), None if straggler is None else float(straggler), runner,
-                    observer_factory, extra, knob)
+                    observer_factory, extra, knob, momenta)

@@ -97,13 +97,16 @@ def set_loss_scale(ax: Axes, losses: pd.Series | Iterable[pd.Series]) -> None:
 
 
 def run_title(opts: Mapping[str, Any]) -> str:
-    """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` and the conditions
+    """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` (``· optimizer adam``
+    after the mode where it is not sgd) and the conditions
     it ran under (PS shards, ``--network``, ``--jitter``) (no
     ``staleness=None`` for the modes that have none; a model from a file, ``DIR/user_model.py:mlp2``, as ``mlp2``)."""
     mode, s = opts.get("mode"), opts.get("staleness")
     parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
     if mode == "local" and opts.get("local_steps"):  # local:H, as its label says
         parts = [f"local:{opts['local_steps']} (local SGD, averaging every {opts['local_steps']} local steps)"]
+    if opts.get("optimizer") not in (None, "sgd"):
+        parts.append(f"optimizer {opts['optimizer']}")
     if opts.get("workers"):
         parts.append(f"{opts['workers']} workers")
     if opts.get("model"):

@@ -77,6 +77,8 @@ def format_summary(s: dict[str, Any]) -> str:
         mode = f"{label_of('local', s.get('local_steps'))} (local SGD)"
     if s.get("backup"):
         mode += f", {s['backup']} backup worker(s)"
+    if s.get("optimizer") not in (None, "sgd"):
+        mode += f"   optimizer {s['optimizer']}"
     lines = [
         f"run       {s.get('run_dir')}  [{status_word(s)}{', PREDICTED' if s.get('predicted') else ''}]",
         f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",

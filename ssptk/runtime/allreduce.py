@@ -1,7 +1,8 @@
 """``allreduce`` mode: synchronous data-parallel SGD with ``tf.distribute.MultiWorkerMirroredStrategy``.
 
 Each worker is a process configured by ``TF_CONFIG``. A step computes the local gradient, sleeps the
-injected delay, then all-reduces the gradient and applies the mean: the collective is where workers
+injected delay, then all-reduces the gradient and applies the mean with ``--optimizer`` (its slots mirrored on every
+worker, each applying the same update to the same values): the collective is where workers
 wait for each other, so the time spent in it is the step's ``wait_s``. (Keras' ``model.fit`` over a
 distributed dataset fails under Keras 3 in TF 2.21, so this is a custom loop.)
 """
@@ -15,10 +16,12 @@ from typing import Any
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
+from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime.checkpoint import save_whole
+from ssptk.runtime.optimizers import eager_slots, eager_update
 from ssptk.runtime.ps_loop import variable_names
 from ssptk.runtime.reaper import on_sigterm
 from ssptk.runtime.recorder import Recorder
@@ -35,6 +38,24 @@ def _barrier_fn() -> Any:
     return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0))
 
 
+def _apply_fn(tf: Any, optimizer: str, variables: list[Any], slots: list[list[Any]], lr: float, n: int) -> Any:
+    """A replica's update: all-reduce the gradients, apply their mean with ``optimizer`` (sgd: ``w -= lr * mean``)."""
+
+    def apply_fn(grads: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        # identity places the arguments on this replica's device; all_reduce of a bare function
+        # argument fails with "destinations can not be empty".
+        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
+        for var, g, mine in zip(variables, summed, slots):
+            if optimizer == "sgd":
+                var.assign_sub(lr * (g / n))
+            else:
+                eager_update(tf, optimizer, var, mine, g / n, lr)
+        return tf.constant(0)
+
+    return apply_fn
+
+
 def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
     """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
     os.environ["TF_CONFIG"] = tf_config(cluster, index)
@@ -45,7 +66,7 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     tf.random.set_seed(opts.seed)
     n = len(cluster["worker"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    lr = opts.update_lr(opts.lr or spec.lr)  # applied to the mean of the N gradients
+    lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to the mean of the N gradients
     data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, n)
     with strategy.scope():
         module = spec.build()
@@ -53,23 +74,16 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         if not module.trainable_variables:
             module(x0)
         variables = list(module.trainable_variables)
+        slots = eager_slots(tf, opts.optimizer, variables)  # --optimizer's state, mirrored on every worker
 
     def compute_fn(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             loss = spec.loss(y, module(x))
         return loss, tape.gradient(loss, variables)
 
-    def apply_fn(grads: Any) -> Any:
-        ctx = tf.distribute.get_replica_context()
-        # identity places the arguments on this replica's device; all_reduce of a bare function
-        # argument fails with "destinations can not be empty".
-        summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.identity(g) for g in grads])
-        for var, g in zip(variables, summed):
-            var.assign_sub(lr * (g / n))
-        return tf.constant(0)
-
     compute = tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y)))
-    apply = tf.function(lambda grads: strategy.run(apply_fn, args=(grads,)))
+    apply = tf.function(lambda grads: strategy.run(_apply_fn(tf, opts.optimizer, variables, slots, lr, n),
+                                                   args=(grads,)))
     barrier = tf.function(lambda: strategy.run(_barrier_fn))
 
     rd = RunDir(run_dir)
@@ -114,7 +128,8 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
     if index == 0:
         os.makedirs(rd.model_dir, exist_ok=True)
         eval_loss, accuracy = held_out()
-        ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in variables})
+        saved = variables + [v for mine in slots for v in mine]  # the model, and its optimizer's slots
+        ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in saved})
         save_whole(rd, lambda: ckpt.write(rd.checkpoint_prefix))
         rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
     rec.close()

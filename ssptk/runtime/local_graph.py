@@ -1,7 +1,10 @@
 """The graph of local SGD (``--mode local:H``, periodic model averaging through the PS).
 
 Each worker keeps a private copy of the model's variables on the worker: a local step is one run on the worker
-alone (forward, gradient, the injected delay, ``w -= lr * g`` on the copy), no message to or from the PS. The
+alone (forward, gradient, the injected delay, the inner optimizer's step on the copy: ``w -= lr * g`` under the
+default ``--optimizer sgd``), no message to or from the PS. The inner optimizer's slots (momentum, Adam's moments)
+live on the worker beside its copy and carry over from round to round, as torch's post-local-SGD optimizer keeps
+its inner optimizer's state (a restarted worker's start from zero, with its new copy). The
 round's last step is also one run: the local step, then the round's pseudo-gradient ``anchor - copy`` (``anchor``:
 the values pulled at the round's start; DiLoCo's outer gradient, minus the delta) is pushed into sync's conditional
 accumulators on each variable's shard, the worker blocks on its token, and once the chief's aggregator on the PS
@@ -27,9 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.models import ModelSpec
+from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.runtime import ps_graph, sync_graph
 from ssptk.runtime.injected import delayed
+from ssptk.runtime.optimizers import optimizer_variables, tf_optimizer
 from ssptk.runtime.placement import on_its_shard
 
 __all__ = ["LocalOps", "build", "rounds"]
@@ -41,7 +46,7 @@ class LocalOps:
 
     local_loss: Any    # a local step: update the private copy, fetch its loss (before the update)
     round_meta: Any    # the round's last step, after the local step: push, wait for the token, pull; sync's meta
-    pull: Any          # copy the global values into the private copy and the anchor (a worker's start)
+    pull: Any          # copy the global values into the private copy and the anchor, the inner slots to 0 (a start)
 
 
 def rounds(opts: RunOptions) -> int:
@@ -71,8 +76,9 @@ def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], inde
         delay = None
         if with_delay:
             delay, grads = delayed(tf, v1, grads)
-        update = v1.train.GradientDescentOptimizer(opts.lr or spec.lr).apply_gradients(
-            [(g, v) for g, v in zip(grads, mine) if g is not None])
+        inner = tf_optimizer(v1, opts.optimizer, learning_rate(opts.lr, spec, opts.optimizer))
+        update = inner.apply_gradients([(g, v) for g, v in zip(grads, mine) if g is not None])
+        slots = list(optimizer_variables(inner).values())  # on this worker; the chief's init does not reach the others
         with tf.control_dependencies([update]):
             ops["local_loss"] = tf.identity(loss)
             outer_grads = [a.read_value() - v.read_value() for a, v in zip(anchor, mine)]
@@ -90,7 +96,7 @@ def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], inde
                 assigns += [copy.assign(value), anc.assign(value)]
             return assigns
 
-        ops["pull"] = tf.group(*pull([]))
+        ops["pull"] = tf.group(*pull([]), *([v1.variables_initializer(slots)] if slots else []))
         with tf.control_dependencies(pull([extra["sync_meta"]])):  # after the token: the round is applied
             ops["round_meta"] = tf.identity(extra["sync_meta"])
         return {**extra, "delay": delay}

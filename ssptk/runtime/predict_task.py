@@ -23,6 +23,7 @@ import numpy as np
 
 from ssptk.core.divergence import DivergenceWatch, divergence_stop, smoothing_window
 from ssptk.core.models import ModelSpec, data_source, load_model
+from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.core.records import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS, StepRecord, finite_or_null, json_line
 from ssptk.rundir import RunDir
@@ -76,14 +77,16 @@ def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec,
     def progress(done: int, total: int) -> None:
         print(f"{PREDICT} {k} {done} {total}", flush=True)
 
-    lr = opts.lr or spec.lr
+    lr = learning_rate(opts.lr, spec, opts.optimizer)
     if opts.mode == "local":
         replayed = replay_local(sim.steps, oracle, data, lr, opts.outer_scale, opts.outer_momentum,
-                                eval_every=opts.eval_period, allow_nan=opts.allow_nan, progress=progress)
+                                eval_every=opts.eval_period, allow_nan=opts.allow_nan, progress=progress,
+                                optimizer=opts.optimizer)
     else:
         replayed = replay(sim.steps, oracle, data, opts.update_lr(lr),
                           inverse_staleness=opts.lr_staleness == "inverse", eval_every=opts.eval_every,
-                          allow_nan=opts.allow_nan, progress=progress, delay_comp=opts.delay_comp)
+                          allow_nan=opts.allow_nan, progress=progress, delay_comp=opts.delay_comp,
+                          optimizer=opts.optimizer)
     if opts.stop_on_divergence and replayed.stopped is None:
         _stop_at_divergence(replayed, opts.workers)
     rd = RunDir(job["run_dir"])

@@ -22,6 +22,7 @@ from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, fetch_add, make_fence
 from ssptk.runtime.graph_parts import PS, QUEUE_CAPACITY, GraphParts, received_on_shards
 from ssptk.runtime.injected import delayed
+from ssptk.runtime.optimizers import optimizer_variables, tf_optimizer
 from ssptk.runtime.placement import on_its_shard, shard_setter
 from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
 from ssptk.runtime.sync_graph import sync_ops
@@ -73,6 +74,7 @@ class PSGraph:
     backlog: Any | None = None    # tokens waiting in this worker's queue
     aggregate: Any | None = None  # chief: `updates` times take N-B gradients, apply, one token per worker
     close_tokens: Any | None = None
+    slots: tuple[Any, ...] = ()   # --optimizer's state on the PS (saved with the model; a restart finds it there)
 
 
 def model_graph(spec: ModelSpec, seed: int) -> tuple[Any, Any, Any, Any, list[Any]]:
@@ -108,11 +110,12 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
           staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
           updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
           incarnation: int | None = None, delay_comp: DelayComp | None = None,
-          mode_ops: Callable[[Any], dict[str, Any]] | None = None) -> PSGraph:
+          mode_ops: Callable[[Any], dict[str, Any]] | None = None, optimizer: str = "sgd") -> PSGraph:
     """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count, local
     SGD's rounds; ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared
     layout; ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`;
-    ``delay_comp``: ``--lr-staleness dc`` or ``dca``, :mod:`ssptk.runtime.delay_comp`).
+    ``delay_comp``: ``--lr-staleness dc`` or ``dca``, :mod:`ssptk.runtime.delay_comp`; ``optimizer``: ``--optimizer``,
+    applied where the update is, :mod:`ssptk.runtime.optimizers`; its slots are saved with the model).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`ssptk.runtime.sync_graph.sync_ops` sync's
@@ -166,7 +169,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 over_q = _run_over_queue(tf, v1, shards)
                 fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
             shared = GraphParts(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars,
-                                after_compute, claimed, clock, want, v1.train.GradientDescentOptimizer(lr),
+                                after_compute, claimed, clock, want, tf_optimizer(v1, optimizer, lr),
                                 inverse_staleness, fence, x, y, dc,
                                 count_on_ps0=device if shards > 1 and mode == "async" and dc is None
                                 and incarnation is None else None, read_stamp=read_stamp)
@@ -175,7 +178,8 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
             else:
                 extra = (mode_ops or sync_ops)(shared)
             init = v1.variables_initializer(v1.global_variables())
-            saver = v1.train.Saver(var_list={v.name.split(":")[0]: v for v in model_vars}, sharded=False)
+            slots = {} if mode_ops is not None else optimizer_variables(shared.opt)  # local: inner slots, private
+            saver = v1.train.Saver(var_list={**{v.name.split(":")[0]: v for v in model_vars}, **slots}, sharded=False)
             with v1.device(PS):
                 go = _claim(shared, go_q.dequeue()) if claimed is not None else go_q.dequeue()
             return PSGraph(
@@ -185,7 +189,7 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
                 claim=_claim(shared) if claimed is not None else None,
                 done=done_q.enqueue(index),
                 dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]),
-                **({"delay": delay} | extra))
+                slots=tuple(slots.values()), **({"delay": delay} | extra))
 
 
 def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:

@@ -24,6 +24,7 @@ import numpy as np
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import DiskFull, UsageError, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
+from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
@@ -85,10 +86,11 @@ class Trainer:
                incarnation: int | None) -> ps_graph.PSGraph:
         """This worker's graph (a subclass for another mode builds its own)."""
         spec, opts = self.spec, self.opts
-        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
+        lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to an update's (mean) gradient
         return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
                               container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
-                              inverse_staleness=opts.lr_staleness == "inverse", delay_comp=opts.delay_comp)
+                              inverse_staleness=opts.lr_staleness == "inverse", delay_comp=opts.delay_comp,
+                              optimizer=opts.optimizer)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:
@@ -216,7 +218,10 @@ class Trainer:
         back = self._reaching((lambda: rejoin_sync(self.sess, self.g, log, self.n, self.index, opts.backup))
                               if opts.mode == "sync" else (lambda: rejoin_free(self.sess, self.g, log)), [])
         self.step_offset = back.after_step
-        where = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
+        where: dict[str, Any] = {"global_step": back.first} if opts.mode == "sync" else {"minibatch": back.first - 1}
+        if self.g.slots:  # --optimizer's state, as the PS kept it through the death: not zeros again
+            kept = self.sess.run(list(self.g.slots))
+            where["optimizer_slots_norm"] = float(np.sqrt(sum(np.sum(np.square(v)) for v in kept)))
         self.rec.event("restart", attempt=attempt, after_step=back.after_step, unlogged=back.unlogged, **where)
         return back
 

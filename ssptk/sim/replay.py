@@ -24,6 +24,9 @@ stays pure NumPy; :mod:`ssptk.runtime.gradients` computes them with TensorFlow f
 minibatch read at a version up to ``v`` can be computed, together, each at its own parameters, so a wave is
 about as wide as the cluster (N workers: ~N gradients per oracle call). Only versions still to be read are
 kept.
+With ``--optimizer`` other than sgd, what an update applies to the mean of its gradients is that optimizer's step
+(:func:`ssptk.core.optimizers.apply`, TensorFlow's arithmetic), its slots carried from update to update in the order
+the updates land, as the PS holds them.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import pandas as pd
 
 from ssptk.core.errors import loss_not_finite
 from ssptk.core.labels import DelayComp
+from ssptk.core.optimizers import Optimizer, SlotState, apply, new_state, parse_optimizer
 
 __all__ = ["GradientOracle", "Params", "Replayed", "compensated", "dca_lambdas", "finish", "read_versions", "replay"]
 
@@ -64,7 +68,8 @@ class Replayed:
     not finite) and, with ``--lr-staleness inverse``, ``lr_scale`` (with ``dc`` or ``dca``, ``dc_correction``: the
     correction's size relative to the gradient's, as the engine logs it); cut after the first non-finite loss unless
     ``allow_nan`` (a real run stops there). ``evals``: ``global_step``, ``t``, ``eval_loss``, ``eval_accuracy``
-    every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early.
+    every ``eval_every`` updates. ``params``: the final parameters; ``stopped``: why the run ended early;
+    ``versions``: with ``keep_versions``, the parameters after every update (version 0 first).
     """
 
     steps: pd.DataFrame
@@ -77,6 +82,7 @@ class Replayed:
     stopped_by: str | None = None  # who stopped it, when not a worker's own loss (``ssptk``: divergence)
     oracle_calls: int = 0
     gradients: int = field(default=0)
+    versions: list[Params] | None = None
 
 
 def read_versions(steps: pd.DataFrame) -> np.ndarray:
@@ -96,16 +102,20 @@ def read_versions(steps: pd.DataFrame) -> np.ndarray:
 def replay(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], update_lr: float,
            inverse_staleness: bool = False, eval_every: int = 0, allow_nan: bool = False,
            progress: Callable[[int, int], None] | None = None, wave_limit: int = 256,
-           delay_comp: DelayComp | float | None = None) -> Replayed:
+           delay_comp: DelayComp | float | None = None, optimizer: str = "sgd",
+           keep_versions: bool = False) -> Replayed:
     """Replay ``steps`` (a simulated run's records) with ``oracle``'s gradients; see the module docstring.
 
     ``data(worker, minibatch)``: that minibatch as the engine gives it to that worker. ``update_lr``: the rate
     an update applies to the mean of its gradients (``RunOptions.update_lr``). ``progress(done, total)``: called
     after every wave with the gradients computed so far. ``wave_limit``: most gradients per oracle call.
     ``delay_comp``: delay compensation (``RunOptions.delay_comp``; a number: ``dc``'s constant lambda; ``None``: none).
+    ``optimizer``: what each update applies (``--optimizer``). ``keep_versions``: keep every version for
+    :attr:`Replayed.versions`.
     """
     dc = DelayComp(float(delay_comp)) if isinstance(delay_comp, (int, float)) else delay_comp
-    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc)
+    r = _Replay(steps.reset_index(drop=True), oracle, update_lr, inverse_staleness, eval_every, dc, optimizer,
+                keep_versions)
     with np.errstate(all="ignore"):  # a diverging run overflows: that is a result, not an error
         while True:
             r.wave(data, wave_limit, allow_nan)
@@ -125,7 +135,7 @@ class _Replay:
     """The state of one replay: the schedule's arrays, the versions still to be read, the gradients in hand."""
 
     def __init__(self, records: pd.DataFrame, oracle: GradientOracle, lr: float, inverse: bool, every: int,
-                 dc: DelayComp | None = None) -> None:
+                 dc: DelayComp | None = None, optimizer: str = "sgd", keep: bool = False) -> None:
         self.records, self.oracle, self.lr, self.inverse, self.every = records, oracle, lr, inverse, every
         self.dc = dc
         self.read_at: dict[int, Params] = {}  # with dc: the parameters each gradient in hand was computed at
@@ -154,6 +164,9 @@ class _Replay:
         self.versions: dict[int, Params] = {0: [np.asarray(p) for p in oracle.initial()]}
         # dca: the running mean square of the applied gradients, per variable (the engine's slot beside each)
         self.mean_square = [np.zeros_like(p) for p in self.versions[0]] if dc is not None and dc.adaptive else None
+        self.optimizer = parse_optimizer(optimizer)
+        self.slots = new_state(self.optimizer, self.versions[0])  # the PS's slots, as each update lands
+        self.history: list[Params] | None = [self.versions[0]] if keep else None
         self.current = 0
         self.evals: list[tuple[int, float, float, float | None]] = []
         self.calls = 0
@@ -189,8 +202,11 @@ class _Replay:
             grads = [self.grads.pop(i) for i in self.members[u]]
             if self.dc is not None:
                 grads = [self._compensated(g, i) for g, i in zip(grads, self.members[u])]
-            self.versions[u] = _apply(self.versions[self.current], grads,
-                                      self.lr, [self.stale[i] for i in self.members[u]] if self.inverse else None)
+            self.versions[u] = _apply(self.versions[self.current], grads, self.lr,
+                                      [self.stale[i] for i in self.members[u]] if self.inverse else None,
+                                      self.optimizer, self.slots)
+            if self.history is not None:
+                self.history.append(self.versions[u])
             self.current, moved = u, True
             if self.every and u % self.every == 0:
                 loss, acc = self.oracle.evaluate(self.versions[u])
@@ -215,9 +231,11 @@ class _Replay:
         return out
 
     def result(self) -> Replayed:
-        return finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
-                      self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
-                      lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None, dc_correction=self.dc_share)
+        out = finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
+                     self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
+                     lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None, dc_correction=self.dc_share)
+        out.versions = self.history
+        return out
 
 
 def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop_at: float | None,
@@ -274,15 +292,17 @@ def dca_lambdas(grad: Params, mean_square: Params, dc: DelayComp) -> tuple[Param
     return squares, lams
 
 
-def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None) -> Params:
-    """One update, in the parameters' own precision as TensorFlow's ops compute it: ``params - lr * mean(grads)``,
-    each gradient first scaled by ``1 / (staleness + 1)`` when ``staleness`` is given (``--lr-staleness inverse``)."""
-    out = []
+def _apply(params: Params, grads: list[Params], lr: float, staleness: list[int] | None,
+           optimizer: Optimizer | None = None, slots: list[SlotState] | None = None) -> Params:
+    """One update, in the parameters' own precision as TensorFlow's ops compute it: ``params - lr * mean(grads)``
+    (with an ``optimizer``, its step on ``mean(grads)``, ``slots`` its state), each gradient first scaled by
+    ``1 / (staleness + 1)`` when ``staleness`` is given (``--lr-staleness inverse``)."""
+    deltas = []
     for k, p in enumerate(params):
         one = p.dtype.type
         gk = [g[k] for g in grads]
         if staleness is not None:
             gk = [gi * one(1.0 / (s + 1.0)) for gi, s in zip(gk, staleness)]
-        delta = gk[0] if len(gk) == 1 else sum(gk[1:], gk[0]) / one(len(gk))
-        out.append(p - one(lr) * delta)
-    return out
+        deltas.append(gk[0] if len(gk) == 1 else sum(gk[1:], gk[0]) / one(len(gk)))
+    opt = optimizer or Optimizer()
+    return apply(opt, params, deltas, lr, new_state(opt, params) if slots is None else slots)

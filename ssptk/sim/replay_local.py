@@ -10,6 +10,10 @@ buf)``, as the runtime's aggregator applies it (:mod:`ssptk.runtime.local_graph`
 ``MomentumOptimizer(use_nesterov=True)``). ``outer_scale`` is ``RunOptions.outer_scale``: ``--outer-lr`` times
 the deltas averaged under ``--lr-convention minibatch``, so ``local:1`` replays sync.
 
+With ``--optimizer`` other than sgd each local step is that optimizer's step on the copy
+(:func:`ssptk.core.optimizers.apply`), each worker's slots carried from round to round, as the runtime keeps them on
+the worker beside its copy.
+
 The oracle is asked once per local step of a round, for every worker in it together (a wave as wide as the
 cluster, as for sync), all in the parameters' own precision.
 """
@@ -20,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from ssptk.core.optimizers import SlotState, apply, new_state, parse_optimizer
 from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, finish
 
 __all__ = ["replay_local"]
@@ -27,10 +32,11 @@ __all__ = ["replay_local"]
 
 def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[int, int], Batch], lr: float,
                  outer_scale: float, outer_momentum: float = 0.0, eval_every: int = 0, allow_nan: bool = False,
-                 progress: Callable[[int, int], None] | None = None, wave_limit: int = 256) -> Replayed:
+                 progress: Callable[[int, int], None] | None = None, wave_limit: int = 256,
+                 optimizer: str = "sgd") -> Replayed:
     """Replay local SGD's schedule ``steps`` (see the module docstring). ``lr``: each local step's learning rate
-    (the run's own, ``--lr``); ``outer_scale``: what a round applies to the mean of its deltas; the rest as
-    :func:`ssptk.sim.replay.replay`'s."""
+    (the run's own, ``--lr``); ``outer_scale``: what a round applies to the mean of its deltas; ``optimizer``: the
+    inner steps' (``--optimizer``); the rest as :func:`ssptk.sim.replay.replay`'s."""
     records = steps.reset_index(drop=True)
     n = len(records)
     g = records["local_round" if "local_round" in records else "global_step"].to_numpy(np.int64)
@@ -44,6 +50,8 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
     computed = np.zeros(n, bool)
     version = [np.asarray(p) for p in oracle.initial()]
     buf = [np.zeros_like(p) for p in version] if outer_momentum > 0 else None
+    inner = parse_optimizer(optimizer)
+    slots: dict[int, list[SlotState]] = {}  # each worker's inner slots, from round to round
     evals: list[tuple[int, float, float, float | None]] = []
     stop_at: float | None = None
     calls, done, landed, updates = 0, 0, 0.0, 0
@@ -66,7 +74,7 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
                     for (w, i), li, gi in zip(part, loss, grads):
                         losses[i] = li
                         computed[i] = True
-                        copies[w] = [p - p.dtype.type(lr) * d for p, d in zip(copies[w], gi)]
+                        copies[w] = apply(inner, copies[w], gi, lr, slots.setdefault(w, new_state(inner, copies[w])))
                         if not (np.isfinite(li) or allow_nan):
                             stop_at = float(t[i]) if stop_at is None else min(stop_at, float(t[i]))
                     done += len(part)
