@@ -40,6 +40,7 @@ OUTSIDE_PAGES = {
     "CONTRIBUTING.md": "contributing",
     "benchmarks/FINDINGS.md": "findings/lab-log",
     "benchmarks/RESULTS.md": "findings/results",
+    "benchmarks/experiments/README.md": "findings/experiments",
 }
 _LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 HELP_COLUMNS = 90
