@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _exit_code(result: Any) -> int:
     """0 for a run that finished and did not diverge, :data:`EXIT_DIVERGED` for one that diverged."""
-    return EXIT_DIVERGED if result.summary.get("diverged") else 0
+    return EXIT_DIVERGED if result.summary.diverged else 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -191,7 +191,7 @@ def _compare(args: argparse.Namespace) -> int:
     failed = {name: r for name, r in result.all_runs.items() if not r.ok}
     failed.update({f"{name} (predicted)": r for name, r in result.predicted.items() if not r.ok})
     for name, r in failed.items():
-        _show(f"ssptk: {name} failed: {r.summary.get('reason')}", sys.stderr)
+        _show(f"ssptk: {name} failed: {r.summary.reason}", sys.stderr)
     return 1 if failed else 0
 
 

@@ -339,7 +339,7 @@ def left_behind(claimed: list[str]) -> Left:
     if not runs:
         return Left()
     rd = RunDir(runs[-1])
-    status = rd.summary().get("status")
+    status = rd.summary().status
     return Left(rd.path, os.path.exists(rd.config_path), status if isinstance(status, str) else None)
 
 

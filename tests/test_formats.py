@@ -120,3 +120,55 @@ def test_comparison_without_runs_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"^no run directories \(with config.json, summary.json or workers/\)"):
         ComparisonDir(tmp_path / "empty").labels()
     assert ComparisonDir(tmp_path / "empty").listed_labels() == []
+
+
+# --- summary.json and config.json: typed owners -------------------------------------------------------------
+
+def test_the_typed_owners_have_every_key_the_contract_holds() -> None:
+    """Each key :mod:`ssptk.rundir.contract` holds summary.json and config.json (and their sections) to is an
+    attribute of its owner: a key added to the contract without one fails here."""
+    from ssptk.rundir import Predicted, RunConfig, Summary, TaskInfo, TrafficSection, contract
+
+    assert set(contract._SUMMARY) <= set(Summary.KEYS), set(contract._SUMMARY) - set(Summary.KEYS)
+    assert set(contract._TRAFFIC_SUMMARY) <= set(TrafficSection.KEYS)
+    assert set(contract._CONFIG) <= set(RunConfig.KEYS) | {"options"}
+    assert {"warm", "reused", "runs_served", "layout", "isolation", "traffic", "tracking"} <= set(TaskInfo.KEYS)
+    assert set(Predicted.KEYS) == {"overhead_s", "gap_s", "cores"}
+
+
+def test_a_summary_reads_as_attributes_and_is_written_back_as_it_was_read(tmp_path: Path) -> None:
+    """A summary.json of a later version (a key this one does not know) or an older one (keys missing) reads: what
+    it lacks is ``None``, what this version does not know is kept, and writing it back gives the same JSON."""
+    from ssptk.rundir import Summary, TrafficSection
+
+    stored = {"status": "ok", "steps_per_s": 12.5, "traffic": {"step_ms": 80.0, "busiest": ["ps:0", 0.5]},
+              "predicted": {"overhead_s": 0.01}, "a_later_key": [1, 2]}
+    rd = RunDir(tmp_path)
+    rd.write_summary(stored)
+    before = Path(rd.summary_path).read_bytes()
+    s = rd.summary()
+    assert isinstance(s, Summary) and s == stored
+    assert (s.ok, s.steps_per_s, s.overhead_ms, s.diverged, s.per_worker_steps) == (True, 12.5, None, None, {})
+    assert isinstance(s.traffic, TrafficSection) and s.traffic.busiest_share == 0.5 and s.traffic.split is None
+    assert s.predicted is not None and s.predicted.overhead_s == 0.01 and not s.predicted.shows_cores
+    rd.write_summary(s)
+    assert Path(rd.summary_path).read_bytes() == before
+    assert json.loads(before)["a_later_key"] == [1, 2]
+    assert RunDir(tmp_path / "none").summary() == {} and RunDir(tmp_path / "none").summary().status is None
+
+
+def test_an_old_config_reads_as_attributes() -> None:
+    """The recorded run's config.json (written before ``tasks``, ``launched`` and ``predicted`` existed) reads: its
+    options as stored, resolved ones with defaults, and ``None`` or empty for the rest."""
+    from ssptk.rundir import RunConfig
+
+    recorded = Path(__file__).resolve().parent / "fixtures" / "recorded" / "ssp2-straggler"
+    config = RunDir(recorded).config()
+    assert isinstance(config, RunConfig) and config.options is not None
+    assert (config.mode, config.workers, config.bound, config.options.eval_every) == ("ssp", 3, 2, None)
+    assert config.options.resolved().straggler == ((2, 0.01),)
+    assert (config.tasks.cores, config.tasks.reused, config.tasks.traffic_not_measured) == (None, False, None)
+    assert (config.predicted, config.launched, config.cluster) == (None, None, {})
+    assert RunConfig.of({"options": {"mode": "sync", "workers": 2}}).bound is None
+    assert RunConfig.of({"tasks": {"cores": 1.5, "traffic": "not measured (no tc)"}}).tasks.traffic_not_measured \
+        == "no tc"

@@ -31,6 +31,7 @@ from ssptk.analysis.metrics import (
 )
 from ssptk.analysis.progress import MANY_WORKERS, extreme_workers, loss_band, progress_band
 from ssptk.core.divergence import smoothing_window
+from ssptk.rundir import RunConfig, StoredOptions
 
 __all__ = ["Band", "Line", "LossPanel", "ProgressPanel", "RunView", "WaitPanel", "view_of_records", "view_of_run"]
 
@@ -114,7 +115,7 @@ class RunView:
     when unknown) for the figure's title.
     """
 
-    options: Mapping[str, Any]
+    options: StoredOptions
     staleness: int | None
     predicted: bool
     #: Workers the run has (at least those with records): line colours are ``color(w, workers)``.
@@ -191,7 +192,7 @@ def view_of_records(
     finite_steps = step[np.isfinite(step)]
     finite_t = elapsed[np.isfinite(elapsed)]
     return RunView(
-        options=dict(options), staleness=staleness, predicted=predicted, workers=n,
+        options=StoredOptions(options), staleness=staleness, predicted=predicted, workers=n,
         ids=() if many else ids_all, many=many, smooth=smooth, n_records=len(elapsed),
         loss_range=_loss_range(loss), t_end=float(finite_t.max()) if len(finite_t) else 0.0,
         steps_max=float(finite_steps.max()) if len(finite_steps) else 0.0,
@@ -234,4 +235,4 @@ def view_of_run(
                         waits["delay_s"].to_numpy(dtype="float64")),
         counts=Line(counts.index.to_numpy(dtype="float64"), counts.to_numpy(dtype="float64")),
         options=opts, workers=n_workers(config, steps),
-        predicted=bool((config or {}).get("predicted")), staleness=staleness)
+        predicted=bool(RunConfig.of(config).predicted), staleness=staleness)

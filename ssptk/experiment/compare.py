@@ -23,7 +23,7 @@ from ssptk.core.options import OPTIONS, check_target, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
-from ssptk.rundir import ComparisonDir, RunDir, recorded_cores
+from ssptk.rundir import ComparisonDir, RunDir
 
 __all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "common_options", "compare", "parse_labels",
            "predict_comparison", "run_order", "run_tuple"]
@@ -219,10 +219,10 @@ def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[st
     cd = ComparisonDir(base)
     plans = []
     for label, kw in options.items():
-        measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
+        measured = [float(r.summary.overhead_ms) for r in runs[label] if r.summary.overhead_ms]
         overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
-        gaps = [float(r.summary["gap_ms"]) for r in runs[label] if r.summary.get("gap_ms") is not None]
-        had = next((c for c in (recorded_cores(r.config) for r in runs[label]) if c is not None), None)
+        gaps = [float(r.summary.gap_ms) for r in runs[label] if r.summary.gap_ms is not None]
+        had = next((c for c in (r.config.tasks.cores for r in runs[label]) if c is not None), None)
         cores = kw.get("cores") if kw.get("cores") is not None else had or 0
         plans.append(plan(overhead, run_dir=cd.predicted_path(label), gap=float(np.median(gaps)) / 1000.0 if gaps
                           else None, **{**kw, "out": None, "cores": cores}))

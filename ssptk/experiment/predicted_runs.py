@@ -169,11 +169,13 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
 
 def _to_target(result: RunResult, target: float) -> None:
     """Add the predicted time and minibatches to ``target`` to the run's summary (and its summary.json)."""
+    import pandas as pd
+
     from ssptk.analysis import compare_table
 
     table = compare_table({result.options.label: (result.df, result.events, result.config, result.summary)}, target)
     row = table.iloc[0]
-    result.summary.update(target=float(target), target_on=table.attrs.get("target_on"),
-                          time_to_target_s=None if row.isna()["time_to_target_s"] else float(row["time_to_target_s"]),
-                          steps_to_target=None if row.isna()["steps_to_target"] else int(row["steps_to_target"]))
+    time_s, steps = row["time_to_target_s"], row["steps_to_target"]
+    result.summary.with_target(float(target), table.attrs.get("target_on"),
+                               None if pd.isna(time_s) else float(time_s), None if pd.isna(steps) else int(steps))
     RunDir(result.run_dir).write_summary(result.summary)

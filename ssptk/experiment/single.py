@@ -283,10 +283,8 @@ def _record_traffic(run_dir: str, before: dict[str, Any] | None, after: dict[str
     so a warm cluster's earlier runs are not counted). Never fails the run: without it, no traffic is shown."""
     if before is None or after is None:
         return
-    tasks = {t: {k: v - before["tasks"].get(t, {}).get(k, 0) for k, v in c.items()} for t, c in after["tasks"].items()}
     try:
-        seconds = after["measured_at"] - before["measured_at"]
-        RunDir(run_dir).write_traffic({**after, "tasks": tasks, "seconds": seconds})
+        RunDir(run_dir).write_traffic(after, before)
     except (OSError, DiskFull):  # a full disk is reported by the summary's own write
         pass
 

@@ -212,7 +212,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         shown = str(label) + (legend_mark(_outcome(verdict, str(label))) if verdict is not None
                               else _diverged_mark(drawn))
         config = _config_of(values[0])
-        local = local or an.run_options(config).get("mode") == "local"
+        local = local or an.run_options(config).mode == "local"
         staleness = an.staleness_bound(config)
         if staleness is not None:
             skew_bound_max = max(skew_bound_max, skew_bound(staleness))
@@ -221,9 +221,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         for r, (steps, events) in enumerate(drawn):
             df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None, repeated)
             paid.append(an.summarize(df, events, config))
-            skew_max = max(skew_max, int(paid[-1].get("max_skew") or 0))
-        _cost_point(ax_cost, label, [p.get("wait_fraction") for p in paid], [p.get("mean_staleness") for p in paid],
-                    run_color)
+            skew_max = max(skew_max, int(paid[-1].max_skew or 0))
+        _cost_point(ax_cost, label, [p.wait_fraction for p in paid], [p.mean_staleness for p in paid], run_color)
     if skew_max > 4 * max(skew_bound_max, 2):  # async's hundreds would flatten every bound onto the axis
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

@@ -110,7 +110,7 @@ class RunPanels:
         self.many, self.workers, self.smooth, self.staleness = view.many, view.workers, view.smooth, view.staleness
         self.titles = panel_titles(view)
         # local SGD's staleness counts local steps since the last average, not updates
-        stale = LOCAL_STALENESS if view.options.get("mode") == "local" else "staleness (updates)"
+        stale = LOCAL_STALENESS if view.options.mode == "local" else "staleness (updates)"
         for ax, title, xlabel, ylabel in zip(self.axes, self.titles, (
                 "wall time (s)", "wall time (s)", "wall time (s)", "worker", stale,
                 "minibatches processed"), (

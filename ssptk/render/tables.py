@@ -14,6 +14,7 @@ from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.cells import KEY_FIGURES, cell, missing, percent, shown_cells
 from ssptk.render.text import LOCAL_STALENESS, evaluated_every
 from ssptk.render.verdict import diverged_line, first_phrase, verdict_lines
+from ssptk.rundir import StoredOptions
 
 __all__ = ["KEY_FIGURES", "SHOWN_COLUMNS", "ShownTable", "TERMINAL_COLUMNS", "format_table",
            "has_local", "local_staleness_note", "lr_lines", "percent", "shown_cells", "table_html", "table_text",
@@ -315,15 +316,15 @@ def target_lines(table: pd.DataFrame, verdict: Verdict | None = None) -> list[st
 def lr_lines(options: Iterable[Mapping[str, Any]]) -> list[str]:
     """One line saying which learning-rate convention the runs (their ``options``) used, and one more where
     some of them scaled it by staleness (``--lr-staleness inverse``)."""
-    options = [o for o in options if o]
+    stored = [StoredOptions.of(o) for o in options if o]
     inverse = ["Runs with --lr-staleness inverse (labels ending in +inverse) apply each gradient with lr / (its "
                "staleness + 1) (Zhang et al. 2016): compare them with the plain mode to see whether it helps."] \
-        if any(o.get("lr_staleness") == "inverse" for o in options) else []
-    return _convention_lines(options) + inverse
+        if any(o.lr_staleness == "inverse" for o in stored) else []
+    return _convention_lines(stored) + inverse
 
 
-def _convention_lines(options: list[Mapping[str, Any]]) -> list[str]:
-    used = {o.get("lr_convention") or "mean" for o in options}  # runs made before the option: the mean
+def _convention_lines(options: list[StoredOptions]) -> list[str]:
+    used = {o.lr_convention or "mean" for o in options}  # runs made before the option: the mean
     if used == {"minibatch"}:
         return ["Learning rate per minibatch (--lr-convention minibatch): every gradient moves the parameters by "
                 "lr x gradient in every mode; sync and allreduce apply lr x the sum of the gradients they "

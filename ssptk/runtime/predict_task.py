@@ -44,7 +44,7 @@ def predict_jobs(path: str) -> int:
     absent: 0); exit code 0."""
     with open(path) as f:
         jobs = json.load(f)["jobs"]
-    runs = [(job, RunOptions.from_dict(RunDir(job["run_dir"]).config()["options"])) for job in jobs]
+    runs = [(job, RunDir(job["run_dir"]).config().stored.resolved()) for job in jobs]
     copies = min(MAX_COPIES, max(opts.workers for _, opts in runs))
     oracles: dict[tuple[str, int], Any] = {}
     for k, (job, opts) in enumerate(runs):
