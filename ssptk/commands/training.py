@@ -1,0 +1,59 @@
+"""The commands that train: ``run`` (one run) and ``compare`` / ``sweep`` (several, planned by :func:`compare_plan`),
+each returning the API's typed result."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ssptk.core.options import given_options
+
+if TYPE_CHECKING:
+    from ssptk.experiment.compare import CompareResult
+    from ssptk.experiment.result import RunResult
+
+__all__ = ["ComparePlan", "compare", "compare_plan", "run"]
+
+
+def run(args: argparse.Namespace, **front: Any) -> RunResult:
+    """``run``: one run with the parsed options (:func:`ssptk.api.run`). ``front``: what the front end adds
+    (``progress``, ``observer``, ``warm``, ``model_source``)."""
+    from ssptk import api
+
+    return api.run(**given_options(args), **front)
+
+
+@dataclass(frozen=True)
+class ComparePlan:
+    """A parsed ``compare`` or ``sweep``: its labels, the options common to every run (resolved), and the
+    comparison's own options."""
+
+    labels: list[str]
+    common: dict[str, Any]
+    out: str | None
+    repeat: int
+    target: float | None
+    predict: bool
+
+
+def compare_plan(args: argparse.Namespace) -> ComparePlan:
+    """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S`` or ``local:H``); bad
+    options raise :class:`UsageError`."""
+    from ssptk.experiment.compare import common_options
+    from ssptk.experiment.sweep import sweep_labels
+
+    labels = (args.labels if args.command == "compare"
+              else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep"))
+    swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
+    ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
+    common = common_options(labels[0], given_options(ns))  # what the first label sets is its own (async+dc alone)
+    return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
+
+
+def compare(plan: ComparePlan, **front: Any) -> CompareResult:
+    """``compare`` and ``sweep``: the planned runs, their table and report (:func:`ssptk.api.compare`).
+    ``front``: what the front end adds (``progress``, ``observer``, ``warm``)."""
+    from ssptk import api
+
+    return api.compare(plan.labels, out=plan.out, repeat=plan.repeat, target=plan.target, predict=plan.predict,
+                       **plan.common, **front)
