@@ -23,8 +23,8 @@ from ssptk import api
 from ssptk.api import RunResult
 from ssptk.core.errors import RunFailed, TaskFailure, UsageError
 from ssptk.core.options import OPTIONS, resolve
+from ssptk.notebook import explorer, widgets
 from ssptk.notebook import slider_predictions as predictions
-from ssptk.notebook import widgets
 from ssptk.render import figure_png
 from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
 
@@ -79,9 +79,9 @@ class FakeRunner:
 @pytest.fixture(autouse=True)
 def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test as in a new kernel: no runs left by an earlier test's explorer."""
-    monkeypatch.setattr(widgets, "_RUNS", {})
+    monkeypatch.setattr(explorer, "_RUNS", {})
     monkeypatch.setattr(predictions, "PREDICTED", {})
-    monkeypatch.setattr(widgets, "PREDICTED", predictions.PREDICTED)
+    monkeypatch.setattr(explorer, "PREDICTED", predictions.PREDICTED)
 
 
 @pytest.fixture
