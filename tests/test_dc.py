@@ -356,7 +356,7 @@ def test_the_largest_correction_decides_whether_it_was_negligible() -> None:
     from ssptk.analysis import aggregate_repeats
     from ssptk.analysis.compare import COMPARE_COLUMNS
     from ssptk.analysis.verdict import comparison_verdict
-    from ssptk.render.tables import terminal_text
+    from ssptk.render.terminal_table import terminal_text
     from ssptk.render.verdict import fact_lines
 
     def row(label: str, lr_staleness: str, mean: float | None, largest: float | None, rep: int = 1) -> dict:

@@ -26,7 +26,9 @@ from ssptk.notebook import slider_predictions as predictions
 from ssptk.notebook import widgets
 from ssptk.render.figures import comparison_figure, run_figure
 from ssptk.render.overlay import BOUND_GID
-from ssptk.render.tables import table_html, takeaway_line, terminal_table
+from ssptk.render.table_notes import takeaway_line
+from ssptk.render.tables import table_html
+from ssptk.render.terminal_table import terminal_table
 from ssptk.render.text import LOCAL_STALENESS, format_summary
 from ssptk.rundir import load_run
 

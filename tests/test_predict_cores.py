@@ -195,7 +195,7 @@ def test_a_comparison_of_predictions_says_whose_cores() -> None:
     import pandas as pd
 
     from ssptk.analysis import compare_table
-    from ssptk.render.tables import terminal_text
+    from ssptk.render.terminal_table import terminal_text
 
     steps = sim_simulate("async", 2, 10, overhead=0.01).steps
     events = pd.DataFrame(columns=["event", "t", "worker"])

@@ -245,7 +245,7 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
 def test_the_terminal_table_of_repeats_has_the_columns_of_a_single_run(tmp_path: Path) -> None:
     """Regression: `mean [min–max]` cells made the --repeat table too wide for 100 columns, so it dropped wait,
     staleness and to target mb. Each range now sits on a line under its mean."""
-    from ssptk.render.tables import terminal_table
+    from ssptk.render.terminal_table import terminal_table
 
     root = tmp_path / "cmp"
     for k in (1, 2, 3):

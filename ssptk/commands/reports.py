@@ -43,7 +43,7 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
     import os
 
     from ssptk.render import load_comparison
-    from ssptk.render.tables import terminal_text
+    from ssptk.render.terminal_table import terminal_text
     from ssptk.rundir import ComparisonDir, RunDir
 
     path = args.dir[0]

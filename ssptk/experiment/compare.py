@@ -89,7 +89,7 @@ class CompareResult:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
-        from ssptk.render.tables import terminal_text
+        from ssptk.render.terminal_table import terminal_text
 
         return terminal_text(self.table, predicted=self.report.predicted, verdict=self.verdict)
 

@@ -13,22 +13,13 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
+from ssptk.render.cells import KEY_FIGURES, shown_cells
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.tables import (
-    KEY_FIGURES,
-    SHOWN_COLUMNS,
-    format_table,
-    has_local,
-    local_staleness_note,
-    lr_lines,
-    shown_cells,
-    table_html,
-    takeaway_line,
-    target_lines,
-)
+from ssptk.render.table_notes import has_local, local_staleness_note, lr_lines, takeaway_line, target_lines
+from ssptk.render.tables import SHOWN_COLUMNS, format_table, table_html
 from ssptk.render.text import LOCAL_STALENESS
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.traffic import network_section
