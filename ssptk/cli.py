@@ -23,7 +23,7 @@ from typing import Any
 from ssptk import commands
 from ssptk.commands import build_parser
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError, signal_arrived
-from ssptk.core.options import from_namespace
+from ssptk.core.option_args import from_namespace
 from ssptk.core.printable import printable
 
 __all__ = ["EXIT_DIVERGED", "StopSignals", "build_parser", "dispatch", "main"]

@@ -14,7 +14,8 @@ from ssptk.core.delays import DelayModel, parse_jitter, parse_straggler
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import DelayComp
 from ssptk.core.models import load_model
-from ssptk.core.options import OPTIONS, from_namespace, resolve, to_argv
+from ssptk.core.option_args import from_namespace, to_argv
+from ssptk.core.options import OPTIONS, resolve
 
 
 def test_defaults_and_ssp_shorthand() -> None:

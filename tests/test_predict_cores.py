@@ -11,7 +11,8 @@ from conftest import assert_gone, skip_or_fail
 import ssptk
 from ssptk.commands import build_parser
 from ssptk.core.errors import UsageError
-from ssptk.core.options import from_namespace, resolve, to_argv
+from ssptk.core.option_args import from_namespace, to_argv
+from ssptk.core.options import resolve
 from ssptk.core.resources import machine_cores
 from ssptk.render.text import format_summary
 from ssptk.rundir import recorded_cores

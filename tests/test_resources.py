@@ -12,7 +12,8 @@ from conftest import ssptk_cmd
 
 import ssptk
 from ssptk.core.errors import UsageError
-from ssptk.core.options import OPTIONS, check_memory, resolve
+from ssptk.core.option_checks import check_memory
+from ssptk.core.options import OPTIONS, resolve
 from ssptk.core.resources import (
     RECORD_BYTES,
     SHARED_TASK_BYTES,

@@ -7,7 +7,7 @@ from typing import Any
 
 from ssptk.core.errors import UsageError
 from ssptk.core.help_text import EXAMPLES, EXIT_CODES, NOTEBOOK_EXAMPLES, PLATFORMS
-from ssptk.core.options import add_run_arguments
+from ssptk.core.option_args import add_run_arguments
 
 __all__ = ["build_parser", "local_steps_list", "staleness_list"]
 

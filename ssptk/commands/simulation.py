@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
-from ssptk.core.options import OPTIONS, RunOptions, from_namespace
+from ssptk.core.option_args import from_namespace
+from ssptk.core.options import OPTIONS, RunOptions
 
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult

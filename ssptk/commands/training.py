@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ssptk.core.options import given_options
+from ssptk.core.option_args import given_options
 
 if TYPE_CHECKING:
     from ssptk.experiment.compare import CompareResult

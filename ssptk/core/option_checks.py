@@ -10,11 +10,13 @@ from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, LabelError, parse_dc
 from ssptk.core.models import BUILTIN, MODEL_HINT
 from ssptk.core.network import MAX_TASKS, named_roles, parse_network
+from ssptk.core.resources import check_fits, example_bytes, run_estimate, sim_estimate
 
 #: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
 RunOptions = Any
 
-__all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "stall_timeout_floor", "validate"]
+__all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "check_cores", "check_memory",
+           "check_target", "stall_timeout_floor", "validate"]
 
 LAYOUTS = ("auto", "processes", "shared")
 LR_CONVENTIONS = ("minibatch", "mean")
@@ -162,3 +164,42 @@ def _check_stall_timeout(o: RunOptions) -> None:
                          f"stall watchdog off")
 
 
+def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
+    """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
+    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
+    ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
+    per_example = example_bytes(o.model) if sized else None
+    if predicted:
+        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True)
+    else:
+        estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
+                                per_example=per_example, records=not o.no_log)
+    check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
+
+
+def check_cores(cores: Any) -> float | None:
+    """``--cores``'s value as a float (``None``: not given, 0: each worker its own machine), else
+    :class:`UsageError`."""
+    if cores is None:
+        return None
+    try:
+        value = float(cores)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(cores, bool) or not 0 <= value < math.inf:
+        raise UsageError(f"--cores must be a number of cores >= 0 (0: each worker has a machine of its own), "
+                         f"not {cores!r}")
+    return value
+
+
+def check_target(target: Any) -> float | None:
+    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
+    if target is None:
+        return None
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(target, bool) or not math.isfinite(value):
+        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
+    return value

@@ -3,9 +3,7 @@ the notebook magics. Help text, defaults and validation all come from :data:`OPT
 (``--mode ssp:4``) from :mod:`ssptk.core.labels`."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,21 +21,9 @@ from ssptk.core.labels import (
 )
 from ssptk.core.models import BUILTIN
 from ssptk.core.network import Network, parse_network
-from ssptk.core.option_checks import (
-    validate,
-)
+from ssptk.core.option_checks import check_cores, validate
 from ssptk.core.option_types import typed
-from ssptk.core.resources import (
-    BATCH_COPIES,
-    RECORD_BYTES,
-    SHARED_TASK_BYTES,
-    SIM_RECORD_BYTES,
-    TASK_BYTES,
-    check_fits,
-    example_bytes,
-    run_estimate,
-    sim_estimate,
-)
+from ssptk.core.resources import BATCH_COPIES, RECORD_BYTES, SHARED_TASK_BYTES, SIM_RECORD_BYTES, TASK_BYTES
 
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
 AUTO_SHARED_FROM = 8
@@ -307,93 +293,7 @@ def resolve(**kwargs: Any) -> RunOptions:
     return opts
 
 
-def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
-    """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
-    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
-    ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
-    per_example = example_bytes(o.model) if sized else None
-    if predicted:
-        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True)
-    else:
-        estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
-                                per_example=per_example, records=not o.no_log)
-    check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
-
-
 def skew_bound(staleness: int) -> int:
     """The largest step skew the logs can show under SSP with bound S: S + 1 (a worker that may start a
     step while S ahead is S + 1 ahead once it completes it; see docs/run-directory.md)."""
     return int(staleness) + 1
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """Add every run option to ``parser``; help text comes from :data:`OPTIONS`."""
-    for o in OPTIONS:
-        if o.name in skip:
-            continue
-        flag = "--" + o.name.replace("_", "-")
-        if o.flag:
-            parser.add_argument(flag, dest=o.name, action="store_true", help=o.help)
-        elif o.repeat:
-            parser.add_argument(flag, dest=o.name, action="append", metavar=o.metavar, help=o.help, default=None)
-        else:
-            default = f" (default: {o.default})" if o.default is not None else ""
-            parser.add_argument(flag, dest=o.name, type=o.type, metavar=o.metavar, default=None,
-                                help=o.help + default)
-
-
-def given_options(ns: argparse.Namespace) -> dict[str, Any]:
-    """The run options set in parsed arguments, as keyword arguments (those left unset are absent)."""
-    return {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
-
-
-def from_namespace(ns: argparse.Namespace, **override: Any) -> RunOptions:
-    """Resolve :class:`RunOptions` from parsed arguments (unset ones take their defaults)."""
-    kw = given_options(ns)
-    kw.update({k: v for k, v in override.items() if v is not None})
-    return resolve(**kw)
-
-
-def to_argv(o: RunOptions) -> list[str]:
-    """The command-line form of ``o`` (used to start workers with the same options)."""
-    argv: list[str] = []
-    for opt in OPTIONS:
-        value = getattr(o, opt.name)
-        flag = "--" + opt.name.replace("_", "-")
-        if opt.flag:
-            if value:
-                argv.append(flag)
-        elif opt.repeat:
-            for i, s in value:
-                argv += [flag, f"{i}:{s!r}"]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
-
-
-def check_cores(cores: Any) -> float | None:
-    """``--cores``'s value as a float (``None``: not given, 0: each worker its own machine), else
-    :class:`UsageError`."""
-    if cores is None:
-        return None
-    try:
-        value = float(cores)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(cores, bool) or not 0 <= value < math.inf:
-        raise UsageError(f"--cores must be a number of cores >= 0 (0: each worker has a machine of its own), "
-                         f"not {cores!r}")
-    return value
-
-
-def check_target(target: Any) -> float | None:
-    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
-    if target is None:
-        return None
-    try:
-        value = float(target)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(target, bool) or not math.isfinite(value):
-        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
-    return value

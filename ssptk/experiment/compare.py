@@ -19,7 +19,8 @@ from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.labels import label_dir, label_options
-from ssptk.core.options import OPTIONS, check_target, resolve
+from ssptk.core.option_checks import check_target
+from ssptk.core.options import OPTIONS, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, check_memory, check_target, resolve
+from ssptk.core.option_checks import check_memory, check_target
+from ssptk.core.options import RunOptions, resolve
 from ssptk.core.resources import check_sim, machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult

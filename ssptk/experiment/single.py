@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, check_memory, resolve, to_argv
+from ssptk.core.option_args import to_argv
+from ssptk.core.option_checks import check_memory
+from ssptk.core.options import RunOptions, resolve
 from ssptk.core.resources import machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult

@@ -138,7 +138,7 @@ def _dtrain(line: str, cell: str | None) -> Any:
 
 def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
     """``%dtrain run`` (``%%dtrain``: the cell's model): its result, or with ``--background`` its handle."""
-    from ssptk.core.options import from_namespace, given_options
+    from ssptk.core.option_args import from_namespace, given_options
 
     model_source = None
     if cell is not None:

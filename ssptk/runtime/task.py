@@ -18,7 +18,8 @@ from typing import Any
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import parse_mode
 from ssptk.core.network import task_view
-from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
+from ssptk.core.option_args import add_run_arguments, from_namespace
+from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 from ssptk.rundir.contract import MAX_JSON_BYTES, NotRegular, open_regular
 from ssptk.rundir.space import is_disk_full

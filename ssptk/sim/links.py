@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from ssptk.core.errors import UsageError
 from ssptk.core.network import Network
-from ssptk.core.options import check_cores
+from ssptk.core.option_checks import check_cores
 from ssptk.core.shards import shard_bytes
 from ssptk.sim.fluid import Fluid
 
