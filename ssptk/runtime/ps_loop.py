@@ -84,11 +84,8 @@ class Trainer:
     def _build(self, cluster: dict[str, list[str]], container: str, with_delay: bool, gpu: int | None,
                incarnation: int | None) -> ps_graph.PSGraph:
         """This worker's graph (a subclass for another mode builds its own)."""
-        spec, opts = self.spec, self.opts
-        lr = opts.update_lr(opts.lr or spec.lr)  # applied to an update's (mean) gradient
-        return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
-                              container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
-                              inverse_staleness=opts.lr_staleness == "inverse", delay_comp=opts.delay_comp)
+        return ps_graph.build(self.spec, self.opts, cluster, self.index, container, with_delay=with_delay, gpu=gpu,
+                              incarnation=incarnation)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:
