@@ -126,7 +126,7 @@ def test_no_private_names_across_modules() -> None:
 
 #: The size limits CONTRIBUTING.md states (test_contributing_states_these_limits keeps the two the same).
 MAX_MODULE_LINES = 420
-MAX_FUNCTION_LINES = 85
+MAX_FUNCTION_LINES = 70
 
 
 def size_problems(module: str) -> list[str]:
@@ -207,7 +207,7 @@ def test_the_size_and_package_checks_see_violations(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(__import__(__name__), "MODULES", {module_name(p): p for p in pkg.rglob("*.py")})
     assert size_problems("ssptk.core.big")[0] == "ssptk.core.big has no module docstring"
     assert "has 421 lines (at most 420)" in size_problems("ssptk.core.big")[1]
-    assert size_problems("ssptk.core.long") == ["ssptk.core.long: f has 86 lines (at most 85)"]
+    assert size_problems("ssptk.core.long") == ["ssptk.core.long: f has 71 lines (at most 70)"]
     assert package_problems(pkg) == ["ssptk/core/__init__.py has no docstring saying what the package holds",
                                      "ssptk/loose has no __init__.py (a namespace package hides its role)"]
 
