@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ssptk.analysis.metrics import finish_times, skew_timeline
-from ssptk.analysis.run_view import Line, RunView, WaitPanel, view_of_records
+from ssptk.analysis.run_view import Line, RunFacts, RunView, StepArrays, WaitPanel, view_of_records
 from ssptk.core.divergence import DivergenceWatch, smoothing_window
 from ssptk.rundir import StoredOptions
 
@@ -297,10 +297,9 @@ class LiveRun:
                           _floats(t.delay_s if t else 0.0 for t in totals))
         keys = sorted(self.staleness_counts)
         counts = Line(_floats(keys), _floats(self.staleness_counts[k] for k in keys))
-        return view_of_records(elapsed, self.worker.values, self.step.values, self.loss.values,
+        return view_of_records(StepArrays(elapsed, self.worker.values, self.step.values, self.loss.values),
                                skew=Line(elapsed[:end], self.skew.values[:end]), waits=waits, counts=counts,
-                               options=self.options, workers=self.workers, ids=ids,
-                               staleness=self.options.bound)
+                               run=RunFacts(self.options, self.workers, self.options.bound), ids=ids)
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, finish
+from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, ReplayEnd, finish
 
 __all__ = ["replay_local"]
 
@@ -80,7 +80,8 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
             if eval_every and r % eval_every == 0:
                 loss_r, acc = oracle.evaluate(version)
                 evals.append((r, landed, loss_r, acc))
-    return finish(records, losses, computed, stop_at, oracle, version, updates, landed, evals, eval_every, calls)
+    return finish(ReplayEnd(records, losses, computed, stop_at, version, updates, landed, evals, eval_every, calls),
+                  oracle)
 
 
 def _outer(version: Params, copies: list[Params], scale: float, mu: float, buf: Params | None
