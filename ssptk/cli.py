@@ -235,7 +235,7 @@ def _sim(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(f"{commands.sim_options(args).label} (predicting) ")
     try:
-        result = commands.sim(args, bar)
+        result = commands.sim_run(args, bar)
     finally:
         bar.close()
     _show(result)

@@ -15,6 +15,7 @@ from conftest import assert_gone, cluster_processes
 
 import ssptk
 from ssptk.core.errors import RunFailed
+from ssptk.experiment.predicted_runs import predict_run
 from ssptk.launch import fork_client, forking
 from ssptk.runtime import fork_server
 
@@ -86,7 +87,7 @@ def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Pa
         assert not ({mine, its} & (nets["a"] | nets["b"]))
     # a prediction's one process forks from the server that is up (its TensorFlow import made): the server reaps it
     reaped = _children_cpu(server)
-    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p1")).ok
+    assert predict_run("async", 2, 20, model="linear", out=str(tmp_path / "p1")).ok
     assert _children_cpu(server) > reaped + 0.1, "the prediction's process was not the server's child"
     ssptk.shutdown()
     deadline = time.monotonic() + 10
@@ -94,7 +95,7 @@ def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Pa
         time.sleep(0.1)
     assert not _servers(), "ssptk.shutdown() left the fork server"
     # with none up, it starts by itself: a server started for one task would save nothing (and would stay up)
-    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p2")).ok
+    assert predict_run("async", 2, 20, model="linear", out=str(tmp_path / "p2")).ok
     assert not _servers()
 
 

@@ -51,8 +51,8 @@ def test_sweep_command_takes_exactly_one_of_staleness_and_local_steps(notebook: 
     plan = compare_plan(parser.parse_args("sweep --local-steps 4,1 --workers 2 --outer-lr 0.7 "
                                           "--outer-momentum 0.9".split()))
     assert plan.labels == ["local:1", "local:4"]
-    assert plan.common["outer_lr"] == 0.7 and plan.common["outer_momentum"] == 0.9
-    assert "local_steps" not in plan.common and "mode" not in plan.common
+    assert [(o.mode, o.local_steps, o.outer_lr, o.outer_momentum) for o in plan.options.values()] == \
+        [("local", 1, 0.7, 0.9), ("local", 4, 0.7, 0.9)]
     for line in ("sweep --workers 2", "sweep --staleness 0,1 --local-steps 1,2"):
         with pytest.raises(UsageError, match=r"^sweep takes exactly one of --staleness S,S,\.\.\. \(ssp\) and "
                                              r"--local-steps H,H,\.\.\. \(local SGD\)$"):

@@ -261,7 +261,6 @@ def test_a_comparison_plans_each_label_with_its_own_options(argv: list[str], run
     from ssptk.commands import compare_plan
 
     plan = compare_plan(build_parser().parse_args(argv))
-    assert plan.labels == list(runs)
-    for label, kw in parse_labels(plan.labels):
-        opts = resolve(**{**plan.common, **kw})  # what compare() runs for this label
+    assert plan.labels == list(runs) == list(plan.options)
+    for label, opts in plan.options.items():  # what compare() runs for this label, resolved once
         assert {k: getattr(opts, k) for k in runs[label]} == runs[label], label

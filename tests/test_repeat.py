@@ -23,7 +23,7 @@ from ssptk import render as rp
 from ssptk.analysis.repeats import t975
 from ssptk.cli import build_parser
 from ssptk.core.errors import UsageError
-from ssptk.core.options import OPTIONS, resolve
+from ssptk.core.options import OPTIONS
 from ssptk.experiment import compare as comparison
 from ssptk.experiment import single
 from ssptk.notebook.magics import help_text
@@ -126,16 +126,17 @@ def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:
 
 
 def _fake_run(calls: list):
-    """A stand-in for ssptk.api.run that writes a hand-made run directory and returns its RunResult."""
+    """A stand-in for a comparison's runs (ssptk.experiment.single.run_resolved) that writes a hand-made run directory
+    and returns its RunResult."""
 
-    def run(*, progress=None, observer=None, raise_on_failure=True, warm=False, **options):
-        calls.append((options["mode"], options["out"]))
+    def run(opts, *, progress=None, observer=None, raise_on_failure=True, warm=False):
+        calls.append((opts.mode, opts.out))
         if progress:
             progress(0, 30)
             progress(30, 30)
         summary = {"status": "ok", "steps_per_s": 10.0 + len(calls), "final_loss": 0.1 * len(calls)}
-        _write(Path(options["out"]), options["mode"], summary)
-        return api.RunResult(options["out"], resolve(**options), json.loads((Path(options["out"]) / "summary.json").read_text()))
+        _write(Path(opts.out), opts.mode, summary)
+        return api.RunResult(opts.out, opts, json.loads((Path(opts.out) / "summary.json").read_text()))
 
     return run
 
@@ -143,7 +144,7 @@ def _fake_run(calls: list):
 def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
     seen: list = []
-    monkeypatch.setattr(single, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run_resolved", _fake_run(calls))
     out = tmp_path / "cmp"
     res = comparison.compare(["ssp:1", "async"], out=str(out), repeat=3, workers=3,
                              progress=lambda label, done, total: seen.append(label))
@@ -171,7 +172,7 @@ def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytes
 
 def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
-    monkeypatch.setattr(single, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run_resolved", _fake_run(calls))
     out = tmp_path / "cmp"
     res = api.compare(["ssp:1", "async"], out=str(out), workers=3)  # still importable from ssptk.api
     assert [os.path.relpath(o, out) for _, o in calls] == ["ssp-1", "async"]
@@ -185,7 +186,7 @@ def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_bad_repeat_is_refused_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad) -> None:
-    monkeypatch.setattr(single, "run", _fake_run([]))
+    monkeypatch.setattr(single, "run_resolved", _fake_run([]))
     with pytest.raises(UsageError, match=r"^--repeat must be an integer >= 1, not "):
         comparison.compare(["sync", "async"], out=str(tmp_path / "x"), repeat=bad)
     assert not (tmp_path / "x").exists()
@@ -284,14 +285,14 @@ def test_a_comparison_with_a_diverged_run_exits_0_and_says_so(tmp_path: Path, mo
     calls: list = []
     fake = _fake_run(calls)
 
-    def run(**kw):
-        result = fake(**kw)
-        if kw["mode"] == "async":
+    def run(opts, **kw):
+        result = fake(opts, **kw)
+        if opts.mode == "async":
             result.summary.update(diverged=True, diverged_at_step=12)
-            (Path(kw["out"]) / "summary.json").write_text(json.dumps(result.summary))
+            (Path(opts.out) / "summary.json").write_text(json.dumps(result.summary))
         return result
 
-    monkeypatch.setattr(single, "run", run)
+    monkeypatch.setattr(single, "run_resolved", run)
     assert main(["compare", "sync", "async", "--workers", "3", "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert "async (DIVERGED)" in out and "Diverged: async (" in out.replace("\n", " ")

@@ -64,9 +64,13 @@ def test_an_injected_delay_sleeps_and_leaves_the_cores_to_the_others() -> None:
     assert run.steps[run.steps["worker"] == 0]["t"].diff().median() == pytest.approx(0.005, rel=0.15)
 
 
-def test_bad_cores_are_refused() -> None:
-    with pytest.raises(UsageError, match="cores must be a number > 0"):
-        simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=0)
+def test_cores_are_the_option_s_own() -> None:
+    """``cores`` means what ``--cores`` means (0: each worker its own machine); a bad value is refused in its words."""
+    own = simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=0)
+    assert own.cores is None
+    assert own.steps.equals(simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES).steps)
+    with pytest.raises(UsageError, match=r"^--cores must be a number of cores >= 0"):
+        simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=-1)
 
 
 def test_without_a_shaped_network_the_cores_change_nothing() -> None:

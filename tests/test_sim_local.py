@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import ideal
 
 import ssptk
 from ssptk.core.errors import UsageError
@@ -87,13 +88,13 @@ def test_local_under_a_network_pushes_h_times_less() -> None:
 def test_bad_local_input_is_refused() -> None:
     with pytest.raises(UsageError, match="bad mode 'local:0'"):
         simulate("local:0", 2, 10)
-    with pytest.raises(UsageError, match="staleness is only for mode ssp"):
+    with pytest.raises(UsageError, match="--staleness applies to ssp only"):
         simulate("local:2", 2, 10, staleness=1)
-    with pytest.raises(UsageError, match="conflicts with local_steps=3"):
+    with pytest.raises(UsageError, match="conflicts with --local-steps 3"):
         simulate("local:2", 2, 10, local_steps=3)
-    with pytest.raises(UsageError, match="local_steps is only for mode local"):
+    with pytest.raises(UsageError, match="--local-steps applies to local only"):
         simulate("sync", 2, 10, local_steps=3)
-    with pytest.raises(UsageError, match="backup is only for mode sync or local"):
+    with pytest.raises(UsageError, match="--backup applies to sync and local only"):
         simulate("async", 3, 10, backup=1)
     assert simulate("local", 2, 10, local_steps=5).updates == 2
     assert ssptk.simulate("local:5", workers=2, steps=10).updates == 2
@@ -202,12 +203,11 @@ def test_predicted_local_1_is_sync_and_dc_0_is_async(tmp_path: Path) -> None:
 
 
 def test_ideal_for_a_local_run_calibrates_its_local_steps() -> None:
-    from ssptk.sim import ideal_for
 
     run = simulate("local:4", 3, 40, jitter="exp:0.01", overhead=0.004, seed=2)
-    ideal = ideal_for(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
-    assert ideal["overhead_ms"] == pytest.approx(4.0, rel=0.05)
-    assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)
+    predicted = ideal(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
+    assert predicted["overhead_ms"] == pytest.approx(4.0, rel=0.05)
+    assert predicted["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)
 
 
 def test_calibration_spreads_a_rounds_traffic_over_its_steps() -> None:

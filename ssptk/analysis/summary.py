@@ -14,8 +14,7 @@ from ssptk.core.errors import TaskFailure
 from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
 from ssptk.rundir import RunConfig, RunDir, Summary, load_run
-from ssptk.sim import calibrate_gap, ideal_for
-from ssptk.sim.links import shared_cores
+from ssptk.sim import SimSpec, calibrate_gap, ideal_for
 
 __all__ = ["run_summary"]
 
@@ -91,11 +90,8 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions, config: RunConfig) -> dict[str
     # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
     budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
     size = builtin_parameters(opts.model)  # under --network the calibrated overhead leaves the transfers out
-    mode = opts.label if opts.mode == "local" else opts.mode  # local:H, its H with it
-    return ideal_for(steps, mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
-                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed, network=opts.network,
-                     ps=opts.ps, model_bytes=None if size is None else 4.0 * size,
-                     cores=shared_cores(opts.cores, config.tasks.cores))
+    return ideal_for(steps, SimSpec.of(opts, machine_cores=config.tasks.cores, steps=budget,
+                                       model_bytes=None if size is None else 4.0 * size))
 
 
 def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:

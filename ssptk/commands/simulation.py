@@ -1,4 +1,5 @@
-"""The ``sim`` command: without ``--model`` the simulator's timing (:class:`Timing`), with one a predicted run."""
+"""The ``sim`` command: without ``--model`` the simulator's timing (:func:`sim`, a :class:`Timing`), with one a
+predicted run (:func:`sim_run`)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
     from ssptk.sim import SimResult
 
-__all__ = ["Timing", "sim", "sim_options"]
+__all__ = ["Timing", "sim", "sim_options", "sim_run"]
 
 
 def _kwargs(opts: RunOptions) -> dict[str, Any]:
@@ -47,21 +48,21 @@ def sim_options(args: argparse.Namespace) -> RunOptions:
     return from_namespace(args, stall_timeout=0)
 
 
-def sim(args: argparse.Namespace, progress: Callable[[int, int], None] | None = None) -> Timing | RunResult:
-    """``sim``: without ``--model`` the simulator's :class:`Timing` (milliseconds, nothing written); with one,
-    the predicted run (:func:`ssptk.api.simulate`, a ``RunResult``), whose ``progress(done, total)`` hears it go."""
-    from ssptk import api
+def sim(args: argparse.Namespace) -> Timing:
+    """``sim`` without ``--model``: the simulator's :class:`Timing` (milliseconds, nothing written)."""
+    from ssptk.experiment.predicted_runs import timing
 
-    if args.model is None:
-        if given := [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]:
-            raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only "
-                             "the timing (add --model linear, keras, digits or your own to predict the loss too)")
-        opts = sim_options(args)  # the overhead's default is ssptk.simulate's
-        r = api.simulate(opts.mode if opts.mode != "allreduce" else "sync", opts.workers, opts.steps,
-                         staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
-                         backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                         seed=opts.seed, overhead=args.overhead, network=opts.network, ps=opts.ps,
-                         cores=opts.cores, gap=args.gap)
-        return Timing(opts.label, r)
-    return api.simulate(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
-                        overhead=args.overhead, target=args.target, gap=args.gap, **_kwargs(sim_options(args)))
+    if given := [o for o in _TRAINING_ONLY if getattr(args, o, None) not in (None, False)]:
+        raise UsageError(f"--{given[0].replace('_', '-')} needs --model: without one, ssptk sim predicts only "
+                         "the timing (add --model linear, keras, digits or your own to predict the loss too)")
+    opts = sim_options(args)  # the overhead's default is ssptk.simulate's
+    return Timing(opts.label, timing(opts, overhead=args.overhead, gap=args.gap))
+
+
+def sim_run(args: argparse.Namespace, progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """``sim --model``: the predicted run (:func:`ssptk.experiment.predicted_runs.predict_run`), whose
+    ``progress(done, total)`` hears it go."""
+    from ssptk.experiment.predicted_runs import predict_run
+
+    return predict_run(progress=None if progress is None else (lambda job, done, total: progress(done, total)),
+                       overhead=args.overhead, target=args.target, gap=args.gap, **_kwargs(sim_options(args)))

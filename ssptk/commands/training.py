@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ssptk.core.option_args import given_options
+from ssptk.core.options import RunOptions
 
 if TYPE_CHECKING:
     from ssptk.experiment.compare import CompareResult
@@ -25,11 +26,11 @@ def run(args: argparse.Namespace, **front: Any) -> RunResult:
 
 @dataclass(frozen=True)
 class ComparePlan:
-    """A parsed ``compare`` or ``sweep``: its labels, the options common to every run (resolved), and the
-    comparison's own options."""
+    """A parsed ``compare`` or ``sweep``: its labels, each label's run options (resolved once), and the comparison's
+    own options."""
 
     labels: list[str]
-    common: dict[str, Any]
+    options: dict[str, RunOptions]
     out: str | None
     repeat: int
     target: float | None
@@ -39,21 +40,21 @@ class ComparePlan:
 def compare_plan(args: argparse.Namespace) -> ComparePlan:
     """The plan of a parsed ``compare`` or ``sweep`` command (a sweep's labels are ``ssp:S`` or ``local:H``); bad
     options raise :class:`UsageError`."""
-    from ssptk.experiment.compare import common_options
+    from ssptk.experiment.compare import resolve_labels
     from ssptk.experiment.sweep import sweep_labels
 
     labels = (args.labels if args.command == "compare"
               else sweep_labels(args.staleness, args.local_steps, exactly_one="sweep"))
     swept = ("staleness", "local_steps") if args.command == "sweep" else ("staleness",)
     ns = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in swept})
-    common = common_options(labels[0], given_options(ns))  # what the first label sets is its own (async+dc alone)
-    return ComparePlan(labels, common, args.out, args.repeat, args.target, args.predict)
+    return ComparePlan(labels, resolve_labels(labels, given_options(ns)), args.out, args.repeat, args.target,
+                       args.predict)
 
 
 def compare(plan: ComparePlan, **front: Any) -> CompareResult:
-    """``compare`` and ``sweep``: the planned runs, their table and report (:func:`ssptk.api.compare`).
-    ``front``: what the front end adds (``progress``, ``observer``, ``warm``)."""
-    from ssptk import api
+    """``compare`` and ``sweep``: the planned runs, their table and report (:func:`ssptk.api.compare`, of the
+    plan's options as resolved). ``front``: what the front end adds (``progress``, ``observer``, ``warm``)."""
+    from ssptk.experiment.compare import compare_resolved
 
-    return api.compare(plan.labels, out=plan.out, repeat=plan.repeat, target=plan.target, predict=plan.predict,
-                       **plan.common, **front)
+    return compare_resolved(plan.options, out=plan.out, repeat=plan.repeat, target=plan.target, predict=plan.predict,
+                            **front)

@@ -279,9 +279,14 @@ def resolve(**kwargs: Any) -> RunOptions:
           if v is not None or k in ("staleness", "local_steps", "outer_lr", "lr", "jitter", "out", "network", "cores")}
     table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
     kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
-    kw["mode"], number = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4", "local:8" are shorthands
+    given_mode = kw.get("mode", _DEFAULT["mode"])
+    kw["mode"], number = parse_mode(given_mode)  # "ssp:4", "local:8" are shorthands
     if number is not None:
-        kw["staleness" if kw["mode"] == "ssp" else "local_steps"] = number
+        key = "staleness" if kw["mode"] == "ssp" else "local_steps"
+        if kw.get(key) is not None and kw[key] != number:
+            raise UsageError(f"--mode {given_mode} conflicts with --{key.replace('_', '-')} {kw[key]!r}: "
+                             "give the number once")
+        kw[key] = number
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
     opts = RunOptions(**kw)
     validate(opts)

@@ -153,6 +153,14 @@ def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = No
                    raise_on_failure=raise_on_failure, warm=warm, cancel=cancel)
 
 
+def run_resolved(opts: RunOptions, *, progress: ProgressFn | None = None, observer: RunObserver | None = None,
+                 raise_on_failure: bool = True, warm: bool = False) -> RunResult:
+    """:func:`run` of options resolved already (:func:`ssptk.core.options.resolve`: a comparison's, once per
+    label)."""
+    return execute(prepare_resolved(opts), progress=progress, observer=observer, raise_on_failure=raise_on_failure,
+                   warm=warm)
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """A run whose options, model, GPUs and directory were checked and claimed, not started yet."""
@@ -169,7 +177,13 @@ def prepare(*, model_source: str | None = None, **options: Any) -> PreparedRun:
     launched = time.time()
     if model_source is not None:
         options["model"] = _source_model_check(model_source, options.get("model"))
-    opts = resolve(**options)
+    return prepare_resolved(resolve(**options), model_source, launched)
+
+
+def prepare_resolved(opts: RunOptions, model_source: str | None = None, launched: float | None = None) -> PreparedRun:
+    """:func:`prepare` of options resolved already (:func:`ssptk.core.options.resolve`); ``launched``: when the run
+    was asked for (default: now)."""
+    launched = time.time() if launched is None else launched
     gpus = check_before_start(opts)
     run_dir = new_run_dir(opts.out, opts.mode)
     opts.out = run_dir

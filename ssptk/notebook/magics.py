@@ -113,10 +113,9 @@ def _dtrain(line: str, cell: str | None) -> Any:
     if args is None:
         return None
     if args.command == "sim":  # res = %dtrain sim --model M ...: the predicted run; without a model, its timing
-        prediction = commands.sim(args)
         if args.model is not None:
-            return prediction
-        print(prediction)
+            return commands.sim_run(args)
+        print(commands.sim(args))
         return None
     if args.command == "report":  # print what the CLI prints; mistakes fail the cell
         print(commands.report(args))
