@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(f"{from_namespace(args).label} ")  # bad options fail here, before the bar
     try:
-        result = commands.run(args, progress=bar)
+        result = commands.run_one(args, progress=bar)
     finally:
         bar.close()
     _show(result)

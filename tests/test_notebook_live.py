@@ -133,7 +133,7 @@ def test_the_foreground_interrupt_names_the_run_directory(monkeypatch: pytest.Mo
         observer.records([], [], 187, 300)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "run", run)
+    monkeypatch.setattr(commands, "run_one", run)
     with pytest.raises(RunInterrupted, match=r"interrupted after 187/300 minibatches.* kept in runs/x-ssp: "
                                              r"%dtrain report runs/x-ssp"):
         magics.dtrain("--mode ssp --staleness 1 --workers 2 --no-dashboard")

@@ -8,7 +8,7 @@ import pytest
 from ssptk.core.errors import UsageError
 from ssptk.core.network import parse_network
 from ssptk.sim import calibrate_gap, simulate
-from ssptk.sim.links import LinkFit, Links
+from ssptk.sim.link_model import LinkFit, LinkModel
 from ssptk.sim.spec import SimSpec
 
 
@@ -33,7 +33,7 @@ def test_a_gap_moves_the_read_not_the_bound_and_sync_ignores_it() -> None:
 
 def test_under_a_network_the_read_is_the_pull_s_start() -> None:
     net = parse_network("ps=20mbit")
-    links = Links(SimSpec(network=net, workers=2, model_bytes=100_000.0, gap=0.01, overhead=0.01), LinkFit(share_sigma=0))
+    links = LinkModel(SimSpec(network=net, workers=2, model_bytes=100_000.0, gap=0.01, overhead=0.01), LinkFit(share_sigma=0))
     links.start(0, 0.0, 0.05)
     t, w = links.next()
     assert w == 0 and links.read_at(0) == pytest.approx(0.01)

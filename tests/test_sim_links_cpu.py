@@ -1,4 +1,4 @@
-"""The simulator's shared CPU (``simulate(cores=...)``, :mod:`ssptk.sim.links`): workers on a few cores compute
+"""The simulator's shared CPU (``simulate(cores=...)``, :mod:`ssptk.sim.link_model`): workers on a few cores compute
 slower together than alone, so a PS-bound link, which keeps them apart, lets each compute faster."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from ssptk.core.errors import UsageError
 from ssptk.sim import simulate
-from ssptk.sim.links import cpu_seconds
+from ssptk.sim.link_model import cpu_seconds
 
 MODEL_BYTES = 4.0 * 85_000  # mlp:256's parameters, float32
 FREE = "ps=10gbit"  # shaped (the links are simulated) but far from the bound

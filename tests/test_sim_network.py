@@ -1,4 +1,4 @@
-"""The simulator's network (:mod:`ssptk.sim.links`): transfers share a link as TCP does (the earlier keeps more), go at the
+"""The simulator's network (:mod:`ssptk.sim.link_model`): transfers share a link as TCP does (the earlier keeps more), go at the
 pace of the slowest link they cross, K shards carry the bytes placed on them, and a PS-bound run's predicted
 steps/s follow the link, not the compute."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ssptk.core.network import parse_network
 from ssptk.core.shards import shard_bytes
 from ssptk.sim import simulate
 from ssptk.sim.fluid import Fluid
-from ssptk.sim.links import HEAD_SHARE, PROTOCOL_OVERHEAD, LinkFit, Links
+from ssptk.sim.link_model import HEAD_SHARE, PROTOCOL_OVERHEAD, LinkFit, LinkModel
 from ssptk.sim.spec import SimSpec
 
 MB = 1e6
@@ -20,9 +20,9 @@ MB = 1e6
 
 
 def _links(rate: str, workers: int, ps: int, model_bytes: float | list[float], mode: str = "async",
-           **fit: float) -> Links:
+           **fit: float) -> LinkModel:
     """The simulated links of ``workers`` workers and ``ps`` shards under ``--network rate``."""
-    return Links(SimSpec(network=parse_network(rate), workers=workers, ps=ps, model_bytes=model_bytes, mode=mode),
+    return LinkModel(SimSpec(network=parse_network(rate), workers=workers, ps=ps, model_bytes=model_bytes, mode=mode),
                  LinkFit(**fit))
 
 def test_transfers_on_one_link_share_it_equally_and_the_slowest_link_holds_a_transfer() -> None:

@@ -1,5 +1,5 @@
 """The ``report`` command: a comparison's table and report rebuilt from its logs, one run's summary, or one run
-gathered from its hosts' directories; its result, :class:`Report`."""
+gathered from its hosts' directories; its result, :class:`ReportResult`."""
 from __future__ import annotations
 
 import argparse
@@ -13,11 +13,11 @@ from ssptk.core.errors import UsageError
 if TYPE_CHECKING:
     from ssptk.rundir import RunDir
 
-__all__ = ["Report", "report", "warning"]
+__all__ = ["ReportResult", "report", "warning"]
 
 
 @dataclass(frozen=True)
-class Report:
+class ReportResult:
     """What ``report`` made: ``text`` (a comparison's table, or a run's summary), ``path`` (the comparison's
     ``report.html``, written again) and ``note`` (a line after them), printed as ``str(report)``."""
 
@@ -37,7 +37,7 @@ def warning(line: str) -> None:
     print(f"ssptk: warning: {line}", file=sys.stderr)
 
 
-def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> Report:
+def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> ReportResult:
     """``report``: a comparison's table and report rebuilt from its logs, or one run's summary (read, nothing
     written). ``warn`` hears a line per file of the runs that the report has to do without."""
     import os
@@ -54,17 +54,17 @@ def report(args: argparse.Namespace, warn: Callable[[str], None] = warning) -> R
     if os.path.exists(rd.config_path):  # one run: its summary, read; nothing is written
         text = _one_run_summary(rd)  # a run that cannot be summarised at all is one error line, no warnings
         _warn_unreadable([rd.path], warn)
-        return Report(text)
+        return ReportResult(text)
     if not os.path.isdir(path):
         raise UsageError(f"{path} is not a directory: give a comparison or run directory")
     cd = ComparisonDir(path)
     _warn_unreadable(cd.run_dirs(), warn, cd.path)
     comparison = load_comparison(cd.path, target=args.target)
     saved = comparison.save(cd.report_path)
-    return Report(terminal_text(comparison.table, predicted=comparison.predicted), path=str(saved))
+    return ReportResult(terminal_text(comparison.table, predicted=comparison.predicted), path=str(saved))
 
 
-def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], None]) -> Report:
+def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], None]) -> ReportResult:
     """One run written on several hosts: merge the directories (:func:`ssptk.rundir.gather.gather`) into one run
     directory and end it as a local run ends (:func:`ssptk.experiment.finish.finish_gathered`); the sources are
     only read. Without ``keep`` the run goes to ``gathered`` beside them (a former one is rebuilt)."""
@@ -90,7 +90,7 @@ def _report_gathered(dirs: list[str], keep: str | None, warn: Callable[[str], No
     rd.write_gathered([os.path.abspath(d) for d in sources])
     _warn_unreadable([rd.path], warn)
     text = format_summary(finish_gathered(rd.path))
-    return Report(text, path=rd.report_path, note=f"(merged from {len(sources)} directories into {rd.path})")
+    return ReportResult(text, path=rd.report_path, note=f"(merged from {len(sources)} directories into {rd.path})")
 
 
 def _warn_unreadable(run_dirs: list[str], warn: Callable[[str], None], comparison: str | None = None) -> None:

@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from ssptk.experiment.compare import CompareResult
     from ssptk.experiment.result import RunResult
 
-__all__ = ["ComparePlan", "compare", "compare_plan", "run"]
+__all__ = ["ComparePlan", "compare", "compare_plan", "run_one"]
 
 
-def run(args: argparse.Namespace, **front: Any) -> RunResult:
+def run_one(args: argparse.Namespace, **front: Any) -> RunResult:
     """``run``: one run with the parsed options (:func:`ssptk.api.run`). ``front``: what the front end adds
     (``progress``, ``observer``, ``warm``, ``model_source``)."""
     from ssptk import api

@@ -6,7 +6,7 @@ a real run leaves: the workers' logs, ``model/final.json``, ``summary.json`` (wi
 predicted run reads like a real one everywhere (``RunResult``, tables, figures, reports, ``ssptk report``);
 only ``config.json`` and ``summary.json`` say ``predicted``, with the per-step overhead its clock was
 simulated with and, under a shaped ``--network``, the cores its workers shared (``--cores``: by default this
-machine's, as a run here would have; 0: each worker its own machine). :func:`simulate` is ``ssptk.simulate``: the
+machine's, as a run here would have; 0: each worker its own machine). :func:`simulate_timing` is ``ssptk.simulate``: the
 timing-only simulator (a ``SimResult``); :func:`predict_run` one predicted run with its model (a ``RunResult``).
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ from ssptk.rundir import RunDir, load_run
 from ssptk.sim import SimResult, SimSpec, simulate_spec
 from ssptk.sim.spec import shared_cores
 
-__all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
+__all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "plan_resolved", "predict", "predict_run", "simulate_timing",
+           "timing"]
 
 #: The per-step cost a prediction assumes when none is given: what a step of the built-in models costs a
 #: worker on a 2-core machine with a few workers (FINDINGS.md). Calibrate it from a real run's summary
@@ -138,7 +139,7 @@ def stopped(run_dir: str) -> TaskFailure | None:
     return TaskFailure.of(task if isinstance(task, str) else f"worker:{int(first['worker'])}", str(first["message"]))
 
 
-def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, overhead: float | None = None,
+def simulate_timing(mode: str = "ssp", workers: int = 3, steps: int = 200, *, overhead: float | None = None,
              gap: float | None = None, model_bytes: Any = None, **options: Any) -> SimResult:
     """``ssptk.simulate``: the timing of a run, from the discrete-event simulator (:func:`ssptk.sim.simulate_spec`, a
     :class:`~ssptk.sim.SimResult`), nothing trained and nothing written. ``mode``: ``sync``, ``ssp:S``, ``async``,
@@ -162,8 +163,8 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, overhead:
 
 def timing(opts: RunOptions, overhead: float | None = None, gap: float | None = None,
            model_bytes: Any = None) -> SimResult:
-    """The simulated timing of the resolved options ``opts`` (:func:`simulate`), their workers sharing ``--cores``
-    cores or this machine's."""
+    """The simulated timing of the resolved options ``opts`` (:func:`simulate_timing`), their workers sharing
+    ``--cores`` cores or this machine's."""
     check_sim(opts.workers, opts.steps)
     return simulate_spec(SimSpec.of(opts, machine_cores=machine_cores(), model_bytes=model_bytes, gap=gap or 0.0,
                                     overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead))

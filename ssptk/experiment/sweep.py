@@ -12,8 +12,8 @@ from ssptk.core.errors import UsageError
 from ssptk.core.labels import label_of, parse_label
 from ssptk.experiment.compare import CompareResult, compare
 
-__all__ = ["KNOBS", "Knob", "knob_of", "label_knob", "local_steps_values", "ssp_only", "staleness_values", "sweep",
-           "sweep_labels", "sweep_mode"]
+__all__ = ["KNOBS", "Knob", "knob_of", "label_knob", "local_steps_values", "ssp_only", "staleness_values",
+           "sweep_labels", "sweep_mode", "sweep_runs"]
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def ssp_only(options: dict[str, Any], what: str = "a staleness sweep") -> None:
     sweep_mode(options, KNOBS["ssp"], what)
 
 
-def sweep(staleness: int | str | Iterable[Any] | None = None, local_steps: int | str | Iterable[Any] | None = None,
+def sweep_runs(staleness: int | str | Iterable[Any] | None = None, local_steps: int | str | Iterable[Any] | None = None,
           **compare_options: Any) -> CompareResult:
     """Run mode ssp once per staleness value (labels ``ssp:S``), or mode local once per number of local steps
     between averages (``local_steps=[1, 2, 4, 8]``: labels ``local:H``), with

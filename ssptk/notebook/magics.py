@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
         return bg
     followed = _Followed(_dashboard() if dashboards else None)
     try:
-        return commands.run(args, observer=followed, warm=not args.cold, model_source=model_source)
+        return commands.run_one(args, observer=followed, warm=not args.cold, model_source=model_source)
     except KeyboardInterrupt:
         if followed.run_dir:
             raise _Interrupted(followed) from None

@@ -120,8 +120,8 @@ def sweep(staleness: int | str | Iterable[int] | None = None, runner: Runner | N
     ``progress(label, done, total)`` and ``observer_factory(label)`` (an observer per run, passed as
     ``observer=``) follow the runs; ``runner`` does each run (default :func:`default_runner`).
     """
-    from ssptk.experiment.sweep import sweep as run_sweep
     from ssptk.experiment.sweep import sweep_labels
+    from ssptk.experiment.sweep import sweep_runs as run_sweep
 
     labels = sweep_labels(staleness, local_steps)  # bad values fail here, before any run
     knob = label_knob(labels)

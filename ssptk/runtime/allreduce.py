@@ -123,7 +123,7 @@ def _save(replica: _Replica, rd: RunDir) -> None:
     rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
 
 
-def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
+def train_worker(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
     """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
     os.environ["TF_CONFIG"] = tf_config(cluster, index)
     import tensorflow as tf

@@ -254,7 +254,7 @@ def _allreduce(task: str, cluster: dict[str, list[str]], opts: RunOptions, spec:
     from ssptk.runtime import allreduce
 
     view = task_view(cluster, task, os.environ)
-    run_guarded(lambda: allreduce.run(spec, opts, view, index, run_dir), run_dir, index, cluster=cluster)
+    run_guarded(lambda: allreduce.train_worker(spec, opts, view, index, run_dir), run_dir, index, cluster=cluster)
     report_end(task, DONE)
     exit_with_descendants(0)  # skips TF's slow teardown
     return 0
@@ -337,9 +337,10 @@ def _predict(jobs: str | None) -> int:
 
 
 def _shared(args: argparse.Namespace, cluster: dict[str, list[str]], opts: RunOptions, spec: Any) -> int:
-    """``--task shared``: every task's server in this process, the workers as threads (:mod:`ssptk.runtime.shared`)."""
+    """``--task shared``: every task's server in this process, the workers as threads
+    (:mod:`ssptk.runtime.shared_layout`)."""
     from ssptk.core.models import load_model
-    from ssptk.runtime.shared import SharedTasks
+    from ssptk.runtime.shared_layout import SharedTasks
 
     gpus = [None if g in ("", "-") else int(g) for g in args.worker_gpus.split(",")] if args.worker_gpus else []
     tasks = SharedTasks(cluster, gpus)

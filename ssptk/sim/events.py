@@ -2,7 +2,7 @@
 
 Each loop takes one :class:`~ssptk.core.delays.DelayModel` per worker and a fixed per-step cost ``base``
 (overhead + compute); worker ``i``'s k-th computed step lasts ``base + models[i].next()``. A worker's
-:class:`Step` goes through the network (an :class:`InFlight`: :class:`Free`, or :class:`ssptk.sim.links.Links`)
+:class:`Step` goes through the network (an :class:`InFlight`: :class:`Free`, or :class:`ssptk.sim.link_model.LinkModel`)
 and lands at a time; the loop then does what the mode does with it and writes its
 :class:`~ssptk.sim.schedule.Record` to a :class:`~ssptk.sim.schedule.Schedule`, in the order things happen, so
 record times never decrease. ``sync`` (and local SGD's rounds, :mod:`ssptk.sim.local`) apply an update by one
@@ -40,7 +40,7 @@ class InFlight(Protocol):
     """The steps in flight: :meth:`start` one (by its worker's index); :meth:`landings` gives each as it lands,
     ``(when, work[worker])``, until none is in flight (the caller starts more meanwhile).
 
-    :class:`Free` (no network: a step lands when its compute ends) or :class:`ssptk.sim.links.Links` (the pull
+    :class:`Free` (no network: a step lands when its compute ends) or :class:`ssptk.sim.link_model.LinkModel` (the pull
     and the push through the links it crosses)."""
 
     def start(self, worker: int, t: float, compute: float) -> None: ...

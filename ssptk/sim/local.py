@@ -6,7 +6,7 @@ models[i].next()`` seconds, no traffic), then pushes its delta. The round's aver
 a round here is a sync step there, its compute ``H`` steps long); a late delta is dropped
 and its worker starts the next round at once on the current parameters. ``steps=K`` is ``K`` local steps per
 worker: ``ceil(K / H)`` rounds, the last one ``K - (rounds - 1) * H`` steps long. Through
-:class:`ssptk.sim.links.Links` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
+:class:`ssptk.sim.link_model.LinkModel` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
 than sync.
 
 Records, one per local step, as :mod:`ssptk.runtime.local_loop` logs them: ``local_round`` the round the step's

@@ -71,7 +71,7 @@ from ssptk.core.network import Network
 from ssptk.core.options import resolve
 from ssptk.sim.calibrate import calibrate_overhead
 from ssptk.sim.events import run_free, run_sync_abandon, run_sync_drop
-from ssptk.sim.links import Links
+from ssptk.sim.link_model import LinkModel
 from ssptk.sim.local import run_local
 from ssptk.sim.schedule import COLUMNS
 from ssptk.sim.spec import LATE, SimSpec
@@ -178,7 +178,7 @@ def simulate(mode: str, workers: int, steps: int, *, overhead: float = 0.0, comp
     step (0 here: a step lasts its delays only; ``ssptk sim`` and ``ssptk.simulate`` default to a measured 5 ms);
     ``late``: ``drop`` (default, the engine's behaviour) or ``abandon`` (Dutta et al.'s K-sync), for sync with
     backup; ``model_bytes``: the model's float32 bytes, or each variable's, which a shaped ``network``'s pulls and
-    pushes carry (:mod:`ssptk.sim.links`); ``gap`` (async and ssp): seconds of ``overhead + compute`` before a step
+    pushes carry (:mod:`ssptk.sim.link_model`); ``gap`` (async and ssp): seconds of ``overhead + compute`` before a step
     reads the parameters (a real run's ``gap_ms``, :func:`ssptk.sim.calibrate_gap`). See :class:`SimSpec`.
     Raises :class:`UsageError` on bad input.
     """
@@ -195,7 +195,7 @@ def simulate_spec(spec: SimSpec) -> SimResult:
     n, k, b, h, base = spec.workers, spec.steps, spec.backup, spec.local_steps, spec.base
     models = [DelayModel(i, dict(spec.stragglers), spec.jitter, spec.seed, own_s=base)  # own_s: a replayed trace's pace
               for i in range(n)]
-    links = Links(spec) if spec.shaped else None
+    links = LinkModel(spec) if spec.shaped else None
     kw = {} if links is None else {"flight": links}
     pushes = None
     if spec.mode in ("async", "ssp"):

@@ -7,7 +7,7 @@ link max-min (:class:`~ssptk.sim.fluid.Fluid`), by weights: the transfer longest
 log-normal draw of :data:`SHARE_SIGMA`. A transfer carries its tensors' float32 bytes times
 :data:`PROTOCOL_OVERHEAD` and takes the one-way ``delay`` twice (its request and its reply).
 
-A step of worker ``i`` (:class:`Links`):
+A step of worker ``i`` (:class:`LinkModel`):
 
 1. **pull**: from each PS shard the bytes it holds (:func:`ssptk.core.shards.shard_bytes`: the engine's placement),
    through the shard's link out and worker ``i``'s link in; the step computes once the last piece has arrived;
@@ -44,14 +44,14 @@ from ssptk.core.shards import shard_bytes
 from ssptk.sim.fluid import Fluid
 from ssptk.sim.spec import SimSpec
 
-__all__ = ["ARRIVAL_FACTOR", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "LinkFit", "Links", "cpu_seconds"]
+__all__ = ["ARRIVAL_FACTOR", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "LinkFit", "LinkModel", "cpu_seconds"]
 
 #: Bytes on the wire per byte of tensor, measured on ssptk's links (``docs/tf-notes.md``).
 PROTOCOL_OVERHEAD = 1.05
 #: How unevenly TCP shares a link: each transfer's weight is log-normal with this sigma
 #: (``benchmarks/experiments/exp_tcp_share.py``).
 SHARE_SIGMA = 0.3
-#: ``Links(arrival_factor=...)``, for comparisons: each transfer keeps this much more of a link than the one that
+#: ``LinkFit(arrival_factor=...)``, for comparisons: each transfer keeps this much more of a link than the one that
 #: entered after it. It fits 4 raw TCP transfers, not 16 (``exp_tcp_share.py``), so it is not the default.
 ARRIVAL_FACTOR = 1.5
 #: The default sharing: the transfer longest on a link takes this much of it against each other one
@@ -90,7 +90,7 @@ class LinkFit:
     arrival_factor: float = 1.0
 
 
-class Links:
+class LinkModel:
     """Every link of a simulated cluster (``spec.shards`` PS tasks, 0 for ``allreduce``, and ``spec.workers`` workers
     under ``spec.network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events`
     :meth:`start` a step and take the next to land with :meth:`next`. ``spec.model_bytes``: the model's bytes, or
