@@ -20,9 +20,9 @@ from ssptk.core.options import OPTIONS, resolve
 
 def test_defaults_and_ssp_shorthand() -> None:
     o = resolve()
-    assert (o.mode, o.staleness, o.workers, o.steps) == ("ssp", 2, 3, 200)
+    assert (o.mode, o.bound, o.workers, o.steps) == ("ssp", 2, 3, 200)
     o = resolve(mode="ssp:7", straggler=["1:0.5", "1:0.25"], jitter="uniform:0.01:0.02")
-    assert o.staleness == 7 and o.stragglers == {1: 0.75} and str(o.jitter_spec) == "uniform:0.01:0.02"
+    assert o.bound == 7 and o.stragglers == {1: 0.75} and str(o.jitter_spec) == "uniform:0.01:0.02"
 
 
 def test_argv_round_trip() -> None:
@@ -263,4 +263,4 @@ def test_a_comparison_plans_each_label_with_its_own_options(argv: list[str], run
     plan = compare_plan(build_parser().parse_args(argv))
     assert plan.labels == list(runs) == list(plan.options)
     for label, opts in plan.options.items():  # what compare() runs for this label, resolved once
-        assert {k: getattr(opts, k) for k in runs[label]} == runs[label], label
+        assert {k: opts.to_dict()[k] for k in runs[label]} == runs[label], label

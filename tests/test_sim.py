@@ -247,7 +247,7 @@ def test_records_have_run_directory_columns() -> None:
 def test_ssp_mode_string() -> None:
     a = simulate("ssp:4", 3, 100, jitter="exp:0.01")
     b = simulate("ssp", 3, 100, staleness=4, jitter="exp:0.01")
-    assert a.mode == "ssp" and a.staleness == 4
+    assert a.mode == "ssp" and a.bound == 4
     pd.testing.assert_frame_equal(a.steps, b.steps)
 
 

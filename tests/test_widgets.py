@@ -48,13 +48,13 @@ def make_run(run_dir: str | Path, **options: Any) -> RunResult:
     lines: dict[int, list[dict]] = {w: [{"event": "start", "t": 10.0, "worker": w, "cpu_s": 1.0}] for w in range(n)}
     for g, (t, w, step) in enumerate(times, start=1):
         lines[w].append({"t": t, "worker": w, "step": step, "global_step": g, "loss": 10.0 * math.exp(-0.1 * g),
-                         "wait_s": 0.001 * (opts.staleness or 0), "staleness": g % 3, "minibatch": g - 1,
+                         "wait_s": 0.001 * (opts.bound or 0), "staleness": g % 3, "minibatch": g - 1,
                          "delay_s": opts.stragglers.get(w, 0.0), "applied": True})
     for w in range(n):
         lines[w].append({"event": "done", "t": lines[w][-1]["t"], "worker": w, "steps": per, "cpu_s": 2.0})
         (run_dir / "workers" / f"worker-{w}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[w]))
-    summary = {"status": "ok", "mode": opts.mode, "workers": n, "staleness": opts.staleness,
-               "steps_per_s": 100.0 + (opts.staleness or 0), "max_skew": min(per, (opts.staleness or 0) + 1),
+    summary = {"status": "ok", "mode": opts.mode, "workers": n, "staleness": opts.bound,
+               "steps_per_s": 100.0 + (opts.bound or 0), "max_skew": min(per, (opts.bound or 0) + 1),
                "final_loss": 0.5, "wait_fraction": 0.25, "run_dir": str(run_dir)}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return RunResult(str(run_dir), opts, summary)

@@ -154,12 +154,12 @@ def _row(label: str, steps: pd.DataFrame | None, summary: Summary, logs: Summary
     """One run's row of :func:`compare_table`, without its time and minibatches to target (filled in later)."""
     workers = summary.workers or logs.workers or None
     mode = summary.mode or opts.mode
-    staleness = summary.staleness if summary.has(Summary.staleness) else opts.staleness
+    bound = summary.bound if summary.has(Summary.bound) else opts.bound
     diverged = _diverged(_either(summary.diverged, logs.diverged),
                          _either(summary.diverged_on, logs.diverged_on), curve, steps, workers)
     return {
         "label": label, **diverged, "mode": mode,
-        "staleness": None if mode in _MODES_WITHOUT_STALENESS else staleness, "workers": workers,
+        "staleness": None if mode in _MODES_WITHOUT_STALENESS else bound, "workers": workers,
         "steps_per_s": _either(summary.steps_per_s, logs.steps_per_s), "wall_s": _either(summary.wall_s, logs.wall_s),
         # the simulator's view of the run (from summary.json only): see docs/run-directory.md
         "measured_over_ideal": clean(summary.measured_over_ideal),

@@ -35,7 +35,7 @@ def run_options(config: Mapping[str, Any] | None) -> StoredOptions:
 
 def staleness_bound(config: Mapping[str, Any] | None) -> int | None:
     """The SSP staleness S of a run's config (``None`` unless its mode is ``ssp`` with an integer S)."""
-    return run_options(config).bound
+    return run_options(config).ssp_bound
 
 
 def n_workers(config: Mapping[str, Any] | None, steps: pd.DataFrame | None = None) -> int:

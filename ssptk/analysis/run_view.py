@@ -111,13 +111,13 @@ class WaitPanel:
 class RunView:
     """Everything a run's six panels show. Times are seconds from the start barrier (else the first record).
 
-    ``staleness`` is the SSP staleness S (``None`` for other modes): the skew panel's bound is S+1
+    ``bound`` is the SSP staleness bound S (``None`` for other modes): the skew panel's line is at S+1
     (:func:`ssptk.core.options.skew_bound`). ``options`` are the run's (mode, staleness, workers, model; empty
     when unknown) for the figure's title.
     """
 
     options: StoredOptions
-    staleness: int | None
+    bound: int | None
     predicted: bool
     #: Workers the run has (at least those with records): line colours are ``color(w, workers)``.
     workers: int
@@ -211,7 +211,7 @@ def view_of_records(records: StepArrays, *, skew: Line, waits: WaitPanel, counts
     finite_steps = step[np.isfinite(step)]
     finite_t = elapsed[np.isfinite(elapsed)]
     return RunView(
-        options=run.options, staleness=run.bound, predicted=run.predicted, workers=n,
+        options=run.options, bound=run.bound, predicted=run.predicted, workers=n,
         ids=() if many else ids_all, many=many, smooth=smooth, n_records=len(elapsed),
         loss_range=_loss_range(loss), t_end=float(finite_t.max()) if len(finite_t) else 0.0,
         steps_max=float(finite_steps.max()) if len(finite_steps) else 0.0,
@@ -222,20 +222,20 @@ def view_of_run(
     steps: pd.DataFrame | None,
     events: pd.DataFrame | None = None,
     config: Mapping[str, Any] | None = None,
-    staleness: int | None = None,
+    bound: int | None = None,
     *,
     ended: bool = True,
 ) -> RunView:
     """The :class:`RunView` of a run's step and event frames (:mod:`ssptk.rundir.logs`).
 
-    ``staleness``: the SSP staleness S (default: the config's, for an ``ssp`` run). ``ended``: the run is
+    ``bound``: the SSP staleness bound S (default: the config's, for an ``ssp`` run). ``ended``: the run is
     over, so a worker without a ``done`` event finished at its last record; with ``ended=False`` (a run
     read part way) such a worker is still training (:func:`ssptk.analysis.finish_times`). The skew ends
     once fewer than two workers train (:func:`ssptk.analysis.skew_timeline`'s ``end_when_one_left``).
     """
     opts = run_options(config)
-    if staleness is None:
-        staleness = staleness_bound(config)
+    if bound is None:
+        bound = staleness_bound(config)
     if steps is None or steps.empty:
         steps = pd.DataFrame({"t": _floats(), "worker": np.zeros(0, dtype="int64"), "step": _floats(),
                               "loss": _floats()})
@@ -253,4 +253,4 @@ def view_of_run(
         waits=WaitPanel(waits["worker"].to_numpy(dtype="int64"), waits["wait_s"].to_numpy(dtype="float64"),
                         waits["delay_s"].to_numpy(dtype="float64")),
         counts=Line(counts.index.to_numpy(dtype="float64"), counts.to_numpy(dtype="float64")),
-        run=RunFacts(opts, n_workers(config, steps), staleness, bool(RunConfig.of(config).predicted)))
+        run=RunFacts(opts, n_workers(config, steps), bound, bool(RunConfig.of(config).predicted)))

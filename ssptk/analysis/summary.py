@@ -37,7 +37,7 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
                 failed_task=None if failure is None else failure.task,
                 signal=None if failure is None else failure.signal,
                 mode=opts.mode, model=opts.model, workers=opts.workers,
-                staleness=opts.staleness, local_steps=opts.local_steps, backup=opts.backup,
+                staleness=opts.bound, local_steps=opts.local_steps, backup=opts.backup,
                 steps=opts.steps, lr_staleness=opts.lr_staleness)
     s.update(summarize(steps, events, config))
     s.update(_startup(steps, config))

@@ -19,7 +19,7 @@ __all__ = ["Timing", "sim", "sim_options", "sim_run"]
 
 
 def _kwargs(opts: RunOptions) -> dict[str, Any]:
-    return {o.name: getattr(opts, o.name) for o in OPTIONS}
+    return {o.name: getattr(opts, o.field) for o in OPTIONS}
 
 
 #: ``sim`` options that only a prediction with a model uses

@@ -44,7 +44,7 @@ def to_argv(o: RunOptions) -> list[str]:
     """The command-line form of ``o`` (used to start workers with the same options)."""
     argv: list[str] = []
     for opt in OPTIONS:
-        value = getattr(o, opt.name)
+        value = getattr(o, opt.field)
         flag = "--" + opt.name.replace("_", "-")
         if opt.flag:
             if value:

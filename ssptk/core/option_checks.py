@@ -31,11 +31,11 @@ def validate(o: RunOptions) -> None:
     """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
     ``dca:2.0``,
     the network spec)."""
-    if o.staleness is not None:
+    if o.bound is not None:
         if o.mode != "ssp":
             raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
-        if isinstance(o.staleness, bool) or not isinstance(o.staleness, int) or o.staleness < 0:
-            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
+        if isinstance(o.bound, bool) or not isinstance(o.bound, int) or o.bound < 0:
+            raise UsageError(f"--staleness must be an integer >= 0, got {o.bound!r}")
     if o.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {o.workers}")
     if o.steps < 1:

@@ -44,6 +44,13 @@ class Option:
     metavar: str | None = None
     repeat: bool = False
     flag: bool = False
+    #: the :class:`RunOptions` field that holds it, where that is not ``name`` (``--staleness``: ``bound``)
+    attr: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The :class:`RunOptions` field that holds the option."""
+        return self.attr or self.name
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -57,7 +64,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("staleness", int, None,
            f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
            f"so the completed-step skew the logs show is at most S+1 (ssp only; default {DEFAULT_STALENESS})",
-           "S"),
+           "S", attr="bound"),
     Option("local_steps", int, None,
            f"local SGD's H >= 1: each worker takes H steps on its own copy of the parameters, then the round's "
            f"deltas are averaged on the PS and every worker goes on from the average (local:1 is sync; local only; "
@@ -149,6 +156,9 @@ OPTIONS: tuple[Option, ...] = (
 
 
 _DEFAULT: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+#: option name -> RunOptions field, and back, where they differ (the CLI's and config.json's ``staleness`` is the bound)
+_FIELD = {o.name: o.field for o in OPTIONS if o.attr}
+_NAME = {field: name for name, field in _FIELD.items()}
 
 
 @dataclass
@@ -157,7 +167,9 @@ class RunOptions:
 
     model: str = _DEFAULT["model"]
     mode: str = _DEFAULT["mode"]
-    staleness: int | None = _DEFAULT["staleness"]
+    #: SSP's staleness bound S (``--staleness``; ``None`` in the other modes). The staleness a step record measures
+    #: is what the bound holds to it, not this.
+    bound: int | None = _DEFAULT["staleness"]
     local_steps: int | None = _DEFAULT["local_steps"]
     outer_lr: float | None = _DEFAULT["outer_lr"]
     outer_momentum: float = _DEFAULT["outer_momentum"]
@@ -250,17 +262,19 @@ class RunOptions:
     @property
     def label(self) -> str:
         """``ssp:S``, ``local:H`` or the mode's name (see :func:`label_of`)."""
-        return label_of(self.mode, self.local_steps if self.mode == "local" else self.staleness)
+        return label_of(self.mode, self.local_steps if self.mode == "local" else self.bound)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """The options by their names (``config.json``'s ``options``: ``staleness`` for :attr:`bound`)."""
+        d = {_NAME.get(k, k): v for k, v in dataclasses.asdict(self).items()}
         d["straggler"] = [list(x) for x in self.straggler]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        """The options of a dict by their names (:meth:`to_dict`'s); names it does not know are left out."""
         known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
+        kw = {_FIELD.get(k, k): v for k, v in d.items() if _FIELD.get(k, k) in known}
         kw["straggler"] = tuple(tuple(x) for x in kw.get("straggler", ()))
         return cls(**kw)
 
@@ -288,11 +302,11 @@ def resolve(**kwargs: Any) -> RunOptions:
                              "give the number once")
         kw[key] = number
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
-    opts = RunOptions(**kw)
+    opts = RunOptions(**{_FIELD.get(k, k): v for k, v in kw.items()})
     validate(opts)
     opts.cores = check_cores(opts.cores)
-    if opts.mode == "ssp" and opts.staleness is None:
-        opts.staleness = DEFAULT_STALENESS
+    if opts.mode == "ssp" and opts.bound is None:
+        opts.bound = DEFAULT_STALENESS
     if opts.mode == "local" and opts.local_steps is None:
         opts.local_steps = DEFAULT_LOCAL_STEPS
     return opts

@@ -282,7 +282,7 @@ class LiveRun:
         modes): what the page says beside the figure, for a reader (or a browser test) to hold one to the other."""
         end = len(self.skew) if self.skew_end is None else self.skew_end
         top = int(np.max(self.skew.values[:end])) if end else 0
-        staleness = self.options.bound
+        staleness = self.options.ssp_bound
         return top, None if staleness is None else staleness + 1
 
     def view(self) -> RunView:
@@ -299,7 +299,7 @@ class LiveRun:
         counts = Line(_floats(keys), _floats(self.staleness_counts[k] for k in keys))
         return view_of_records(StepArrays(elapsed, self.worker.values, self.step.values, self.loss.values),
                                skew=Line(elapsed[:end], self.skew.values[:end]), waits=waits, counts=counts,
-                               run=RunFacts(self.options, self.workers, self.options.bound), ids=ids)
+                               run=RunFacts(self.options, self.workers, self.options.ssp_bound), ids=ids)
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -75,7 +75,7 @@ def run_figure(
     below the panels names what every panel draws (a legend per panel covered a third of it at 8 workers). The
     title is broken into lines that fit (a predicted run's says so on a line of its own).
     """
-    view = view_of_run(steps, events, config, staleness=staleness_bound)
+    view = view_of_run(steps, events, config, bound=staleness_bound)
     fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     axes = list(fig.subplots(2, 3).flat)
     title = run_title(view.options) if view.options else "run (no config)"

@@ -102,7 +102,7 @@ def run_title(options: Mapping[str, Any]) -> str:
     it ran under (PS shards, ``--network``, ``--jitter``) (no
     ``staleness=None`` for the modes that have none; a model from a file, ``DIR/user_model.py:mlp2``, as ``mlp2``)."""
     opts = StoredOptions.of(options)
-    mode, s = opts.mode, opts.staleness
+    mode, s = opts.mode, opts.bound
     parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
     if mode == "local" and opts.local_steps:  # local:H, as its label says
         parts = [f"local:{opts.local_steps} (local SGD, averaging every {opts.local_steps} local steps)"]

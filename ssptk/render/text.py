@@ -37,9 +37,9 @@ def evaluated_every(values: Iterable[Any] | None) -> str:
 
 def _bound_note(s: Summary) -> str:
     """`` (bound S+1 = 3)`` for an SSP run: the skew the logs measure may reach S+1, not S."""
-    if s.mode != "ssp" or not isinstance(s.staleness, int):
+    if s.mode != "ssp" or not isinstance(s.bound, int):
         return ""
-    return f" (SSP bound: at most S+1 = {skew_bound(s.staleness)})"
+    return f" (SSP bound: at most S+1 = {skew_bound(s.bound)})"
 
 
 def _network_lines(t: TrafficSection | None, not_measured: str | None = None) -> list[str]:
@@ -75,7 +75,7 @@ def _mode_words(s: Summary) -> str:
     if s.mode == "local":  # local:H where the summary says H
         mode = f"{label_of('local', s.local_steps)} (local SGD)"
     else:
-        mode = f"ssp (staleness {s.staleness})" if s.mode == "ssp" else str(s.mode)
+        mode = f"ssp (staleness {s.bound})" if s.mode == "ssp" else str(s.mode)
     return mode + (f", {s.backup} backup worker(s)" if s.backup else "")
 
 

@@ -28,7 +28,8 @@ class StoredOptions(JsonView):
 
     model = Key[str | None]()
     mode = Key[str | None]()
-    staleness = Key[int | None](_int)
+    #: ``--staleness``: ssp's staleness bound S as stored (see :attr:`ssp_bound`)
+    bound = Key[int | None](_int, key="staleness")
     local_steps = Key[int | None](_int)
     workers = Key[int | None](lambda v: v if (_int(v) or 0) > 0 else None)
     steps = Key[int | None](_int)
@@ -42,9 +43,9 @@ class StoredOptions(JsonView):
     cores = Key[float | None]()
 
     @property
-    def bound(self) -> int | None:
+    def ssp_bound(self) -> int | None:
         """SSP's staleness bound S (``None`` unless the mode is ``ssp`` with an integer S)."""
-        return self.staleness if self.mode == "ssp" else None
+        return self.bound if self.mode == "ssp" else None
 
     def resolved(self) -> RunOptions:
         """Every option as :class:`~ssptk.core.options.RunOptions` (those not stored take their defaults)."""
@@ -112,4 +113,4 @@ class RunConfig(JsonView):
     @property
     def bound(self) -> int | None:
         """SSP's staleness bound S (``None`` for the other modes)."""
-        return self.stored.bound
+        return self.stored.ssp_bound

@@ -19,14 +19,15 @@ V = TypeVar("V", bound="JsonView")
 
 
 class Key(Generic[T]):
-    """One documented key of a :class:`JsonView`, read as the attribute of the same name: the value the object
+    """One documented key of a :class:`JsonView`, read as the attribute of the same name (or of the name the code
+    gives it, where the file's ``key`` says less: ``staleness``, the bound, read as ``bound``): the value the object
     holds, through ``read`` where given (a section as its own view), else ``default``."""
 
-    def __init__(self, read: Callable[[Any], T] | None = None, default: Any = None) -> None:
-        self.read, self.default, self.name = read, default, ""
+    def __init__(self, read: Callable[[Any], T] | None = None, default: Any = None, key: str | None = None) -> None:
+        self.read, self.default, self.name = read, default, key or ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        self.name = self.name or name
 
     @overload
     def __get__(self, obj: None, owner: type | None = None) -> Key[T]: ...
@@ -50,7 +51,7 @@ class JsonView(dict[str, Any]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.KEYS = tuple(name for klass in reversed(cls.__mro__) for name, v in vars(klass).items()
+        cls.KEYS = tuple(v.name for klass in reversed(cls.__mro__) for v in vars(klass).values()
                          if isinstance(v, Key))
 
     @classmethod

@@ -70,7 +70,9 @@ class Summary(JsonView):
     mode = Key[str | None]()
     model = Key[str | None]()
     workers = Key[int | None]()
-    staleness = Key[int | None]()
+    #: ssp's staleness bound S (``staleness`` in the file: ``--staleness``); what the steps measured is
+    #: ``mean_staleness``, ``max_staleness``
+    bound = Key[int | None](key="staleness")
     local_steps = Key[int | None]()
     backup = Key[int | None]()
     steps = Key[int | None]()

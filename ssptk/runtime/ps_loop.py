@@ -2,7 +2,7 @@
 
 - ``async``: every step's update is applied as soon as it is computed.
 - ``ssp``: after each step the worker knows every worker's clock (read in the same run as its own
-  tick, so no extra round trip). Only when it is more than ``staleness`` steps ahead does it block,
+  tick, so no extra round trip). Only when it is more than ``bound`` S steps ahead does it block,
   in one run: it registers the clock it needs in ``want[i]``, re-reads the clocks (so a wake-up cannot
   be lost) and blocks on its own wake queue. Whichever worker's step run ticks the clock that satisfies
   it enqueues the token, inside that same run.
@@ -226,7 +226,7 @@ class Trainer:
         # A restarted worker goes on counting its steps, and first clears the SSP want it may have
         # registered before it died.
         step, wait_s, clear, n = self.step_offset, 0.0, ssp and rejoined, self.n
-        staleness = self.opts.staleness or 0
+        bound = self.opts.bound or 0
         while claim <= budget:
             mb = self._in_flight = claim - 1
             inputs, delay = self._inputs(mb)
@@ -245,11 +245,11 @@ class Trainer:
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
             # The step's own run woke the peers its tick satisfied; this worker blocks only when it is
-            # more than `staleness` steps ahead of the slowest.
+            # more than `bound` steps ahead of the slowest.
             if ssp and claim <= budget:
                 clocks = meta[5:5 + n]
-                if clocks[self.index] - clocks.min() > staleness:
-                    wait_s = self._ssp_wait(int(clocks[self.index]) - staleness)
+                if clocks[self.index] - clocks.min() > bound:
+                    wait_s = self._ssp_wait(int(clocks[self.index]) - bound)
         if ssp:
             s.run(g.finish)
         return step

@@ -91,7 +91,8 @@ class SimResult:
     largest (max - min) completed steps among unfinished workers after any step record, as a real run's summary
     measures it (:meth:`skew_timeline` shows the state at each distinct time: where steps take no time, several
     records share one and a peak between them is not in it). ``overhead``: the fixed per-step seconds it was
-    simulated with (``overhead + compute``). ``local_steps``: local SGD's ``H`` (``None`` in other modes).
+    simulated with (``overhead + compute``). ``bound``: ssp's staleness bound S. ``local_steps``: local SGD's ``H``
+    (``None`` in other modes).
     ``pushes``: the gradients (``local``: deltas) workers sent to the PS, each after a pull of the parameters: one
     per step, one per round in ``local`` (what a shaped ``network`` carries). ``cores``: the cores the workers
     shared (``None``: each its own CPU, or no shaped ``network``, where cores change nothing). ``gap``: the seconds of
@@ -100,7 +101,7 @@ class SimResult:
 
     mode: str
     workers: int
-    staleness: int | None
+    bound: int | None
     backup: int
     steps: pd.DataFrame = field(repr=False)
     wall_s: float
@@ -213,7 +214,7 @@ def simulate_spec(spec: SimSpec) -> SimResult:
     records = len(df)
     rate = (lambda x: x / wall) if wall > 0 else (lambda x: float("inf") if x else 0.0)
     return SimResult(
-        mode=spec.mode, workers=n, staleness=spec.bound, backup=b, steps=df, wall_s=wall, total_steps=records,
+        mode=spec.mode, workers=n, bound=spec.bound, backup=b, steps=df, wall_s=wall, total_steps=records,
         updates=int(updates), steps_per_s=rate(records), updates_per_s=rate(updates),
         wait_fraction=float(df["wait_s"].sum()) / (n * wall) if wall > 0 else 0.0, max_skew=int(log.max_skew()),
         late=spec.late if (spec.mode == "sync" and b) else None, overhead=base, local_steps=h,

@@ -90,7 +90,7 @@ class SimSpec:
         """The simulation of the run ``opts`` resolved to: its budget ``steps`` unless given (a failed run's part of
         it), its workers sharing ``--cores`` cores, or where not given ``machine_cores`` (``None``: each its own)."""
         return cls(mode=opts.mode, workers=opts.workers, steps=opts.steps if steps is None else int(steps),
-                   bound=opts.staleness if opts.mode == "ssp" else None,
+                   bound=opts.bound if opts.mode == "ssp" else None,
                    local_steps=opts.local_steps if opts.mode == "local" else None, backup=opts.backup,
                    stragglers=opts.stragglers, jitter=opts.jitter_spec, seed=opts.seed, network=opts.network_spec,
                    ps=opts.ps, cores=shared_cores(opts.cores, machine_cores), overhead=overhead, compute=compute,
