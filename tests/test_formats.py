@@ -172,3 +172,50 @@ def test_an_old_config_reads_as_attributes() -> None:
     assert RunConfig.of({"options": {"mode": "sync", "workers": 2}}).bound is None
     assert RunConfig.of({"tasks": {"cores": 1.5, "traffic": "not measured (no tc)"}}).tasks.traffic_not_measured \
         == "no tc"
+
+
+# --- the contract's version ---------------------------------------------------------------------------------
+
+def _write_lines(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_version_1_local_run_reads_as_version_2(tmp_path: Path) -> None:
+    """A local SGD run written before the contract's version 2 (no ``contract`` in config.json; its records keep the
+    local steps since the last average in ``staleness``, and have no ``local_step``) reads as version 2 has it:
+    ``local_step`` the local steps, ``staleness`` the rounds a delta missed (a late one's: the rounds applied
+    since its own began)."""
+    from ssptk.core.records import upgraded
+    from ssptk.rundir import load_run
+    from ssptk.rundir.contract import CONTRACT_VERSION
+
+    old = {"options": {"mode": "local", "local_steps": 2, "workers": 1, "steps": 4, "model": "linear"}}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    step = {"worker": 0, "loss": 1.0, "wait_s": 0.0, "delay_s": 0.0}
+    _write_lines(tmp_path / "workers" / "worker-0.jsonl", [
+        {"event": "start", "t": 1.0, "worker": 0},
+        {**step, "t": 1.1, "step": 1, "global_step": 1, "staleness": 0, "minibatch": 0, "applied": True, "local_round": 1},
+        {**step, "t": 1.2, "step": 2, "global_step": 1, "staleness": 1, "minibatch": 1, "applied": True, "local_round": 1},
+        {**step, "t": 1.3, "step": 3, "global_step": 2, "staleness": 0, "minibatch": 2, "applied": True, "local_round": 2},
+        {**step, "t": 1.4, "step": 4, "global_step": 4, "staleness": 1, "minibatch": 3, "applied": False,
+         "local_round": 2}])
+    steps, _, config, _ = load_run(tmp_path)
+    assert config.contract == 1 and CONTRACT_VERSION == 2
+    assert steps["local_step"].tolist() == [0, 1, 0, 1]
+    assert steps["staleness"].tolist() == [0, 0, 0, 3]  # the late delta of round 2 arrived at global step 4
+    new = {"t": 2.0, "worker": 0, "step": 1, "global_step": 1, "staleness": 0, "local_round": 1, "local_step": 1}
+    assert upgraded(new) is new  # a version-2 record is left as it is; so is a record of another mode
+    recorded = Path(__file__).resolve().parent / "fixtures" / "recorded" / "ssp2-straggler"
+    assert "local_step" not in load_run(recorded)[0] and RunDir(recorded).config().contract == 1
+
+
+def test_a_new_run_directory_says_its_contract_version(tmp_path: Path) -> None:
+    from ssptk.core.options import resolve
+    from ssptk.rundir.contract import CONTRACT_VERSION
+
+    RunDir(tmp_path).write_config(resolve(mode="local:2"), {}, {})
+    assert json.loads((tmp_path / "config.json").read_text())["contract"] == CONTRACT_VERSION
+    assert RunDir(tmp_path).config().contract == CONTRACT_VERSION
+    record = _record(local_round=1, local_step=1)
+    assert list(record.to_dict())[-2:] == ["local_round", "local_step"]

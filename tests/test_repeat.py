@@ -72,7 +72,7 @@ def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
     table = report.table
     assert list(table.columns) == [*an.COMPARE_COLUMNS, "repeats", *SPREAD]
     b, a = table.iloc[0], table.iloc[1]
-    assert (a["label"], a["mode"], a["staleness"], a["workers"], a["repeats"], a["status"]) == ("a", "ssp", 1, 3, 3, "ok")
+    assert (a["label"], a["mode"], a["bound"], a["workers"], a["repeats"], a["status"]) == ("a", "ssp", 1, 3, 3, "ok")
     assert a["steps_per_s"] == pytest.approx(13.0)
     assert (a["steps_per_s_min"], a["steps_per_s_max"]) == (10.0, 17.0)
     assert a["steps_per_s_ci95"] == pytest.approx(T975_2 * math.sqrt(13) / math.sqrt(3))
@@ -83,7 +83,7 @@ def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
     assert b["status"] == "2/3 ok" and b["repeats"] == 3
     assert b["steps_per_s"] == pytest.approx(25.0) and (b["steps_per_s_min"], b["steps_per_s_max"]) == (20.0, 30.0)
     assert b["steps_per_s_ci95"] == pytest.approx(12.706205 * math.sqrt(50) / math.sqrt(2), rel=1e-4)
-    assert pd.isna(b["staleness"])
+    assert pd.isna(b["bound"])
     assert table.attrs["target"] == report.runs_table.attrs["target"] == pytest.approx(4.75)  # 1.25 x best (3.8)
     # text and HTML: the key figures as mean [min–max], no spread columns
     text = rp.format_table(table)

@@ -138,7 +138,7 @@ def test_selecting_a_cached_value_does_not_run_again(fake: FakeRunner) -> None:
     ex.run(force=True)
     assert len(fake.calls) == 3 and len(ex.results) == 2
     table = ex.table()
-    assert list(table["label"]) == ["S=0", "S=2"] and list(table["staleness"]) == [0, 2]
+    assert list(table["label"]) == ["S=0", "S=2"] and list(table["bound"]) == [0, 2]
     with pytest.raises(UsageError, match="not on the slider"):
         ex.select(3)
 

@@ -28,7 +28,7 @@ RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any
 TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "mode", "staleness", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
+    "label", "mode", "bound", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
     "final_loss", "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction",
     "mean_staleness", "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction_mean",
     "dc_correction_median", "dc_correction_max", "diverged", "diverged_on", "status",
@@ -41,7 +41,7 @@ FIGURE_COLUMNS: tuple[str, ...] = (
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
-_MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+_MODES_WITHOUT_BOUND = ("sync", "async", "allreduce")  # modes where the bound (--staleness) means nothing
 _FLOAT_COLUMNS = ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                   "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share",
                   "dc_correction_mean", "dc_correction_median", "dc_correction_max")
@@ -92,7 +92,7 @@ def compare_table(
 
     Numbers come from ``summary`` when it has them (``final_loss`` only from there: it is the
     evaluation loss) and are otherwise computed from the logs with :func:`summarize`.
-    ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
+    ``bound`` (SSP's S) is blank for modes where it means nothing (sync, async, allreduce); ``status``
     is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`, on the
     training loss or the held-out loss (``diverged_on``: ``"training"``, ``"held-out"`` or missing), whether or not
     the run's summary (written before the held-out rule) says so. ``lr_staleness``, ``dc_correction_mean``,
@@ -132,7 +132,7 @@ def compare_table(
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in _FLOAT_COLUMNS:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
-    for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
+    for col in ("bound", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     table["diverged"] = table["diverged"].astype(bool)
     table["diverged_on"] = table["diverged_on"].astype("object").where(table["diverged_on"].notna(), None)
@@ -159,7 +159,7 @@ def _row(label: str, steps: pd.DataFrame | None, summary: Summary, logs: Summary
                          _either(summary.diverged_on, logs.diverged_on), curve, steps, workers)
     return {
         "label": label, **diverged, "mode": mode,
-        "staleness": None if mode in _MODES_WITHOUT_STALENESS else bound, "workers": workers,
+        "bound": None if mode in _MODES_WITHOUT_BOUND else bound, "workers": workers,
         "steps_per_s": _either(summary.steps_per_s, logs.steps_per_s), "wall_s": _either(summary.wall_s, logs.wall_s),
         # the simulator's view of the run (from summary.json only): see docs/run-directory.md
         "measured_over_ideal": clean(summary.measured_over_ideal),

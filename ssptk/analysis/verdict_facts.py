@@ -156,8 +156,8 @@ def dc_fact(label: str, row: Mapping[Any, Any], plain_here: bool = False) -> Del
     except LabelError:
         dc = None
     mode = str(row.get("mode") or "async")
-    staleness = _float(row.get("staleness"))
-    plain = label_of(mode, None if staleness is None else int(staleness))
+    bound = _float(row.get("bound", row.get("staleness")))  # a table row's bound, a summary's (summary.json: staleness)
+    plain = label_of(mode, None if bound is None else int(bound))
     return DelayCompensation(label, mean, _float(row.get("dc_correction_median")),
                              (mean if largest is None else largest) < DC_NEGLIGIBLE, plain,
                              None if dc is None else dc.form, None if dc is None else dc.lam, plain_here, largest)

@@ -239,7 +239,7 @@ class LiveDashboard:
 
     def _started(self, run_dir: str, opts: Any, total: int) -> None:
         self.run_dir, self.total, self.done = run_dir, int(total), 0
-        options = opts.to_dict() if hasattr(opts, "to_dict") else {}
+        options = opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts)) if opts is not None else {}
         self.state = LiveRun(int(getattr(opts, "workers", 0) or 0), options)
         self.figure = self._new_figure()
         self.status, self.summary, self._png, self.ready = "running", Summary(), None, None

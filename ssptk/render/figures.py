@@ -200,7 +200,6 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
     skew_max, skew_bound_max = 0, 0  # the largest skew, and the largest SSP bound S+1
-    local = False  # a local:H run's staleness counts local steps, not updates: the axis says so
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
@@ -212,11 +211,10 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         shown = str(label) + (legend_mark(_outcome(verdict, str(label))) if verdict is not None
                               else _diverged_mark(drawn))
         config = _config_of(values[0])
-        local = local or an.run_options(config).mode == "local"
-        staleness = an.staleness_bound(config)
-        if staleness is not None:
-            skew_bound_max = max(skew_bound_max, skew_bound(staleness))
-            draw_bound(ax_skew, staleness, color=run_color, lw=1.0, label=f"{label} {bound_label(staleness)}")
+        bound = an.staleness_bound(config)
+        if bound is not None:
+            skew_bound_max = max(skew_bound_max, skew_bound(bound))
+            draw_bound(ax_skew, bound, color=run_color, lw=1.0, label=f"{label} {bound_label(bound)}")
         paid = []
         for r, (steps, events) in enumerate(drawn):
             df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None, repeated)
@@ -227,7 +225,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_cost.set(title="what each run paid:\nwaiting and staleness", xlabel="worker time spent waiting (%)",
-                ylabel="mean staleness (updates;\nlocal:H: local steps)" if local else "mean staleness (updates)")
+                ylabel="mean staleness (updates)")
     ax_cost.margins(0.15)  # no point on the frame
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches (smoothed)", xlabel="minibatches processed",

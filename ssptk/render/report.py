@@ -18,9 +18,8 @@ from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.table_notes import has_local, local_staleness_note, lr_lines, takeaway_line, target_lines
+from ssptk.render.table_notes import lr_lines, takeaway_line, target_lines
 from ssptk.render.tables import SHOWN_COLUMNS, format_table, table_html
-from ssptk.render.text import LOCAL_STALENESS
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.traffic import network_section
 from ssptk.render.verdict import verdict_lines
@@ -158,8 +157,6 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     figures: list[tuple[str, Figure]] = []
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
-        local = local_staleness_note(has_local(table))
-        caption += f" ({local})" if local else ""
         figures.append((caption, comparison_figure(runs, verdict)))
     compared = None
     if predicted:
@@ -184,8 +181,6 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                 continue
             steps, events, config, _summary = reps[0]
             caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
-            if an.run_options(config).mode == "local":
-                caption += f" (its staleness: {LOCAL_STALENESS})"
             figures.append((caption, run_figure(steps, events, config)))
     report = Report(title, table, figures, notes, runs_table, compared)
     report.verdict = verdict

@@ -38,7 +38,6 @@ from ssptk.render.style import (
     wants_log_loss,
     worker_label,
 )
-from ssptk.render.text import LOCAL_STALENESS
 
 __all__ = ["RunPanels", "panel_titles", "set_band", "thin", "thin_envelope"]
 
@@ -109,8 +108,7 @@ class RunPanels:
         self.ax_loss, self.ax_prog, self.ax_skew, self.ax_wait, self.ax_stale, self.ax_samples = self.axes
         self.many, self.workers, self.smooth, self.bound = view.many, view.workers, view.smooth, view.bound
         self.titles = panel_titles(view)
-        # local SGD's staleness counts local steps since the last average, not updates
-        stale = LOCAL_STALENESS if view.options.mode == "local" else "staleness (updates)"
+        stale = "staleness (updates)"
         for ax, title, xlabel, ylabel in zip(self.axes, self.titles, (
                 "wall time (s)", "wall time (s)", "wall time (s)", "worker", stale,
                 "minibatches processed"), (

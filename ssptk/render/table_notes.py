@@ -1,6 +1,6 @@
 """The sentences under a comparison's table (the report, the terminal, the notebook): what differs between the
 runs (:func:`takeaway_line`), the loss target and who reached it (:func:`target_lines`), the learning-rate
-convention (:func:`lr_lines`), what local SGD's staleness counts (:func:`local_staleness_note`)."""
+convention (:func:`lr_lines`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -11,24 +11,11 @@ import pandas as pd
 from ssptk.analysis.compare import TARGET_FACTOR
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.cells import cell, missing, percent
-from ssptk.render.text import LOCAL_STALENESS, evaluated_every
+from ssptk.render.text import evaluated_every
 from ssptk.render.verdict import diverged_line, first_phrase
 from ssptk.rundir import StoredOptions
 
-__all__ = ["cores_phrase", "has_local", "local_staleness_note", "lr_lines", "takeaway_line", "target_lines"]
-
-
-def has_local(table: pd.DataFrame) -> bool:
-    """Whether any row of a comparison table is a local SGD run (mode ``local``, or a ``local:H`` label)."""
-    if "mode" in table.columns and (table["mode"] == "local").any():
-        return True
-    return "label" in table.columns and bool(table["label"].astype(str).str.startswith("local").any())
-
-
-def local_staleness_note(local: bool) -> str | None:
-    """The line under a table that shows local SGD runs: what their staleness counts (``None`` without any)."""
-    return (f"staleness of local:H runs: {LOCAL_STALENESS} (0 to H-1), not updates applied since the read"
-            if local else None)
+__all__ = ["cores_phrase", "lr_lines", "takeaway_line", "target_lines"]
 
 
 def takeaway_line(table: pd.DataFrame) -> str | None:
@@ -49,8 +36,7 @@ def takeaway_line(table: pd.DataFrame) -> str | None:
 
     return ("What differs: steps/s " + ", ".join(speed(r) for r in rows)
             + "; time spent waiting " + ", ".join(f"{r['label']} {percent(r.get('wait_fraction'))}" for r in rows)
-            + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows)
-            + (f" (local:H: {LOCAL_STALENESS})" if any(r.get("mode") == "local" for r in rows) else "") + ".")
+            + "; mean staleness " + ", ".join(f"{r['label']} {num(r.get('mean_staleness'))}" for r in rows) + ".")
 
 
 def cores_phrase(cores: Any) -> str:

@@ -10,7 +10,6 @@ import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
 from ssptk.render.cells import FIGURE_LEGEND, aligned, shown_cells
-from ssptk.render.table_notes import has_local, local_staleness_note
 
 __all__ = ["SHOWN_COLUMNS", "ShownTable", "format_table", "table_html", "table_text"]
 
@@ -59,7 +58,7 @@ def _display(table: pd.DataFrame) -> tuple[list[Any], list[dict[Any, tuple[str, 
             for i in range(len(means))]
     spread = {f"{c}{x}" for c in FIGURE_COLUMNS for x in SPREAD_SUFFIXES}
     hidden = [str(c) for c in table.columns if c not in columns and c not in spread
-              and c not in ("mode", "staleness", "lr_staleness", "diverged", "diverged_on") and table[c].notna().any()]
+              and c not in ("mode", "bound", "lr_staleness", "diverged", "diverged_on") and table[c].notna().any()]
     return columns, rows, numeric, hidden
 
 
@@ -91,8 +90,7 @@ def table_html(table: pd.DataFrame) -> str:
         body.append(f"<tr>{tds}</tr>")
     more = (f'<p style="color:#555;font-size:85%;margin:2px 0">Also in the DataFrame and metrics.csv: '
             f"{html.escape(', '.join(hidden))}.</p>") if hidden else ""
-    note = local_staleness_note("mean_staleness" in columns and has_local(table))
-    for line in [FIGURE_LEGEND[c] for c in _EXPLAINED if c in columns] + ([note] if note else []):
+    for line in [FIGURE_LEGEND[c] for c in _EXPLAINED if c in columns]:
         more += f'<p style="color:#555;font-size:85%;margin:2px 0">{html.escape(line)}.</p>'
     return (f'<table class="ssptk-table" style="border-collapse:collapse;font-size:13px">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}")
@@ -104,9 +102,7 @@ def table_text(table: pd.DataFrame) -> str:
     lines = pd.DataFrame([{c: v[k] for c, v in row.items()} for row in rows for k in (0, 1)
                           if k == 0 or any(v[1] for v in row.values())], columns=columns)
     text = aligned(lines, numeric, columns, SHOWN_COLUMNS)
-    note = local_staleness_note("mean_staleness" in columns and has_local(table))
-    text += f"\n(also in the DataFrame: {', '.join(hidden)})" if hidden else ""
-    return text + (f"\n({note})" if note else "")
+    return text + (f"\n(also in the DataFrame: {', '.join(hidden)})" if hidden else "")
 
 
 def format_table(df: pd.DataFrame) -> str:

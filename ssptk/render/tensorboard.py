@@ -38,7 +38,6 @@ from ssptk.analysis import (
     smoothing_window,
     start_time,
 )
-from ssptk.render.text import LOCAL_STALENESS
 from ssptk.rundir import RunConfig, RunDir, load_run
 from ssptk.rundir.space import writing
 
@@ -188,9 +187,7 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
     if summary:
         top.append(_text("summary", summary, float(df["t"].max()) if len(df) else t0))
     workers: dict[int, list[tuple[int, bytes]]] = {}
-    # local SGD's staleness counts something else: the chart says what
-    described = ({"staleness/worker": f"local SGD: {LOCAL_STALENESS} (0 to H-1)"}
-                 if run_options(config).mode == "local" else None)
+    described = None
     if len(df):
         window = smoothing_window(n_workers(config, df))
         smooth = df["loss"].astype("float64").rolling(window, min_periods=1).mean()

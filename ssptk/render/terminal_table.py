@@ -8,7 +8,7 @@ import pandas as pd
 
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.cells import FIGURE_LEGEND, aligned, shown_cells
-from ssptk.render.table_notes import cores_phrase, has_local, local_staleness_note, takeaway_line, target_lines
+from ssptk.render.table_notes import cores_phrase, takeaway_line, target_lines
 from ssptk.render.verdict import verdict_lines
 
 __all__ = ["TERMINAL_COLUMNS", "predicted_text", "terminal_table", "terminal_text", "unmeasured_lines"]
@@ -44,8 +44,6 @@ def terminal_table(table: pd.DataFrame, width: int = 100) -> str:
             columns.remove(c)
             text = aligned(cells, numeric, columns, TERMINAL_COLUMNS)
     legend = [line for c, line in FIGURE_LEGEND.items() if c in columns]
-    note = local_staleness_note("mean_staleness" in columns and has_local(table))
-    legend += [note] if note else []
     if len(cells) > len(table):
         counts = " or ".join(str(int(n)) for n in sorted(set(table["repeats"].dropna()))) \
             if "repeats" in table.columns else ""

@@ -15,9 +15,6 @@ from ssptk.render.traffic import split_text
 from ssptk.render.verdict import dc_line
 from ssptk.rundir import Summary, TrafficSection
 
-#: What a local SGD run's staleness is (its step records' ``staleness``): every display of it says so.
-LOCAL_STALENESS = "local steps since the last average"
-
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
     if v is None:
@@ -114,8 +111,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         + (f"   accuracy (held out) {_fmt(s.final_accuracy)}" if s.final_accuracy is not None else ""),
         f"skew      max {_fmt(s.max_skew)} steps{_bound_note(s)}   "
         f"waiting {_fmt(100 * (s.wait_fraction or 0), '.1f')}% of worker time",
-        f"staleness mean {_fmt(s.mean_staleness, '.2f')}   max {_fmt(s.max_staleness)}"
-        + (f"   ({LOCAL_STALENESS})" if s.mode == "local" else ""),
+        f"staleness mean {_fmt(s.mean_staleness, '.2f')}   max {_fmt(s.max_staleness)}",
     ]
     compensated = dc_fact("this run", s)
     if compensated is not None:  # how large delay compensation's correction was, worded as in a comparison

@@ -85,6 +85,8 @@ class TaskInfo(JsonView):
 class RunConfig(JsonView):
     """A run's ``config.json``: its options, cluster, GPU assignment, versions, budget and how it was started."""
 
+    #: the version of the contract the run directory was written to (1: a run from before it was recorded)
+    contract = Key[int](lambda v: v if isinstance(v, int) and not isinstance(v, bool) else 1)
     options = Key[StoredOptions | None](StoredOptions.maybe)
     cluster = Key[dict[str, list[str]]](lambda v: v or {})
     gpu_assignment = Key[dict[str, str | None]](lambda v: v or {})

@@ -16,7 +16,14 @@ import numpy as np
 from ssptk.core.options import RunOptions
 from ssptk.core.records import finite_or_null
 from ssptk.rundir.config_file import RunConfig
-from ssptk.rundir.contract import check_config, check_final, check_summary, check_traffic, load_json
+from ssptk.rundir.contract import (
+    CONTRACT_VERSION,
+    check_config,
+    check_final,
+    check_summary,
+    check_traffic,
+    load_json,
+)
 from ssptk.rundir.space import write_whole
 from ssptk.rundir.summary_file import Summary
 
@@ -205,7 +212,7 @@ class RunDir:
         sync_like = opts.mode in ("sync", "allreduce", "local")
         rounds = -(-opts.steps // (opts.local_steps or 1))  # local: ceil(K / H) averages
         config: dict[str, Any] = {
-            "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
+            "contract": CONTRACT_VERSION, "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
             "versions": _versions(),
             "budget": {"total_minibatches": total if not opts.backup else None,
                        "per_worker": opts.steps if sync_like and not opts.backup else None,

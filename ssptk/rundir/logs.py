@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from ssptk.core.printable import printable
-from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
+from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS, upgraded
 from ssptk.rundir.config_file import RunConfig
 from ssptk.rundir.contract import MAX_LINE_BYTES, MAX_LOG_BYTES, MAX_WORKERS, NotRegular, open_regular, valid_record
 from ssptk.rundir.layout import RunDir
@@ -244,7 +244,7 @@ class RunLogReader:
                 for key in _TEXT_KEYS:  # what an event says is shown: no control characters in it
                     if isinstance(text := record.get(key), str) and not text.isprintable():
                         record[key] = printable(text)
-                (events if "event" in record else steps).append(record)
+                (events if "event" in record else steps).append(record if "event" in record else upgraded(record))
         steps.sort(key=_time_key)
         events.sort(key=_time_key)
         self._steps.extend(steps)

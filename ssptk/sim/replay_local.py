@@ -34,7 +34,7 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
     records = steps.reset_index(drop=True)
     n = len(records)
     g = records["local_round" if "local_round" in records else "global_step"].to_numpy(np.int64)
-    position = records["staleness"].to_numpy(np.int64)
+    position = records["local_step" if "local_step" in records else "staleness"].to_numpy(np.int64)  # v1: staleness
     workers = records["worker"].to_numpy(np.int64)
     minibatches = records["minibatch"].to_numpy(np.int64)
     applied = records["applied"].to_numpy(bool)

@@ -50,7 +50,8 @@ in ``sync`` without backup; ``K`` updates in ``sync`` with backup (however many 
 local steps per worker in ``local``: ``ceil(K / H)`` rounds (with backup, however many minibatches they take).
 
 ``staleness`` of a record: updates from other workers applied between its parameter read and its
-own update (0 for applied ``sync`` gradients; in ``local``, the local steps since the last average). In ``async`` and
+own update (0 for applied ``sync`` gradients and ``local`` deltas; ``local_step`` counts local SGD's local steps since
+the last average). In ``async`` and
 ``ssp`` the read comes as the step starts, or ``gap`` seconds into it: what a real run spends between an update's
 landing and the next read (its ``gap_ms``) sees the updates that land meanwhile, and equal workers are then about
 ``(N-1)(1 - gap/step)`` stale, not ``N-1``. Ties in
