@@ -264,3 +264,13 @@ def test_a_comparison_plans_each_label_with_its_own_options(argv: list[str], run
     assert plan.labels == list(runs) == list(plan.options)
     for label, opts in plan.options.items():  # what compare() runs for this label, resolved once
         assert {k: opts.to_dict()[k] for k in runs[label]} == runs[label], label
+
+
+def test_a_label_and_its_option_must_agree() -> None:
+    """``ssp:2`` with ``staleness=3`` (or ``local:2`` with ``local_steps=3``) was silently ssp:2; the same number twice
+    is fine."""
+    with pytest.raises(UsageError, match=r"^--mode ssp:2 conflicts with --staleness 3: give the number once$"):
+        resolve(mode="ssp:2", staleness=3)
+    with pytest.raises(UsageError, match=r"^--mode local:2 conflicts with --local-steps 3"):
+        resolve(mode="local:2", local_steps=3)
+    assert resolve(mode="ssp:2", staleness=2).bound == 2

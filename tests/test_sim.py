@@ -395,3 +395,12 @@ def test_cli_timing_has_a_stated_overhead_and_prints_it(capsys: pytest.CaptureFi
     import ssptk
 
     assert ssptk.simulate("async", 2, 10).overhead == DEFAULT_OVERHEAD_S  # the API's default is the CLI's
+
+
+def test_ssptk_simulate_returns_a_sim_result_always() -> None:
+    """One return type: ``ssptk.simulate`` is the timing (a SimResult); a run's loss is ``ssptk.predict``'s."""
+    import ssptk
+
+    assert isinstance(ssptk.simulate("ssp:2", workers=2, steps=10), SimResult)
+    with pytest.raises(UsageError, match=r"^ssptk.simulate predicts the timing only: .*ssptk.predict\("):
+        ssptk.simulate("ssp:2", workers=2, steps=10, model="linear")
