@@ -90,7 +90,7 @@ def _sim_rate(mode: str, workers: int, rate: str, ps: int, overhead_ms: float | 
               cores: int, gap_ms: float | None = None) -> float:
     """Predicted steps/s from the free run's per-step ``overhead_ms`` and ``gap_ms`` (async, ssp: its landing to
     next read): ``cores`` 0, each worker its own CPU (the model before the shared CPU); else the workers sharing
-    ``cores`` cores (``--cores``: the overhead's CPU work, :func:`ssptk.sim.links.cpu_seconds`, is taken by the
+    ``cores`` cores (``--cores``: the overhead's CPU work, :func:`ssptk.sim.link_model.cpu_seconds`, is taken by the
     simulator)."""
     from ssptk import simulate
 
@@ -208,7 +208,7 @@ def _big(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, cores
     for every mode and shard count (the median over all of them), so that the grid shows the network and the mode;
     async and ssp read ``gap_ms`` (the free async and ssp runs' median, as CPU work) into the step."""
     from ssptk import simulate
-    from ssptk.sim.links import cpu_seconds
+    from ssptk.sim.link_model import cpu_seconds
 
     if not overhead_ms:
         return []
@@ -258,7 +258,7 @@ def _big_loss(ctx: Context, rates_: tuple[str, ...], overhead_ms: float | None, 
     from ssptk.core.models import load_model
     from ssptk.experiment.predicted_runs import plan, predict
     from ssptk.rundir import load_run
-    from ssptk.sim.links import cpu_seconds
+    from ssptk.sim.link_model import cpu_seconds
 
     text = os.environ.get("SSPTK_BENCH_SWEEP_BIG_RATES")
     rates_ = tuple(text.split(",")) if text else rates_

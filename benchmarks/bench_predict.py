@@ -1,9 +1,9 @@
 """Predicted runs (issue 15): how fast the simulator's replay is at scale, and how close its predictions come to
 real runs with the same options and seed.
 
-``predict_speed``: ``ssptk.simulate(..., model="digits")`` from the call to its result (process start and the
-TensorFlow import included), 8 to 256 workers x 300 steps, and a staleness sweep 0..16 at 32 workers in one
-predicting process. Targets: 64 workers in under 30 s, 256 workers run, the sweep in under 5 minutes.
+``predict_speed``: a predicted run (``ssptk sim --model digits``, ``predict_run``) from the call to its result
+(process start and the TensorFlow import included), 8 to 256 workers x 300 steps, and a staleness sweep 0..16 at 32
+workers in one predicting process. Targets: 64 workers in under 30 s, 256 workers run, the sweep in under 5 minutes.
 
 ``predicted_vs_real``: ``ssptk.compare(..., predict=True)`` on three scenarios, each real run beside its
 prediction, held to the real runs' target: IID digits at 4 workers (processes layout) and at 8 (both
@@ -43,15 +43,14 @@ SEMI_SYNC: dict[str, tuple[list[str], dict[str, Any]]] = {
 
 def bench_predict_speed(ctx: Context) -> list[Row]:
     """Seconds per predicted run as the cluster grows, and a 17-point staleness sweep in one process."""
-    from ssptk import api
-    from ssptk.experiment.predicted_runs import plan, predict
+    from ssptk.experiment.predicted_runs import plan, predict, predict_run
 
     steps = 60 if ctx.quick else SPEED["steps"]
     seconds: dict[str, float] = {}
     for n in WORKERS if not ctx.quick else (8, 64):
         for label in (["async", "ssp:4", "sync"] if n == 64 else ["async"]):
             t0 = time.perf_counter()
-            r = api.simulate(label, workers=n, out=os.path.join(ctx.tmp, f"speed-{n}-{label.replace(':', '-')}"),
+            r = predict_run(label, workers=n, out=os.path.join(ctx.tmp, f"speed-{n}-{label.replace(':', '-')}"),
                              raise_on_failure=False, **dict(SPEED, steps=steps))
             seconds[f"{n} {label}"] = dt = time.perf_counter() - t0
             print(f"    {n:>4} workers {label:<6} {dt:6.1f} s  {r.summary.get('total_steps')} minibatches, "

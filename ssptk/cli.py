@@ -23,7 +23,7 @@ from typing import Any
 from ssptk import commands
 from ssptk.commands import build_parser
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, UsageError, signal_arrived
-from ssptk.core.options import from_namespace
+from ssptk.core.option_args import from_namespace
 from ssptk.core.printable import printable
 
 __all__ = ["EXIT_DIVERGED", "StopSignals", "build_parser", "dispatch", "main"]
@@ -164,7 +164,7 @@ def _run(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(f"{from_namespace(args).label} ")  # bad options fail here, before the bar
     try:
-        result = commands.run(args, progress=bar)
+        result = commands.run_one(args, progress=bar)
     finally:
         bar.close()
     _show(result)
@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _exit_code(result: Any) -> int:
     """0 for a run that finished and did not diverge, :data:`EXIT_DIVERGED` for one that diverged."""
-    return EXIT_DIVERGED if result.summary.get("diverged") else 0
+    return EXIT_DIVERGED if result.summary.diverged else 0
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -191,7 +191,7 @@ def _compare(args: argparse.Namespace) -> int:
     failed = {name: r for name, r in result.all_runs.items() if not r.ok}
     failed.update({f"{name} (predicted)": r for name, r in result.predicted.items() if not r.ok})
     for name, r in failed.items():
-        _show(f"ssptk: {name} failed: {r.summary.get('reason')}", sys.stderr)
+        _show(f"ssptk: {name} failed: {r.summary.reason}", sys.stderr)
     return 1 if failed else 0
 
 
@@ -235,7 +235,7 @@ def _sim(args: argparse.Namespace) -> int:
 
     bar = ProgressBar(f"{commands.sim_options(args).label} (predicting) ")
     try:
-        result = commands.sim(args, bar)
+        result = commands.sim_run(args, bar)
     finally:
         bar.close()
     _show(result)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -26,3 +27,12 @@ def max_skew(df: pd.DataFrame, workers: int) -> int:
         active = [done[i] for i in range(workers) if last.get(i, 0) >= t]
         worst = max(worst, max(active) - min(active))
     return worst
+
+
+def ideal(steps_df: Any, mode: str, workers: int, budget: int, model_bytes: Any = None, **options: Any) -> Any:
+    """:func:`ssptk.sim.ideal_for` of a run's options given as keywords, resolved as a run's are."""
+    from ssptk.core.options import resolve
+    from ssptk.sim import SimSpec, ideal_for
+
+    opts = resolve(mode=mode, workers=workers, steps=budget, stall_timeout=0, **options)
+    return ideal_for(steps_df, SimSpec.of(opts, model_bytes=model_bytes))

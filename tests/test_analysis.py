@@ -303,7 +303,7 @@ def test_compare_table(comparison_dir: Path) -> None:
     assert table.attrs["target"] == pytest.approx(1.25) and table.attrs["target_auto"]
     assert table.attrs["first_to_target"] == "b"
     a, b, c = (table.iloc[i] for i in range(3))
-    assert (a["mode"], a["staleness"], a["workers"]) == ("ssp", 1, 3)
+    assert (a["mode"], a["bound"], a["workers"]) == ("ssp", 1, 3)
     assert a["steps_per_s"] == pytest.approx(2.0) and a["wall_s"] == pytest.approx(5.0)
     assert a["final_loss"] == pytest.approx(0.12)
     assert pd.isna(a["time_to_target_s"]) and pd.isna(a["steps_to_target"])  # 3.8: not reached
@@ -311,7 +311,7 @@ def test_compare_table(comparison_dir: Path) -> None:
     assert a["max_skew"] == 3 and a["wait_fraction"] == pytest.approx(0.06)
     assert a["mean_staleness"] == pytest.approx(1.0) and a["max_staleness"] == 3
     assert a["status"] == "ok"
-    assert b["mode"] == "async" and pd.isna(b["staleness"])  # meaningless outside ssp
+    assert b["mode"] == "async" and pd.isna(b["bound"])  # meaningless outside ssp
     assert b["wall_s"] == pytest.approx(6.0) and b["time_to_target_s"] == pytest.approx(6.0)
     assert b["steps_to_target"] == 6 and b["max_skew"] == 1
     assert c["status"] == "failed" and pd.isna(c["time_to_target_s"])

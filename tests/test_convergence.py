@@ -15,7 +15,8 @@ from ssptk import analysis as an
 from ssptk.core.divergence import DivergenceWatch, find_divergence
 from ssptk.core.errors import UsageError
 from ssptk.core.options import resolve
-from ssptk.render.tables import format_table, target_lines
+from ssptk.render.table_notes import target_lines
+from ssptk.render.tables import format_table
 from ssptk.rundir import load_run
 
 try:  # shared synthetic run directories
@@ -314,7 +315,7 @@ def test_digits_trains_in_every_mode_and_reports_accuracy(tmp_path: Path) -> Non
 
 def test_comparison_labels_can_carry_the_inverse_mitigation() -> None:
     from ssptk.experiment.compare import parse_labels
-    from ssptk.render.tables import lr_lines
+    from ssptk.render.table_notes import lr_lines
 
     assert parse_labels(["async", "async+inverse", "ssp:4+inverse"]) == [
         ("async", {"mode": "async"}), ("async+inverse", {"mode": "async", "lr_staleness": "inverse"}),

@@ -17,6 +17,7 @@ import pytest
 from matplotlib.image import imread
 
 from ssptk import analysis as an
+from ssptk.core.options import RunOptions, resolve
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.notebook.live_state import LiveRun, nice_ceil, sticky_range
 from ssptk.render.run_panels import thin, thin_envelope
@@ -24,9 +25,8 @@ from ssptk.render.run_panels import thin, thin_envelope
 T0 = 1_700_000_000.0
 
 
-def opts(mode: str = "ssp", staleness: int | None = 1, workers: int = 2) -> types.SimpleNamespace:
-    return types.SimpleNamespace(mode=mode, staleness=staleness if mode == "ssp" else None, workers=workers,
-                                 model="linear")
+def opts(mode: str = "ssp", staleness: int | None = 1, workers: int = 2) -> RunOptions:
+    return resolve(mode=mode, staleness=staleness if mode == "ssp" else None, workers=workers, model="linear")
 
 
 def step(t: float, worker: int, n: int, loss: float = 1.0, staleness: int = 0, wait: float = 0.0,

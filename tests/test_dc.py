@@ -12,6 +12,7 @@ from helpers import records
 
 import ssptk
 from ssptk.api import parse_labels
+from ssptk.experiment.predicted_runs import predict_run
 
 pytestmark = pytest.mark.usefixtures("module_warm_clusters")
 
@@ -299,8 +300,8 @@ def test_a_prediction_replays_the_same_compensation_as_the_real_run(forced_runs:
     np.testing.assert_allclose(merged["loss_pred"], merged["loss_real"], rtol=1e-5)
     np.testing.assert_allclose(merged["dc_correction_pred"], merged["dc_correction_real"], rtol=1e-4, atol=1e-9)
     assert {k: float(p) for k, p in zip(oracle.names, out.params)} == pytest.approx(real.summary["params"], rel=1e-5)
-    pred = ssptk.simulate(lr_staleness="dca", out=str(tmp_path / "pred"), overhead=0.001,
-                          **{k: v for k, v in FORCED.items() if k != "gpus"})
+    pred = predict_run(lr_staleness="dca", out=str(tmp_path / "pred"), overhead=0.001,
+                       **{k: v for k, v in FORCED.items() if k != "gpus"})
     assert pred.ok and pred.summary["predicted"] and sorted(pred.df["staleness"]) == [0, 0, 0, 3]
     final, sizes = _replayed(pred.df, 2.0, adaptive=True)
     assert [pred.summary["params"]["w"], pred.summary["params"]["b"]] == pytest.approx(list(final), rel=1e-4)
@@ -356,7 +357,7 @@ def test_the_largest_correction_decides_whether_it_was_negligible() -> None:
     from ssptk.analysis import aggregate_repeats
     from ssptk.analysis.compare import COMPARE_COLUMNS
     from ssptk.analysis.verdict import comparison_verdict
-    from ssptk.render.tables import terminal_text
+    from ssptk.render.terminal_table import terminal_text
     from ssptk.render.verdict import fact_lines
 
     def row(label: str, lr_staleness: str, mean: float | None, largest: float | None, rep: int = 1) -> dict:

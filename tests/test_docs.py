@@ -119,7 +119,7 @@ def placeholders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_ssptk_command_in_the_docs_is_one_the_parser_takes(placeholders: Path) -> None:
     from ssptk import commands
     from ssptk.core.errors import UsageError
-    from ssptk.core.options import from_namespace
+    from ssptk.core.option_args import from_namespace
     from ssptk.runtime.task import parser as worker_parser
 
     shown = shown_lines("ssptk ", "bash")
@@ -153,7 +153,7 @@ def test_every_ssptk_command_in_the_docs_is_one_the_parser_takes(placeholders: P
 def test_every_dtrain_line_in_the_docs_is_one_the_magic_takes() -> None:
     from ssptk import commands
     from ssptk.core.errors import UsageError
-    from ssptk.core.options import from_namespace
+    from ssptk.core.option_args import from_namespace
     from ssptk.notebook.magics import parse_line
 
     shown = shown_lines("%dtrain", "python") + [(w, ln[1:]) for w, ln in shown_lines("%%dtrain", "python")]

@@ -105,11 +105,11 @@ def test_the_staleness_explorers_figure_is_readable_with_many_runs(tmp_path: Pat
     pytest.importorskip("ipywidgets")
     from test_widgets import FakeRunner
 
-    from ssptk.notebook import slider_predictions, widgets
+    from ssptk.notebook import explorer, slider_predictions, widgets
 
-    monkeypatch.setattr(widgets, "_RUNS", {})
-    monkeypatch.setattr(widgets, "PREDICTED", {})
-    monkeypatch.setattr(slider_predictions, "PREDICTED", widgets.PREDICTED)
+    monkeypatch.setattr(explorer, "_RUNS", {})
+    monkeypatch.setattr(explorer, "PREDICTED", {})
+    monkeypatch.setattr(slider_predictions, "PREDICTED", explorer.PREDICTED)
     values = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 32]
     runner = FakeRunner(tmp_path / "runs")
     ex = widgets.staleness_explorer(workers=8, staleness=values, runner=runner, steps=12, straggler=0.01)

@@ -15,7 +15,8 @@ from conftest import assert_gone, cluster_processes
 
 import ssptk
 from ssptk.core.errors import RunFailed
-from ssptk.launch import forking
+from ssptk.experiment.predicted_runs import predict_run
+from ssptk.launch import fork_client, forking
 from ssptk.runtime import fork_server
 
 pytestmark = pytest.mark.slow
@@ -86,7 +87,7 @@ def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Pa
         assert not ({mine, its} & (nets["a"] | nets["b"]))
     # a prediction's one process forks from the server that is up (its TensorFlow import made): the server reaps it
     reaped = _children_cpu(server)
-    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p1")).ok
+    assert predict_run("async", 2, 20, model="linear", out=str(tmp_path / "p1")).ok
     assert _children_cpu(server) > reaped + 0.1, "the prediction's process was not the server's child"
     ssptk.shutdown()
     deadline = time.monotonic() + 10
@@ -94,7 +95,7 @@ def test_clusters_share_the_server_and_each_keeps_its_own_namespace(tmp_path: Pa
         time.sleep(0.1)
     assert not _servers(), "ssptk.shutdown() left the fork server"
     # with none up, it starts by itself: a server started for one task would save nothing (and would stay up)
-    assert ssptk.simulate("async", 2, 20, model="linear", out=str(tmp_path / "p2")).ok
+    assert predict_run("async", 2, 20, model="linear", out=str(tmp_path / "p2")).ok
     assert not _servers()
 
 
@@ -137,7 +138,7 @@ def test_without_the_fork_server_each_task_is_started_by_itself(run_dir: Path,
 def test_a_server_that_cannot_start_leaves_the_tasks_to_start_by_themselves(run_dir: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     ssptk.shutdown()  # an earlier test's idle server would fork these tasks
-    monkeypatch.setattr(forking, "FORK_SERVER_FLAG", "--no-such-option")  # the server exits 2 at once
+    monkeypatch.setattr(fork_client, "FORK_SERVER_FLAG", "--no-such-option")  # the server exits 2 at once
     parents: set[int] = set()
 
     def progress(done: int, total: int) -> None:
@@ -250,10 +251,10 @@ def test_a_listening_server_forks_for_several_launchers_and_ends_each_ones_tasks
 
 _PID_REUSE = r"""
 import os, subprocess, sys
-from ssptk.launch import forking
+from ssptk.launch import fork_client, forking
 
 env = {k: v for k, v in os.environ.items() if k != forking.ENV}
-server = forking.ForkServer(sys.executable, env)
+server = fork_client.ForkServer(sys.executable, env)
 server.start(lambda argv, fds: subprocess.Popen(argv, pass_fds=fds, env=env, start_new_session=True))
 log = open(os.devnull, "wb")
 try:

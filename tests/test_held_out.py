@@ -16,7 +16,7 @@ from ssptk.core.errors import UsageError
 from ssptk.core.models import data_source, digits, digits_arrays, linear, minibatch
 from ssptk.core.options import resolve
 from ssptk.experiment.single import check_before_start
-from ssptk.render.tables import target_lines
+from ssptk.render.table_notes import target_lines
 from ssptk.rundir import load_run
 
 try:

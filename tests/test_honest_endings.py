@@ -20,6 +20,7 @@ from conftest import FIXTURES, assert_gone, ssptk_cmd
 import ssptk
 from ssptk.cli import StopSignals
 from ssptk.core.errors import RunInterrupted, UsageError, raise_if_stopped
+from ssptk.experiment.predicted_runs import predict_run
 from ssptk.rundir import RunDir
 from ssptk.rundir.claim import CLAIM_FILE
 
@@ -117,7 +118,7 @@ def test_api_values_are_checked_by_the_option_table(tmp_path: Path, monkeypatch:
     the CLI's one line, before anything is created."""
     monkeypatch.chdir(tmp_path)
     for call in (lambda: ssptk.run(**kwargs), lambda: ssptk.compare(["sync", "async"], **kwargs),
-                 lambda: ssptk.simulate(**{"model": "linear", **kwargs})):
+                 lambda: predict_run(**{"model": "linear", **kwargs})):
         with pytest.raises(UsageError, match=message) as refused:
             call()
         assert "\n" not in str(refused.value)

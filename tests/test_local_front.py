@@ -26,8 +26,10 @@ from ssptk.notebook import slider_predictions as predictions
 from ssptk.notebook import widgets
 from ssptk.render.figures import comparison_figure, run_figure
 from ssptk.render.overlay import BOUND_GID
-from ssptk.render.tables import table_html, takeaway_line, terminal_table
-from ssptk.render.text import LOCAL_STALENESS, format_summary
+from ssptk.render.table_notes import takeaway_line
+from ssptk.render.tables import table_html
+from ssptk.render.terminal_table import terminal_table
+from ssptk.render.text import format_summary
 from ssptk.rundir import load_run
 
 # --- the sweep's grammar ----------------------------------------------------------------------------
@@ -49,8 +51,8 @@ def test_sweep_command_takes_exactly_one_of_staleness_and_local_steps(notebook: 
     plan = compare_plan(parser.parse_args("sweep --local-steps 4,1 --workers 2 --outer-lr 0.7 "
                                           "--outer-momentum 0.9".split()))
     assert plan.labels == ["local:1", "local:4"]
-    assert plan.common["outer_lr"] == 0.7 and plan.common["outer_momentum"] == 0.9
-    assert "local_steps" not in plan.common and "mode" not in plan.common
+    assert [(o.mode, o.local_steps, o.outer_lr, o.outer_momentum) for o in plan.options.values()] == \
+        [("local", 1, 0.7, 0.9), ("local", 4, 0.7, 0.9)]
     for line in ("sweep --workers 2", "sweep --staleness 0,1 --local-steps 1,2"):
         with pytest.raises(UsageError, match=r"^sweep takes exactly one of --staleness S,S,\.\.\. \(ssp\), "
                                              r"--local-steps H,H,\.\.\. \(local SGD\) and --momentum B,B,\.\.\. "
@@ -137,47 +139,36 @@ def _local_table(tmp_path: Path):
     return an.compare_table({label: load_run(r.run_dir) for label, r in runs.items()}), runs
 
 
-def test_tables_and_summary_say_what_local_staleness_counts(tmp_path: Path) -> None:
-    table, runs = _local_table(tmp_path)
-    note = f"staleness of local:H runs: {LOCAL_STALENESS} (0 to H-1)"
-    assert note in table_html(table) and note in terminal_table(table, width=200)
-    assert f"(local:H: {LOCAL_STALENESS})" in takeaway_line(table)
-    only_sync = table[table["label"] == "sync"]
-    assert LOCAL_STALENESS not in table_html(only_sync) + terminal_table(only_sync, width=200)
-    summary = {**runs["local:4"].summary, "local_steps": 4, "mean_staleness": 1.5, "max_staleness": 3}
-    text = format_summary(summary)
-    assert "mode local:4 (local SGD)" in text and f"max 3   ({LOCAL_STALENESS})" in text
-    assert LOCAL_STALENESS not in format_summary(runs["sync"].summary)
-    # the overview's cost panel: its staleness axis says what a local run's point counts
-    loaded = {label: load_run(r.run_dir) for label, r in runs.items()}
-    assert comparison_figure(loaded).axes[5].get_ylabel() == "mean staleness (updates;\nlocal:H: local steps)"
-    assert comparison_figure({"sync": loaded["sync"]}).axes[5].get_ylabel() == "mean staleness (updates)"
-
-
-def test_run_panels_and_tensorboard_say_what_local_staleness_counts(tmp_path: Path) -> None:
+def test_local_staleness_is_the_measured_one_everywhere(tmp_path: Path) -> None:
+    """A local run's staleness is what it is in every mode (the rounds a delta missed), so no display gives it a
+    meaning of its own any more: the tables, the summary, the overview's cost panel, a run's panels and its
+    TensorBoard chart say staleness in updates for sync and local alike."""
     tb = pytest.importorskip("tensorboard")
     from tensorboard import data_compat
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     from ssptk.render.tensorboard import write_events
 
-    _, runs = _local_table(tmp_path)
+    table, runs = _local_table(tmp_path)
+    shown = table_html(table) + terminal_table(table, width=200) + (takeaway_line(table) or "")
+    assert "local steps since" not in shown and "local:H: local" not in shown
+    summary = {**runs["local:4"].summary, "local_steps": 4, "mean_staleness": 0.0, "max_staleness": 0}
+    text = format_summary(summary)
+    assert "mode local:4 (local SGD)" in text and "staleness mean 0.00   max 0" in text
+    loaded = {label: load_run(r.run_dir) for label, r in runs.items()}
+    assert comparison_figure(loaded).axes[5].get_ylabel() == "mean staleness (updates)"
     for label, result in runs.items():
         steps, events, config, _ = load_run(result.run_dir)
         fig = run_figure(steps, events, config)
-        stale_axis = fig.axes[4]
-        local = label.startswith("local")
-        assert stale_axis.get_xlabel() == (LOCAL_STALENESS if local else "staleness (updates)")
-        assert fig._suptitle.get_text().startswith("local:4 (local SGD" if local else "sync")
-        assert not [ln for ax in fig.axes for ln in ax.get_lines() if "bound" in str(ln.get_label())]
+        assert fig.axes[4].get_xlabel() == "staleness (updates)"
+        assert fig._suptitle.get_text().startswith("local:4 (local SGD" if label.startswith("local") else "sync")
         write_events(result.run_dir)
         (path,) = (Path(result.run_dir) / "tensorboard" / "worker_0").glob("events.out.tfevents.*")
         described = {}
         for event in EventFileLoader(str(path)).Load():
             for value in event.summary.value:
                 described.setdefault(value.tag, data_compat.migrate_value(value).metadata.summary_description)
-        assert described["staleness/worker"] == (f"local SGD: {LOCAL_STALENESS} (0 to H-1)" if local else "")
-        assert described["loss/worker"] == ""
+        assert described["staleness/worker"] == ""
     assert tb is not None
 
 
@@ -220,9 +211,10 @@ def test_dtrain_sweep_over_h_in_a_kernel(tmp_path: Path) -> None:
         assert json.loads((out / f"local-{h}" / "summary.json").read_text())["local_steps"] == h
         records = [json.loads(line) for line in (out / f"local-{h}" / "workers" / "worker-0.jsonl").open()
                    if '"step"' in line]
-        assert {r["staleness"] for r in records} == set(range(h))  # local steps since the last average: 0..H-1
+        assert {r["local_step"] for r in records} == set(range(h))  # local steps since the last average: 0..H-1
+        assert {r["staleness"] for r in records} == {0}  # every delta joined its round: none missed one
     report = (out / "report.html").read_text()
-    assert LOCAL_STALENESS in report and "Run local:2 (its staleness: local steps" in report
+    assert "local steps since" not in report and "Run local:2" in report
     assert_gone(str(out), within=10)
 
 
@@ -233,7 +225,7 @@ def test_the_local_explorer_with_real_runs_and_predictions(tmp_path: Path, monke
     try:
         assert ex.run(4) is not None, ex.status
         result = ex.results[ex.key()]
-        assert result.config["options"]["local_steps"] == 4 and set(result.df["staleness"]) == {0, 1, 2, 3}
+        assert result.config["options"]["local_steps"] == 4 and set(result.df["local_step"]) == {0, 1, 2, 3}
         made = ex.predict()
         assert len(made) == 2 and all(r.summary["predicted"] for r in made.values())
         assert {ln.get_label() for ln in loss_lines(ex.figure())} == {"H=4", "H=1 predicted",

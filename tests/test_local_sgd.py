@@ -85,7 +85,7 @@ def test_local_h_with_one_worker_is_plain_sgd(run_dir: Path) -> None:
 @pytest.mark.slow
 def test_three_workers_local_4_rounds_records_and_the_averaged_model(run_dir: Path) -> None:
     """10 steps of local:4 on 3 workers (rounds of 4, 4 and 2 steps), worker 2 a straggler: each worker's records
-    cycle staleness 0..3 with global_step = its round, the fast workers wait at each round's end, and the final
+    cycle local_step 0..3 (staleness 0: no delta missed its round) with global_step = its round, the fast workers wait at each round's end, and the final
     model is the PS's average, as a NumPy replay of the rounds computes it."""
     r = ssptk.run(model="linear", mode="local:4", workers=3, steps=10, seed=7, straggler=["2:0.02"],
                   eval_every=1, out=str(run_dir), warm=True)
@@ -93,12 +93,12 @@ def test_three_workers_local_4_rounds_records_and_the_averaged_model(run_dir: Pa
     assert len(df) == 30 and sorted(df["minibatch"]) == list(range(30))
     for i, g in df.groupby("worker"):
         g = g.sort_values("step")
-        assert list(g["staleness"]) == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+        assert list(g["local_step"]) == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1] and (g["staleness"] == 0).all()
         assert list(g["global_step"]) == list(g["local_round"]) == [1] * 4 + [2] * 4 + [3] * 2
         assert list(g["minibatch"]) == [s * 3 + int(i) for s in range(10)]
-        ends = g[g["staleness"] == g.groupby("global_step")["staleness"].transform("max")]
+        ends = g[g["local_step"] == g.groupby("global_step")["local_step"].transform("max")]
         assert (g.drop(ends.index)["wait_s"] == 0).all()  # only a round's last step waits
-    fast_ends = df[(df["worker"] != 2) & df["staleness"].isin([1, 3])]
+    fast_ends = df[(df["worker"] != 2) & df["local_step"].isin([1, 3])]
     assert fast_ends["wait_s"].sum() > 0.02  # the others waited for the straggler's deltas
     w, b = _local_sgd(3, 10, 4, 0.05, 7)
     assert r.summary["params"]["w"] == pytest.approx(w, rel=1e-4)
@@ -119,7 +119,8 @@ def test_local_shared_layout_two_shards_backup_and_outer_momentum(run_dir: Path)
                   outer_lr=0.7, outer_momentum=0.9, jitter="exp:0.002", out=str(run_dir))
     df, _ = records(run_dir)
     assert r.summary["status"] == "ok" and np.isfinite(r.summary["final_loss"])
-    assert df["staleness"].max() == 1 and df["local_round"].max() == 4
-    applied = df[df["applied"] & (df["staleness"] == 1)]
+    assert df["local_step"].max() == 1 and df["local_round"].max() == 4
+    assert (df.loc[df["applied"], "staleness"] == 0).all()  # a late delta's: the rounds it missed
+    applied = df[df["applied"] & (df["local_step"] == 1)]
     assert applied.groupby("local_round").size().ge(2).all()  # the first N-B = 2 deltas of each round
     assert np.isfinite(df["loss"].to_numpy(dtype=float)).all()

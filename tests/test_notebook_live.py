@@ -15,8 +15,8 @@ import pytest
 from test_dashboard import FakeClock, Sink, batches, event, feed, opts, synthetic
 from test_widgets import FakeRunner
 
+from ssptk.notebook import explorer, widgets
 from ssptk.notebook import slider_predictions as predictions
-from ssptk.notebook import widgets
 from ssptk.notebook.background import BackgroundRun
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.sim import simulate
@@ -26,9 +26,9 @@ pytest.importorskip("ipywidgets")
 
 @pytest.fixture(autouse=True)
 def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(widgets, "_RUNS", {})
+    monkeypatch.setattr(explorer, "_RUNS", {})
     monkeypatch.setattr(predictions, "PREDICTED", {})
-    monkeypatch.setattr(widgets, "PREDICTED", predictions.PREDICTED)
+    monkeypatch.setattr(explorer, "PREDICTED", predictions.PREDICTED)
 
 
 def test_live_axes_grow_with_the_data_not_the_budget() -> None:
@@ -87,7 +87,7 @@ def test_stop_button_and_wait_after_stop_return_the_run(monkeypatch: pytest.Monk
 
 def test_while_a_run_goes_the_status_and_the_figure_say_the_same_count(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(widgets, "FIGURE_EVERY_S", 3600.0)  # one redraw with minibatches done, then none
+    monkeypatch.setattr(explorer, "FIGURE_EVERY_S", 3600.0)  # one redraw with minibatches done, then none
     seen: list[tuple[str, str | None]] = []
     fake = FakeRunner(tmp_path / "runs")
 
@@ -133,7 +133,7 @@ def test_the_foreground_interrupt_names_the_run_directory(monkeypatch: pytest.Mo
         observer.records([], [], 187, 300)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "run", run)
+    monkeypatch.setattr(commands, "run_one", run)
     with pytest.raises(RunInterrupted, match=r"interrupted after 187/300 minibatches.* kept in runs/x-ssp: "
                                              r"%dtrain report runs/x-ssp"):
         magics.dtrain("--mode ssp --staleness 1 --workers 2 --no-dashboard")

@@ -14,14 +14,15 @@ from ssptk.core.delays import DelayModel, parse_jitter, parse_straggler
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import DelayComp
 from ssptk.core.models import load_model
-from ssptk.core.options import OPTIONS, from_namespace, resolve, to_argv
+from ssptk.core.option_args import from_namespace, to_argv
+from ssptk.core.options import OPTIONS, resolve
 
 
 def test_defaults_and_ssp_shorthand() -> None:
     o = resolve()
-    assert (o.mode, o.staleness, o.workers, o.steps) == ("ssp", 2, 3, 200)
+    assert (o.mode, o.bound, o.workers, o.steps) == ("ssp", 2, 3, 200)
     o = resolve(mode="ssp:7", straggler=["1:0.5", "1:0.25"], jitter="uniform:0.01:0.02")
-    assert o.staleness == 7 and o.stragglers == {1: 0.75} and str(o.jitter_spec) == "uniform:0.01:0.02"
+    assert o.bound == 7 and o.stragglers == {1: 0.75} and str(o.jitter_spec) == "uniform:0.01:0.02"
 
 
 def test_argv_round_trip() -> None:
@@ -260,7 +261,16 @@ def test_a_comparison_plans_each_label_with_its_own_options(argv: list[str], run
     from ssptk.commands import compare_plan
 
     plan = compare_plan(build_parser().parse_args(argv))
-    assert plan.labels == list(runs)
-    for label, kw in parse_labels(plan.labels):
-        opts = resolve(**{**plan.common, **kw})  # what compare() runs for this label
-        assert {k: getattr(opts, k) for k in runs[label]} == runs[label], label
+    assert plan.labels == list(runs) == list(plan.options)
+    for label, opts in plan.options.items():  # what compare() runs for this label, resolved once
+        assert {k: opts.to_dict()[k] for k in runs[label]} == runs[label], label
+
+
+def test_a_label_and_its_option_must_agree() -> None:
+    """``ssp:2`` with ``staleness=3`` (or ``local:2`` with ``local_steps=3``) was silently ssp:2; the same number twice
+    is fine."""
+    with pytest.raises(UsageError, match=r"^--mode ssp:2 conflicts with --staleness 3: give the number once$"):
+        resolve(mode="ssp:2", staleness=3)
+    with pytest.raises(UsageError, match=r"^--mode local:2 conflicts with --local-steps 3"):
+        resolve(mode="local:2", local_steps=3)
+    assert resolve(mode="ssp:2", staleness=2).bound == 2

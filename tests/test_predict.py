@@ -1,5 +1,6 @@
-"""Predicted runs (``ssptk.simulate(..., model=M)``, ``ssptk sim --model M``): the simulator's schedule replayed
-with the model's real gradients in one TensorFlow process, checked against real runs and plain SGD."""
+"""Predicted runs (``ssptk.predict([...], model=M)``, one: ``predict_run``, ``ssptk sim --model M``): the
+simulator's schedule replayed with the model's real gradients in one TensorFlow process, checked against real runs
+and plain SGD."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ from helpers import records
 
 import ssptk
 from ssptk.core.models import linear, minibatch
+from ssptk.experiment.predicted_runs import predict_run
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +26,7 @@ def test_a_predicted_sync_run_is_the_real_run(tmp_path: Path) -> None:
     match to float precision."""
     common = dict(mode="sync", model="digits", workers=3, steps=25, seed=4, batch=16)
     real = ssptk.run(out=str(tmp_path / "real"), gpus="none", **common)
-    pred = ssptk.simulate(out=str(tmp_path / "pred"), **common)
+    pred = predict_run(out=str(tmp_path / "pred"), **common)
     assert pred.summary["predicted"] and pred.ok
     assert pred.summary["final_loss"] == pytest.approx(real.summary["final_loss"], rel=1e-4)
     assert pred.summary["final_accuracy"] == pytest.approx(real.summary["final_accuracy"], abs=1e-6)
@@ -39,7 +41,7 @@ def test_a_predicted_sync_run_is_the_real_run(tmp_path: Path) -> None:
 
 
 def test_one_async_worker_predicts_plain_sgd_and_the_schedule_s_staleness(tmp_path: Path) -> None:
-    pred = ssptk.simulate("async", workers=1, steps=40, model="linear", lr=0.05, out=str(tmp_path / "one"))
+    pred = predict_run("async", workers=1, steps=40, model="linear", lr=0.05, out=str(tmp_path / "one"))
     spec = linear()
     w = b = np.float32(0.0)
     for k in range(40):
@@ -50,7 +52,7 @@ def test_one_async_worker_predicts_plain_sgd_and_the_schedule_s_staleness(tmp_pa
     assert pred.summary["params"]["b"] == pytest.approx(float(b), rel=1e-5)
     # several workers: the records carry the very schedule the timing simulator makes
     opts = dict(workers=4, steps=30, jitter="exp:0.01", seed=2)
-    many = ssptk.simulate("ssp:1", model="linear", out=str(tmp_path / "many"), overhead=0.004, **opts)
+    many = predict_run("ssp:1", model="linear", out=str(tmp_path / "many"), overhead=0.004, **opts)
     timing = ssptk.simulate("ssp:1", overhead=0.004, **opts)
     df, _ = records(tmp_path / "many")
     got = df.sort_values("minibatch")[["worker", "staleness", "global_step"]].reset_index(drop=True)
@@ -70,7 +72,7 @@ def test_a_diverging_setting_diverges_in_prediction(tmp_path: Path) -> None:
     assert run.summary["diverged"] and run.summary["diverged_at_step"] > 0
     assert both.table.attrs["first_to_target"] == "sync"  # a diverged run is never ranked
     with pytest.raises(ssptk.RunFailed, match=r"^ssptk: diverged at global step \d+ \(the smoothed training loss"):
-        ssptk.simulate("async", out=str(tmp_path / "stop"), stop_on_divergence=True, **common)
+        predict_run("async", out=str(tmp_path / "stop"), stop_on_divergence=True, **common)
     stopped = json.loads((tmp_path / "stop" / "summary.json").read_text())
     assert stopped["status"] == "failed" and stopped["predicted"] and stopped["total_steps"] < 600
     assert_gone(str(tmp_path))
@@ -126,7 +128,7 @@ def test_predict_is_a_comparison_without_a_cluster(tmp_path: Path) -> None:
 def test_a_user_model_and_backup_workers_are_predicted(tmp_path: Path, user_model_path: str) -> None:
     """Any model ssptk runs can be predicted (here a user ModelSpec, importable by the predicting process), and
     sync with --backup drops the late gradients as the engine does (computed and logged, not applied)."""
-    r = ssptk.simulate("sync", workers=3, steps=30, backup=1, model="usermodels:regression", jitter="exp:0.01",
+    r = predict_run("sync", workers=3, steps=30, backup=1, model="usermodels:regression", jitter="exp:0.01",
                        out=str(tmp_path / "u"))
     df, _ = records(tmp_path / "u")
     applied = df[df["applied"]]

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_gone, skip_or_fail
+from helpers import ideal
 
 import ssptk
 from ssptk.commands import build_parser
 from ssptk.core.errors import UsageError
-from ssptk.core.options import from_namespace, resolve, to_argv
+from ssptk.core.option_args import from_namespace, to_argv
+from ssptk.core.options import resolve
 from ssptk.core.resources import machine_cores
 from ssptk.render.text import format_summary
 from ssptk.rundir import recorded_cores
-from ssptk.sim import ideal_for
 from ssptk.sim import simulate as sim_simulate
-from ssptk.sim.links import shared_cores
+from ssptk.sim.spec import shared_cores
 
 MODEL_BYTES = 4.0 * 85_000  # mlp:256's parameters, float32
 BOUND = "ps=20mbit"  # 7 pulls/s of mlp:256: the link keeps the workers apart
@@ -140,13 +141,13 @@ def test_the_ideal_uses_the_cores_the_run_had_and_does_not_count_them_twice() ->
     net = "ps=100mbit"
     run = sim_simulate("async", 4, 40, overhead=0.3, network=net, model_bytes=MODEL_BYTES, seed=1, cores=2)
     kw = dict(seed=1, network=net, model_bytes=MODEL_BYTES)
-    had = ideal_for(run.steps, "async", 4, 40, cores=2, **kw)
-    own = ideal_for(run.steps, "async", 4, 40, **kw)
+    had = ideal(run.steps, "async", 4, 40, cores=2, **kw)
+    own = ideal(run.steps, "async", 4, 40, **kw)
     assert had["ideal_cores"] == 2.0 and own["ideal_cores"] is None
     assert had["overhead_ms"] == pytest.approx(300, rel=0.05)  # the free run's step, found again
     assert had["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.1)
     assert own["overhead_ms"] < 0.9 * had["overhead_ms"]
-    assert ideal_for(run.steps, "async", 4, 40, seed=1, cores=2)["ideal_cores"] is None  # no network: no cores
+    assert ideal(run.steps, "async", 4, 40, seed=1, cores=2)["ideal_cores"] is None  # no network: no cores
 
 
 def test_a_predictions_summary_says_whose_cores() -> None:
@@ -195,7 +196,7 @@ def test_a_comparison_of_predictions_says_whose_cores() -> None:
     import pandas as pd
 
     from ssptk.analysis import compare_table
-    from ssptk.render.tables import terminal_text
+    from ssptk.render.terminal_table import terminal_text
 
     steps = sim_simulate("async", 2, 10, overhead=0.01).steps
     events = pd.DataFrame(columns=["event", "t", "worker"])
@@ -231,7 +232,7 @@ def test_compare_predict_records_and_uses_the_cores_the_runs_had(tmp_path: Path)
     assert run.summary["ideal_cores"] == float(had)
     # the ideal is the one with those cores (recomputed from the run's own records), not the one without
     kw = dict(seed=0, network=BOUND, model_bytes=4.0 * builtin_parameters("mlp:256"))
-    with_cores = ideal_for(run.df, "async", 3, 6, cores=float(had), **kw)
+    with_cores = ideal(run.df, "async", 3, 6, cores=float(had), **kw)
     assert run.summary["ideal_steps_per_s"] == pytest.approx(with_cores["ideal_steps_per_s"])
     # the prediction: the run's overhead as measured (a free step on those cores), the same cores
     predicted = RunDir(pred.run_dir).config()["predicted"]

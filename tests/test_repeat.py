@@ -23,7 +23,7 @@ from ssptk import render as rp
 from ssptk.analysis.repeats import t975
 from ssptk.cli import build_parser
 from ssptk.core.errors import UsageError
-from ssptk.core.options import OPTIONS, resolve
+from ssptk.core.options import OPTIONS
 from ssptk.experiment import compare as comparison
 from ssptk.experiment import single
 from ssptk.notebook.magics import help_text
@@ -72,7 +72,7 @@ def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
     table = report.table
     assert list(table.columns) == [*an.COMPARE_COLUMNS, "repeats", *SPREAD]
     b, a = table.iloc[0], table.iloc[1]
-    assert (a["label"], a["mode"], a["staleness"], a["workers"], a["repeats"], a["status"]) == ("a", "ssp", 1, 3, 3, "ok")
+    assert (a["label"], a["mode"], a["bound"], a["workers"], a["repeats"], a["status"]) == ("a", "ssp", 1, 3, 3, "ok")
     assert a["steps_per_s"] == pytest.approx(13.0)
     assert (a["steps_per_s_min"], a["steps_per_s_max"]) == (10.0, 17.0)
     assert a["steps_per_s_ci95"] == pytest.approx(T975_2 * math.sqrt(13) / math.sqrt(3))
@@ -83,7 +83,7 @@ def test_aggregated_table_by_hand(repeated_dir: Path) -> None:
     assert b["status"] == "2/3 ok" and b["repeats"] == 3
     assert b["steps_per_s"] == pytest.approx(25.0) and (b["steps_per_s_min"], b["steps_per_s_max"]) == (20.0, 30.0)
     assert b["steps_per_s_ci95"] == pytest.approx(12.706205 * math.sqrt(50) / math.sqrt(2), rel=1e-4)
-    assert pd.isna(b["staleness"])
+    assert pd.isna(b["bound"])
     assert table.attrs["target"] == report.runs_table.attrs["target"] == pytest.approx(4.75)  # 1.25 x best (3.8)
     # text and HTML: the key figures as mean [min–max], no spread columns
     text = rp.format_table(table)
@@ -126,16 +126,17 @@ def test_comparison_figure_overlays_repetitions(repeated_dir: Path) -> None:
 
 
 def _fake_run(calls: list):
-    """A stand-in for ssptk.api.run that writes a hand-made run directory and returns its RunResult."""
+    """A stand-in for a comparison's runs (ssptk.experiment.single.run_resolved) that writes a hand-made run directory
+    and returns its RunResult."""
 
-    def run(*, progress=None, observer=None, raise_on_failure=True, warm=False, **options):
-        calls.append((options["mode"], options["out"]))
+    def run(opts, *, progress=None, observer=None, raise_on_failure=True, warm=False):
+        calls.append((opts.mode, opts.out))
         if progress:
             progress(0, 30)
             progress(30, 30)
         summary = {"status": "ok", "steps_per_s": 10.0 + len(calls), "final_loss": 0.1 * len(calls)}
-        _write(Path(options["out"]), options["mode"], summary)
-        return api.RunResult(options["out"], resolve(**options), json.loads((Path(options["out"]) / "summary.json").read_text()))
+        _write(Path(opts.out), opts.mode, summary)
+        return api.RunResult(opts.out, opts, json.loads((Path(opts.out) / "summary.json").read_text()))
 
     return run
 
@@ -143,7 +144,7 @@ def _fake_run(calls: list):
 def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
     seen: list = []
-    monkeypatch.setattr(single, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run_resolved", _fake_run(calls))
     out = tmp_path / "cmp"
     res = comparison.compare(["ssp:1", "async"], out=str(out), repeat=3, workers=3,
                              progress=lambda label, done, total: seen.append(label))
@@ -171,7 +172,7 @@ def test_compare_repeats_in_alternating_order(tmp_path: Path, monkeypatch: pytes
 
 def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list = []
-    monkeypatch.setattr(single, "run", _fake_run(calls))
+    monkeypatch.setattr(single, "run_resolved", _fake_run(calls))
     out = tmp_path / "cmp"
     res = api.compare(["ssp:1", "async"], out=str(out), workers=3)  # still importable from ssptk.api
     assert [os.path.relpath(o, out) for _, o in calls] == ["ssp-1", "async"]
@@ -185,7 +186,7 @@ def test_compare_once_keeps_todays_layout(tmp_path: Path, monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_bad_repeat_is_refused_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad) -> None:
-    monkeypatch.setattr(single, "run", _fake_run([]))
+    monkeypatch.setattr(single, "run_resolved", _fake_run([]))
     with pytest.raises(UsageError, match=r"^--repeat must be an integer >= 1, not "):
         comparison.compare(["sync", "async"], out=str(tmp_path / "x"), repeat=bad)
     assert not (tmp_path / "x").exists()
@@ -245,7 +246,7 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
 def test_the_terminal_table_of_repeats_has_the_columns_of_a_single_run(tmp_path: Path) -> None:
     """Regression: `mean [min–max]` cells made the --repeat table too wide for 100 columns, so it dropped wait,
     staleness and to target mb. Each range now sits on a line under its mean."""
-    from ssptk.render.tables import terminal_table
+    from ssptk.render.terminal_table import terminal_table
 
     root = tmp_path / "cmp"
     for k in (1, 2, 3):
@@ -284,14 +285,14 @@ def test_a_comparison_with_a_diverged_run_exits_0_and_says_so(tmp_path: Path, mo
     calls: list = []
     fake = _fake_run(calls)
 
-    def run(**kw):
-        result = fake(**kw)
-        if kw["mode"] == "async":
+    def run(opts, **kw):
+        result = fake(opts, **kw)
+        if opts.mode == "async":
             result.summary.update(diverged=True, diverged_at_step=12)
-            (Path(kw["out"]) / "summary.json").write_text(json.dumps(result.summary))
+            (Path(opts.out) / "summary.json").write_text(json.dumps(result.summary))
         return result
 
-    monkeypatch.setattr(single, "run", run)
+    monkeypatch.setattr(single, "run_resolved", run)
     assert main(["compare", "sync", "async", "--workers", "3", "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert "async (DIVERGED)" in out and "Diverged: async (" in out.replace("\n", " ")

@@ -211,7 +211,8 @@ def test_figures_show_in_a_notebook_without_matplotlib_inline(runs) -> None:
 # --- what a newcomer reads never contradicts itself (issue 27.8) --------------------------------------
 
 def test_wait_is_one_percentage_in_the_table_and_the_sentence_under_it(runs) -> None:
-    from ssptk.render.tables import percent, shown_cells, terminal_text
+    from ssptk.render.cells import percent, shown_cells
+    from ssptk.render.terminal_table import terminal_text
 
     report = rp.build_report(runs, per_run=False)
     a = report.table.set_index("label").loc["a", "wait_fraction"]

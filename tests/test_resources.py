@@ -12,7 +12,8 @@ from conftest import ssptk_cmd
 
 import ssptk
 from ssptk.core.errors import UsageError
-from ssptk.core.options import OPTIONS, check_memory, resolve
+from ssptk.core.option_checks import check_memory
+from ssptk.core.options import OPTIONS, resolve
 from ssptk.core.resources import (
     RECORD_BYTES,
     SHARED_TASK_BYTES,
@@ -24,6 +25,7 @@ from ssptk.core.resources import (
     run_estimate,
     sim_estimate,
 )
+from ssptk.experiment.predicted_runs import predict_run
 
 GB = 2**30
 
@@ -82,7 +84,7 @@ def test_runs_and_simulations_too_big_for_this_machine_start_nothing(tmp_path: P
     with pytest.raises(UsageError, match=r"lower --steps"):
         ssptk.simulate("async", 3, 10**15)
     with pytest.raises(UsageError, match=r"lower --steps"):
-        ssptk.simulate("async", 3, 10**15, model="linear", out=str(tmp_path / "b"))
+        predict_run("async", 3, 10**15, model="linear", out=str(tmp_path / "b"))
     assert not list(tmp_path.iterdir())
     done = subprocess.run([*ssptk_cmd(), "run", "--workers", "1000000", "--out", str(tmp_path / "c")],
                           capture_output=True, text=True, timeout=120)

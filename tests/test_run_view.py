@@ -79,7 +79,7 @@ def _assert_lines_equal(a: Line, b: Line) -> None:
 
 
 def _assert_views_equal(live: RunView, report: RunView) -> None:
-    for name in ("staleness", "workers", "ids", "many", "smooth", "n_records", "loss_range"):
+    for name in ("bound", "workers", "ids", "many", "smooth", "n_records", "loss_range"):
         assert getattr(live, name) == getattr(report, name), name
     assert live.t_end == pytest.approx(report.t_end) and live.steps_max == report.steps_max
     for panel in ("loss_time", "loss_samples"):
@@ -118,7 +118,7 @@ def test_the_live_view_is_the_reports(recorded, tmp_path: Path) -> None:
 def test_the_view_of_a_recorded_run(recorded) -> None:
     steps, events, config = recorded
     view = view_of_run(steps, events, config)
-    assert view.staleness == 2 and not view.many and view.ids == (0, 1, 2) and view.smooth == 15
+    assert view.bound == 2 and not view.many and view.ids == (0, 1, 2) and view.smooth == 15
     assert view.options["mode"] == "ssp" and view.n_records == len(steps) == 360
     assert view.skew.y.max() == 3 and (view.skew.y >= 0).all()
     finals = {w: line.y[-1] for w, line in view.progress.per_worker.items()}

@@ -77,7 +77,7 @@ def test_cli_compare_writes_table_csv_and_report_then_report_rebuilds(tmp_path: 
         assert predicted["predicted"]["overhead_s"] == pytest.approx(real["overhead_ms"] / 1000)
         assert predicted["status"] == "ok"
     csv = (out / "metrics.csv").read_text().splitlines()
-    assert csv[0].startswith("label,mode,staleness") and len(csv) == 4
+    assert csv[0].startswith("label,mode,bound") and len(csv) == 4
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "ssp:1" in html
     assert "Predicted and measured" in html and "Predicted (dashed) and measured (solid)" in html

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import ideal
 
 from ssptk.core.delays import DelayModel, parse_jitter
 from ssptk.core.errors import UsageError
@@ -246,7 +247,7 @@ def test_records_have_run_directory_columns() -> None:
 def test_ssp_mode_string() -> None:
     a = simulate("ssp:4", 3, 100, jitter="exp:0.01")
     b = simulate("ssp", 3, 100, staleness=4, jitter="exp:0.01")
-    assert a.mode == "ssp" and a.staleness == 4
+    assert a.mode == "ssp" and a.bound == 4
     pd.testing.assert_frame_equal(a.steps, b.steps)
 
 
@@ -291,20 +292,19 @@ def test_harmonic() -> None:
 
 @pytest.mark.parametrize("call,match", [
     (lambda: simulate("bsp", 2, 10), "unknown mode"),
-    (lambda: simulate("ssp", 2, 10), "needs a staleness"),
     (lambda: simulate("ssp", 2, 10, staleness=-1), "staleness must be"),
     (lambda: simulate("ssp:x", 2, 10), "bad mode"),
     (lambda: simulate("ssp:-2", 2, 10), "bad mode"),
     (lambda: simulate("ssp:2", 2, 10, staleness=3), "conflicts"),
-    (lambda: simulate("async", 2, 10, staleness=1), "only for mode ssp"),
-    (lambda: simulate("sync", 2, 10, staleness=0), "only for mode ssp"),
+    (lambda: simulate("async", 2, 10, staleness=1), "applies to ssp only"),
+    (lambda: simulate("sync", 2, 10, staleness=0), "applies to ssp only"),
     (lambda: simulate("sync", 0, 10), "workers must be"),
     (lambda: simulate("sync", 2, 0), "steps must be"),
     (lambda: simulate("sync", 2, 2.5), "steps must be"),
     (lambda: simulate("sync", 2, 10, backup=2), "backup must be"),
     (lambda: simulate("sync", 2, 10, backup=-1), "backup must be"),
-    (lambda: simulate("async", 2, 10, backup=1), "backup is only for mode sync"),
-    (lambda: simulate("ssp:1", 3, 10, backup=1), "backup is only for mode sync"),
+    (lambda: simulate("async", 2, 10, backup=1), "--backup applies to sync and local only"),
+    (lambda: simulate("ssp:1", 3, 10, backup=1), "--backup applies to sync and local only"),
     (lambda: simulate("sync", 3, 10, backup=1, late="ignore"), "late must be"),
     (lambda: simulate("sync", 3, 10, straggler={5: 0.1}), "out of range"),
     (lambda: simulate("sync", 3, 10, straggler=[(0, -1.0)]), "straggler"),
@@ -328,15 +328,15 @@ def test_validation_messages_are_one_line() -> None:
 def test_calibration_recovers_the_overhead_of_a_simulated_run_in_every_mode() -> None:
     """Calibrating on a run's own records (delay and wait subtracted) gives back the overhead it had,
     and the simulator's ideal for those options is then that run's own throughput."""
-    from ssptk.sim import calibrate_overhead, ideal_for, simulate
+    from ssptk.sim import calibrate_overhead, simulate
 
     for mode, staleness in (("async", None), ("ssp", 1), ("sync", None)):
         run = simulate(mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002", seed=5,
                        overhead=0.003)
         assert calibrate_overhead(run.steps, 3) == pytest.approx(0.003, rel=0.02)
-        ideal = ideal_for(run.steps, mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002",
+        predicted = ideal(run.steps, mode, 3, 400, staleness=staleness, straggler={2: 0.004}, jitter="exp:0.002",
                           seed=5)
-        assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.02)
+        assert predicted["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.02)
 
 
 def test_pause_jitter_holds_a_share_of_steps_exactly_that_long() -> None:
@@ -395,3 +395,12 @@ def test_cli_timing_has_a_stated_overhead_and_prints_it(capsys: pytest.CaptureFi
     import ssptk
 
     assert ssptk.simulate("async", 2, 10).overhead == DEFAULT_OVERHEAD_S  # the API's default is the CLI's
+
+
+def test_ssptk_simulate_returns_a_sim_result_always() -> None:
+    """One return type: ``ssptk.simulate`` is the timing (a SimResult); a run's loss is ``ssptk.predict``'s."""
+    import ssptk
+
+    assert isinstance(ssptk.simulate("ssp:2", workers=2, steps=10), SimResult)
+    with pytest.raises(UsageError, match=r"^ssptk.simulate predicts the timing only: .*ssptk.predict\("):
+        ssptk.simulate("ssp:2", workers=2, steps=10, model="linear")

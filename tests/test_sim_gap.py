@@ -8,7 +8,8 @@ import pytest
 from ssptk.core.errors import UsageError
 from ssptk.core.network import parse_network
 from ssptk.sim import calibrate_gap, simulate
-from ssptk.sim.links import Links
+from ssptk.sim.link_model import LinkFit, LinkModel
+from ssptk.sim.spec import SimSpec
 
 
 @pytest.mark.parametrize("n", [4, 8])
@@ -32,7 +33,7 @@ def test_a_gap_moves_the_read_not_the_bound_and_sync_ignores_it() -> None:
 
 def test_under_a_network_the_read_is_the_pull_s_start() -> None:
     net = parse_network("ps=20mbit")
-    links = Links(net, 2, 1, 100_000.0, share_sigma=0, gap=0.01)
+    links = LinkModel(SimSpec(network=net, workers=2, model_bytes=100_000.0, gap=0.01, overhead=0.01), LinkFit(share_sigma=0))
     links.start(0, 0.0, 0.05)
     t, w = links.next()
     assert w == 0 and links.read_at(0) == pytest.approx(0.01)
@@ -66,10 +67,11 @@ def test_the_explorer_predicts_with_the_real_runs_gap() -> None:
     from types import SimpleNamespace as Run
 
     from ssptk.notebook.slider_predictions import calibrated_gap, calibrated_overhead
+    from ssptk.rundir import Summary
 
-    runs = [Run(summary={"overhead_ms": 40.0, "gap_ms": 10.0}), Run(summary={"overhead_ms": 60.0, "gap_ms": 20.0}),
-            Run(summary={"overhead_ms": 50.0, "gap_ms": None}),  # a sync run: no gap
-            Run(summary={"overhead_ms": 5.0, "gap_ms": 1.0, "predicted": {"overhead_s": 0.005}})]  # not measured
+    runs = [Run(summary=Summary(overhead_ms=40.0, gap_ms=10.0)), Run(summary=Summary(overhead_ms=60.0, gap_ms=20.0)),
+            Run(summary=Summary(overhead_ms=50.0, gap_ms=None)),  # a sync run: no gap
+            Run(summary=Summary(overhead_ms=5.0, gap_ms=1.0, predicted={"overhead_s": 0.005}))]  # not measured
     assert calibrated_gap(runs) == pytest.approx(0.015)
     assert calibrated_overhead(runs) == pytest.approx(0.05)
-    assert calibrated_gap([Run(summary={"overhead_ms": 40.0})]) is None
+    assert calibrated_gap([Run(summary=Summary(overhead_ms=40.0))]) is None

@@ -1,4 +1,4 @@
-"""The simulator's shared CPU (``simulate(cores=...)``, :mod:`ssptk.sim.links`): workers on a few cores compute
+"""The simulator's shared CPU (``simulate(cores=...)``, :mod:`ssptk.sim.link_model`): workers on a few cores compute
 slower together than alone, so a PS-bound link, which keeps them apart, lets each compute faster."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from ssptk.core.errors import UsageError
 from ssptk.sim import simulate
-from ssptk.sim.links import cpu_seconds
+from ssptk.sim.link_model import cpu_seconds
 
 MODEL_BYTES = 4.0 * 85_000  # mlp:256's parameters, float32
 FREE = "ps=10gbit"  # shaped (the links are simulated) but far from the bound
@@ -64,9 +64,13 @@ def test_an_injected_delay_sleeps_and_leaves_the_cores_to_the_others() -> None:
     assert run.steps[run.steps["worker"] == 0]["t"].diff().median() == pytest.approx(0.005, rel=0.15)
 
 
-def test_bad_cores_are_refused() -> None:
-    with pytest.raises(UsageError, match="cores must be a number > 0"):
-        simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=0)
+def test_cores_are_the_option_s_own() -> None:
+    """``cores`` means what ``--cores`` means (0: each worker its own machine); a bad value is refused in its words."""
+    own = simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=0)
+    assert own.cores is None
+    assert own.steps.equals(simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES).steps)
+    with pytest.raises(UsageError, match=r"^--cores must be a number of cores >= 0"):
+        simulate("async", 2, 5, overhead=0.01, network=FREE, model_bytes=MODEL_BYTES, cores=-1)
 
 
 def test_without_a_shaped_network_the_cores_change_nothing() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import ideal
 
 import ssptk
 from ssptk.core.errors import UsageError
@@ -34,10 +35,9 @@ def test_local_1_schedule_is_syncs(backup: int) -> None:
     local = simulate("local:1", 4, 25, backup=backup, **DELAYS)
     rounds, applied = local.steps.pop("local_round"), local.steps["applied"]
     assert (rounds[applied] == local.steps.loc[applied, "global_step"]).all()
-    if backup:  # a dropped gradient: sync logs the updates it missed as its staleness, local its local steps (0)
-        late = ~sync.steps["applied"]
-        assert late.any() and (local.steps.loc[late, "staleness"] == 0).all()
-        local.steps.loc[late, "staleness"] = sync.steps.loc[late, "staleness"]
+    assert (local.steps.pop("local_step") == 0).all()  # one local step a round
+    if backup:  # a dropped delta missed the rounds a late sync gradient missed: the same staleness
+        assert (~sync.steps["applied"]).any() and (sync.steps.loc[~sync.steps["applied"], "staleness"] > 0).all()
     pd.testing.assert_frame_equal(local.steps, sync.steps)
     assert (local.updates, local.pushes, local.wall_s) == (sync.updates, sync.pushes, sync.wall_s)
     assert local.local_steps == 1 and sync.local_steps is None
@@ -51,13 +51,14 @@ def test_local_schedule_records_rounds() -> None:
         mine = mine.sort_values("step")
         assert mine["step"].tolist() == list(range(1, 11))
         assert mine["global_step"].tolist() == [1] * 4 + [2] * 4 + [3] * 2
-        assert mine["staleness"].tolist() == [0, 1, 2, 3] * 2 + [0, 1]
+        assert mine["local_step"].tolist() == [0, 1, 2, 3] * 2 + [0, 1]
+        assert (mine["staleness"] == 0).all()  # no delta missed its round
         assert (mine["t"].diff().dropna() >= 0).all()
         last = mine.groupby("global_step")["step"].transform("max") == mine["step"]
         assert (mine.loc[~last, "wait_s"] == 0).all()
     assert sorted(df["minibatch"]) == list(range(30))  # (round * H + j) * N + worker: each once
     # the round's last steps are logged when its average is applied: all three at one time
-    assert df[df["staleness"] == 3].groupby("global_step")["t"].nunique().eq(1).all()
+    assert df[df["local_step"] == 3].groupby("global_step")["t"].nunique().eq(1).all()
     assert (df["t"].diff().dropna() >= 0).all()
 
 
@@ -69,8 +70,10 @@ def test_local_backup_drops_late_deltas() -> None:
     assert counted.groupby("local_round").sum().tolist() == [3] * 4  # the first N-B deltas of every round
     # as the runtime logs a late delta: its last step not applied, at the version when it arrived
     late = df[~df["applied"]]
-    assert len(late) and (late["staleness"] == 2).all() and (late["global_step"] > late["local_round"] - 1).all()
-    ends = df[df["applied"] & (df["staleness"] == 2)]
+    assert len(late) and (late["local_step"] == 2).all() and (late["global_step"] > late["local_round"] - 1).all()
+    # its staleness: the rounds applied since its own began, as a late sync gradient's
+    assert (late["staleness"] == late["global_step"] - late["local_round"] + 1).all() and (late["staleness"] > 0).all()
+    ends = df[df["applied"] & (df["local_step"] == 2)]
     assert (ends["global_step"] == ends["local_round"]).all()
 
 
@@ -87,13 +90,13 @@ def test_local_under_a_network_pushes_h_times_less() -> None:
 def test_bad_local_input_is_refused() -> None:
     with pytest.raises(UsageError, match="bad mode 'local:0'"):
         simulate("local:0", 2, 10)
-    with pytest.raises(UsageError, match="staleness is only for mode ssp"):
+    with pytest.raises(UsageError, match="--staleness applies to ssp only"):
         simulate("local:2", 2, 10, staleness=1)
-    with pytest.raises(UsageError, match="conflicts with local_steps=3"):
+    with pytest.raises(UsageError, match="conflicts with --local-steps 3"):
         simulate("local:2", 2, 10, local_steps=3)
-    with pytest.raises(UsageError, match="local_steps is only for mode local"):
+    with pytest.raises(UsageError, match="--local-steps applies to local only"):
         simulate("sync", 2, 10, local_steps=3)
-    with pytest.raises(UsageError, match="backup is only for mode sync or local"):
+    with pytest.raises(UsageError, match="--backup applies to sync and local only"):
         simulate("async", 3, 10, backup=1)
     assert simulate("local", 2, 10, local_steps=5).updates == 2
     assert ssptk.simulate("local:5", workers=2, steps=10).updates == 2
@@ -127,7 +130,7 @@ def test_local_rounds_average_private_copies(momentum: float) -> None:
         deltas = []
         for _, rows in sched[sched["local_round"] == r].groupby("worker"):
             c = w
-            for mb in rows.sort_values("staleness")["minibatch"]:
+            for mb in rows.sort_values("local_step")["minibatch"]:
                 c = c - np.float32(0.05) * grad(c, mb)
             if rows["applied"].all():
                 deltas.append(c - w)
@@ -194,7 +197,7 @@ def test_predicted_local_1_is_sync_and_dc_0_is_async(tmp_path: Path) -> None:
     sync, local1, local4, plain, dc0, dc = predict(plans)  # one predicting process
     key = ["t", "worker"]
     np.testing.assert_allclose(local1.df.sort_values(key)["loss"], sync.df.sort_values(key)["loss"], rtol=1e-4)
-    assert local4.summary["total_steps"] == 90 and local4.df["staleness"].max() == 3
+    assert local4.summary["total_steps"] == 90 and local4.df["local_step"].max() == 3
     assert sorted(local4.df["local_round"].unique()) == list(range(1, 9))
     assert local4.summary["final_loss"] < local4.df["loss"].iloc[:3].mean()
     np.testing.assert_array_equal(dc0.df["loss"], plain.df["loss"])
@@ -202,12 +205,11 @@ def test_predicted_local_1_is_sync_and_dc_0_is_async(tmp_path: Path) -> None:
 
 
 def test_ideal_for_a_local_run_calibrates_its_local_steps() -> None:
-    from ssptk.sim import ideal_for
 
     run = simulate("local:4", 3, 40, jitter="exp:0.01", overhead=0.004, seed=2)
-    ideal = ideal_for(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
-    assert ideal["overhead_ms"] == pytest.approx(4.0, rel=0.05)
-    assert ideal["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)
+    predicted = ideal(run.steps, "local:4", 3, 40, jitter="exp:0.01", seed=2)
+    assert predicted["overhead_ms"] == pytest.approx(4.0, rel=0.05)
+    assert predicted["ideal_steps_per_s"] == pytest.approx(run.steps_per_s, rel=0.05)
 
 
 def test_calibration_spreads_a_rounds_traffic_over_its_steps() -> None:

@@ -1,20 +1,29 @@
-"""The simulator's network (:mod:`ssptk.sim.links`): transfers share a link as TCP does (the earlier keeps more), go at the
+"""The simulator's network (:mod:`ssptk.sim.link_model`): transfers share a link as TCP does (the earlier keeps more), go at the
 pace of the slowest link they cross, K shards carry the bytes placed on them, and a PS-bound run's predicted
 steps/s follow the link, not the compute."""
 from __future__ import annotations
 
 import pytest
+from helpers import ideal
 
 from ssptk.core.errors import UsageError
 from ssptk.core.models import builtin_parameters, mlp_parameters
 from ssptk.core.network import parse_network
 from ssptk.core.shards import shard_bytes
-from ssptk.sim import ideal_for, simulate
+from ssptk.sim import simulate
 from ssptk.sim.fluid import Fluid
-from ssptk.sim.links import HEAD_SHARE, PROTOCOL_OVERHEAD, Links
+from ssptk.sim.link_model import HEAD_SHARE, PROTOCOL_OVERHEAD, LinkFit, LinkModel
+from ssptk.sim.spec import SimSpec
 
 MB = 1e6
 
+
+
+def _links(rate: str, workers: int, ps: int, model_bytes: float | list[float], mode: str = "async",
+           **fit: float) -> LinkModel:
+    """The simulated links of ``workers`` workers and ``ps`` shards under ``--network rate``."""
+    return LinkModel(SimSpec(network=parse_network(rate), workers=workers, ps=ps, model_bytes=model_bytes, mode=mode),
+                 LinkFit(**fit))
 
 def test_transfers_on_one_link_share_it_equally_and_the_slowest_link_holds_a_transfer() -> None:
     fair = Fluid([8e6])  # 1 MB/s
@@ -77,7 +86,7 @@ def test_shards_hold_the_bytes_placed_on_them() -> None:
 
 def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     t = 8 * MB * PROTOCOL_OVERHEAD / 8e6  # seconds for one model through 8 Mbit/s
-    one = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0)
+    one = _links("ps=8mbit", 2, 1, MB, share_sigma=0.0, head=1.0)
     one.start(0, 0.0, 0.0)
     one.start(1, 0.0, 0.0)
     ends = [one.next(), one.next()]  # both pulls share the PS's link out (2t), then both pushes its link in
@@ -86,9 +95,8 @@ def test_pulls_at_once_end_together_and_shards_split_them() -> None:
     # the oldest on a link takes HEAD_SHARE (raw TCP's 2, the default) to each other one's 1 (2/3 and 1/3 here): the
     # pull taken first ends at t / (2/3), and its push, alone on the link in until the other's enters, keeps 2/3 of
     # it after (so does arrival order with the same factor: two transfers cannot tell the rules apart)
-    for ordered in (Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0),
-                    Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0,
-                          arrival_factor=HEAD_SHARE)):
+    for ordered in (_links("ps=8mbit", 2, 1, MB, share_sigma=0.0),
+                    _links("ps=8mbit", 2, 1, MB, share_sigma=0.0, head=1.0, arrival_factor=HEAD_SHARE)):
         assert HEAD_SHARE == 2.0
         a, b = 2 / 3, 1 / 3
         ordered.start(0, 0.0, 0.0)
@@ -97,10 +105,10 @@ def test_pulls_at_once_end_together_and_shards_split_them() -> None:
         first_push = second_pull + (t - (second_pull - first_pull)) / a
         second_push = first_push + t - b * (first_push - second_pull)
         assert [ordered.next(), ordered.next()] == [(pytest.approx(first_push), 0), (pytest.approx(second_push), 1)]
-    two = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB / 2, MB / 2])
+    two = _links("ps=8mbit", 1, 2, [MB / 2, MB / 2])
     two.start(0, 0.0, 0.0)
     assert two.next() == (pytest.approx(t), 0)  # half the model from each shard, at once
-    delayed = Links(parse_network("ps=8mbit,delay=10ms"), workers=1, shards=1, model_bytes=MB)
+    delayed = _links("ps=8mbit,delay=10ms", 1, 1, MB)
     delayed.start(0, 0.0, 0.5)
     assert delayed.next()[0] == pytest.approx(2 * t + 0.5 + 4 * 0.01)  # each transfer: a request and a reply
 
@@ -145,13 +153,13 @@ def test_the_overhead_of_a_shaped_run_leaves_its_transfers_out() -> None:
     size = 4 * mlp_parameters(256)
     for net, overhead in (("ps=100mbit", 0.2), ("ps=20mbit", 0.05)):  # compute-bound, then link-bound
         shaped = simulate("async", 4, 20, overhead=overhead, network=net, model_bytes=size, seed=1)
-        plain = ideal_for(shaped.steps, "async", 4, 20, seed=1)
-        known = ideal_for(shaped.steps, "async", 4, 20, seed=1, network=net, model_bytes=size)
+        plain = ideal(shaped.steps, "async", 4, 20, seed=1)
+        known = ideal(shaped.steps, "async", 4, 20, seed=1, network=net, model_bytes=size)
         assert known["ideal_steps_per_s"] == pytest.approx(shaped.steps_per_s, rel=0.1)
         assert plain["overhead_ms"] > known["overhead_ms"]  # without the network: the transfers counted as compute
     # where the link is not the bound, the step's own cost is found again; where it is, steps/s hardly depend on it
     compute_bound = simulate("async", 4, 20, overhead=0.2, network="ps=100mbit", model_bytes=size, seed=1)
-    found = ideal_for(compute_bound.steps, "async", 4, 20, seed=1, network="ps=100mbit", model_bytes=size)
+    found = ideal(compute_bound.steps, "async", 4, 20, seed=1, network="ps=100mbit", model_bytes=size)
     assert found["overhead_ms"] == pytest.approx(200, rel=0.1)
 
 
@@ -162,8 +170,7 @@ def test_an_async_update_counts_once_ps0s_part_is_in_and_an_ssp_one_once_every_s
     landed = {}
     for mode in ("async", "ssp"):
         # the first variable goes to ps:1 (ps:0 holds the global step), the second, small one to ps:0
-        links = Links(parse_network("ps=8mbit"), workers=1, shards=2, model_bytes=[MB, 1e3], share_sigma=0.0,
-                      mode=mode)
+        links = _links("ps=8mbit", 1, 2, [MB, 1e3], mode=mode, share_sigma=0.0)
         links.start(0, 0.0, 0.0)
         first, _ = links.next()
         links.start(0, first, 0.0)  # at once: the next step starts when the last one's result is back
@@ -177,7 +184,7 @@ def test_a_steps_result_comes_back_behind_what_the_ps_link_out_holds() -> None:
     worker reads again only then, so the updates that land meanwhile are not stale (a link-bound async run's
     staleness: below N-1, as the real runs measure it)."""
     t = 8 * MB * PROTOCOL_OVERHEAD / 8e6
-    links = Links(parse_network("ps=8mbit"), workers=2, shards=1, model_bytes=MB, share_sigma=0.0, head=1.0)
+    links = _links("ps=8mbit", 2, 1, MB, share_sigma=0.0, head=1.0)
     links.start(0, 0.0, 0.0)
     links.start(1, 1.5 * t, 0.0)
     assert links.next() == (pytest.approx(2 * t), 0)  # worker 0's push lands as worker 1's pull is half done

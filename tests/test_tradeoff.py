@@ -14,7 +14,7 @@ from ssptk.analysis.compare import COMPARE_COLUMNS
 from ssptk.analysis.outcomes import EARLY_SHARE
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.verdict import comparison_verdict as tradeoff_verdict
-from ssptk.render.tables import terminal_text
+from ssptk.render.terminal_table import terminal_text
 from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
 from ssptk.render.verdict import why_no_winner
 

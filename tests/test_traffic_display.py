@@ -15,7 +15,7 @@ from ssptk.analysis.step_split import step_split
 from ssptk.analysis.traffic import link_capacity, traffic_summary, worker_cpu_s
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.render.report import Report, build_report
-from ssptk.render.tables import terminal_table
+from ssptk.render.terminal_table import terminal_table
 from ssptk.render.text import format_summary
 from ssptk.render.traffic import CAPACITY_SENTENCE, network_section, split_text, status_text
 from ssptk.rundir import load_run

@@ -14,7 +14,8 @@ from matplotlib.text import Text
 from ssptk import analysis as an
 from ssptk.core.labels import label_dir, label_options
 from ssptk.render.report import Report, load_comparison
-from ssptk.render.tables import table_html, terminal_text
+from ssptk.render.tables import table_html
+from ssptk.render.terminal_table import terminal_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,7 +22,8 @@ from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.labels import label_options
 from ssptk.notebook.views import StaticView
 from ssptk.render.report import Report, comparison_notes
-from ssptk.render.tables import table_html, terminal_text
+from ssptk.render.tables import table_html
+from ssptk.render.terminal_table import terminal_text
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.verdict import best_line, legend_mark
 

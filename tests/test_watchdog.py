@@ -18,7 +18,8 @@ from conftest import cluster_processes, ssptk_cmd, warm_processes
 
 import ssptk
 from ssptk.core.errors import LossNotFinite, UsageError, check_loss
-from ssptk.core.options import resolve, to_argv
+from ssptk.core.option_args import to_argv
+from ssptk.core.options import resolve
 from ssptk.launch import supervisor as watch_module
 from ssptk.launch.supervisor import StallWatch
 
@@ -49,7 +50,7 @@ def test_allow_nan_and_stall_timeout_reach_the_workers() -> None:
     from ssptk.runtime.task import parser
 
     ns = parser().parse_args(["--cluster", "{}", "--task", "worker:0", *argv])
-    from ssptk.core.options import from_namespace
+    from ssptk.core.option_args import from_namespace
 
     assert from_namespace(ns) == o
     d = resolve()

@@ -23,8 +23,8 @@ from ssptk import api
 from ssptk.api import RunResult
 from ssptk.core.errors import RunFailed, TaskFailure, UsageError
 from ssptk.core.options import OPTIONS, resolve
+from ssptk.notebook import explorer, widgets
 from ssptk.notebook import slider_predictions as predictions
-from ssptk.notebook import widgets
 from ssptk.render import figure_png
 from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
 
@@ -48,13 +48,13 @@ def make_run(run_dir: str | Path, **options: Any) -> RunResult:
     lines: dict[int, list[dict]] = {w: [{"event": "start", "t": 10.0, "worker": w, "cpu_s": 1.0}] for w in range(n)}
     for g, (t, w, step) in enumerate(times, start=1):
         lines[w].append({"t": t, "worker": w, "step": step, "global_step": g, "loss": 10.0 * math.exp(-0.1 * g),
-                         "wait_s": 0.001 * (opts.staleness or 0), "staleness": g % 3, "minibatch": g - 1,
+                         "wait_s": 0.001 * (opts.bound or 0), "staleness": g % 3, "minibatch": g - 1,
                          "delay_s": opts.stragglers.get(w, 0.0), "applied": True})
     for w in range(n):
         lines[w].append({"event": "done", "t": lines[w][-1]["t"], "worker": w, "steps": per, "cpu_s": 2.0})
         (run_dir / "workers" / f"worker-{w}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines[w]))
-    summary = {"status": "ok", "mode": opts.mode, "workers": n, "staleness": opts.staleness,
-               "steps_per_s": 100.0 + (opts.staleness or 0), "max_skew": min(per, (opts.staleness or 0) + 1),
+    summary = {"status": "ok", "mode": opts.mode, "workers": n, "staleness": opts.bound,
+               "steps_per_s": 100.0 + (opts.bound or 0), "max_skew": min(per, (opts.bound or 0) + 1),
                "final_loss": 0.5, "wait_fraction": 0.25, "run_dir": str(run_dir)}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return RunResult(str(run_dir), opts, summary)
@@ -79,9 +79,9 @@ class FakeRunner:
 @pytest.fixture(autouse=True)
 def fresh_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test as in a new kernel: no runs left by an earlier test's explorer."""
-    monkeypatch.setattr(widgets, "_RUNS", {})
+    monkeypatch.setattr(explorer, "_RUNS", {})
     monkeypatch.setattr(predictions, "PREDICTED", {})
-    monkeypatch.setattr(widgets, "PREDICTED", predictions.PREDICTED)
+    monkeypatch.setattr(explorer, "PREDICTED", predictions.PREDICTED)
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_selecting_a_cached_value_does_not_run_again(fake: FakeRunner) -> None:
     ex.run(force=True)
     assert len(fake.calls) == 3 and len(ex.results) == 2
     table = ex.table()
-    assert list(table["label"]) == ["S=0", "S=2"] and list(table["staleness"]) == [0, 2]
+    assert list(table["label"]) == ["S=0", "S=2"] and list(table["bound"]) == [0, 2]
     with pytest.raises(UsageError, match="not on the slider"):
         ex.select(3)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """How the simulator should share a link: each sharing rule's predicted steps/s against recorded shaped runs; the
-experiment that chose ``ssptk.sim.links.HEAD_SHARE`` as the default (its value measured by ``exp_tcp_share.py``).
+experiment that chose ``ssptk.sim.link_model.HEAD_SHARE`` as the default (its value measured by ``exp_tcp_share.py``).
 
     python benchmarks/experiments/exp_link_sharing.py                     # fair sharing and arrival order 1.5
     python benchmarks/experiments/exp_link_sharing.py --factor 1 --head 2   # the default rule
@@ -10,8 +10,8 @@ experiment that chose ``ssptk.sim.links.HEAD_SHARE`` as the default (its value m
 Reads ``network_predicted_runs.json`` beside it (the real runs of a ``network_predicted`` benchmark: each run's free
 per-step overhead and its shaped steps/s; its ``what`` says when and at which commit they were made) and simulates
 each run with ``ssptk.simulate`` under every ``(arrival factor, share sigma, head share)`` given
-(``ssptk.sim.links.Links``' ``arrival_factor``, ``share_sigma`` and ``head``), seeds 0-2, with the cores the run
-had. Prints, per rule, how many runs are predicted within 15% and each run's predicted / measured steps/s.
+(``ssptk.sim.link_model.LinkFit``'s ``arrival_factor``, ``share_sigma`` and ``head``), seeds 0-2, with the cores
+the run had. Prints, per rule, how many runs are predicted within 15% and each run's predicted / measured steps/s.
 Simulation only: seconds, no cluster.
 
 What it found, on the 24 runs of 2026-11-28 in the data file: with the simulator of then, head share 2
@@ -42,12 +42,13 @@ def predicted_over_measured(run: dict[str, Any], network: str, model: str, facto
     import ssptk.sim.simulator as simulator
     from ssptk.core.models import builtin_parameters
     from ssptk.sim import simulate
-    from ssptk.sim.links import Links
+    from ssptk.sim.link_model import LinkFit, LinkModel
 
     mode, _, s = run["mode"].partition(":")
     kw = {"staleness": int(s)} if s else {}
-    links = functools.partial(Links, arrival_factor=factor, share_sigma=sigma, head=head)
-    with mock.patch.object(simulator, "Links", links):  # the simulator's links, shared as this model shares them
+    fit = LinkFit(arrival_factor=factor, share_sigma=sigma, head=head)
+    links = functools.partial(LinkModel, fit=fit)
+    with mock.patch.object(simulator, "LinkModel", links):  # the simulator's links, shared as this model shares them
         made = [simulate(mode, run["workers"], run["steps"], overhead=run["free_overhead_ms"] / 1000, network=network,
                          ps=run["ps"], model_bytes=4.0 * (builtin_parameters(model) or 0), cores=run["cores"],
                          seed=seed, **kw).steps_per_s for seed in range(3)]

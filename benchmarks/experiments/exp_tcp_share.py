@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How TCP shares an htb-shaped link: the experiment that set ``ssptk.sim.links``' ``SHARE_SIGMA``,
+"""How TCP shares an htb-shaped link: the experiment that set ``ssptk.sim.link_model``' ``SHARE_SIGMA``,
 ``ARRIVAL_FACTOR`` and ``HEAD_SHARE``.
 
     unshare -rn python benchmarks/experiments/exp_tcp_share.py 357000 4 0     # bytes per transfer, transfers, gap (s)
@@ -72,7 +72,7 @@ def main(size: int, n: int, gap: float) -> list[float]:
 
 
 def predicted(size: int, n: int, gap: float, factor: float, head: float = 1.0) -> list[float]:
-    """The ends :class:`ssptk.sim.links.Fluid` gives the same transfers (one link, each transfer ranked by when it
+    """The ends :class:`ssptk.sim.link_model.Fluid` gives the same transfers (one link, each transfer ranked by when it
     entered, weights ``factor ** -rank``; no random draw), in the same unit."""
     from ssptk.sim.fluid import Fluid
 

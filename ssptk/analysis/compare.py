@@ -14,6 +14,7 @@ from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window,
 from ssptk.analysis.step_split import step_split
 from ssptk.analysis.values import clean
 from ssptk.analysis.verdict import comparison_verdict
+from ssptk.rundir import RunConfig, StoredOptions, Summary, TrafficSection
 
 __all__ = ["COMPARE_COLUMNS", "FIGURE_COLUMNS", "SPREAD_SUFFIXES", "TARGET_FACTOR", "RunTuple", "auto_target",
            "compare_table", "converged", "first_to_target"]
@@ -27,7 +28,7 @@ RunTuple = tuple[pd.DataFrame, pd.DataFrame, Mapping[str, Any], Mapping[str, Any
 TARGET_FACTOR = 1.25
 #: Columns of :func:`compare_table`, in order.
 COMPARE_COLUMNS: tuple[str, ...] = (
-    "label", "mode", "staleness", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
+    "label", "mode", "bound", "lr_staleness", "workers", "steps_per_s", "measured_over_ideal", "wall_s",
     "final_loss", "final_accuracy", "time_to_target_s", "steps_to_target", "max_skew", "wait_fraction",
     "mean_staleness", "max_staleness", "mb_per_minibatch", "link_busy", "transfer_share", "dc_correction_mean",
     "dc_correction_median", "dc_correction_max", "diverged", "diverged_on", "status",
@@ -40,34 +41,32 @@ FIGURE_COLUMNS: tuple[str, ...] = (
 )
 #: Suffixes of the spread columns :func:`aggregate_repeats` adds for each figure.
 SPREAD_SUFFIXES: tuple[str, ...] = ("_min", "_max", "_ci95")
-_MODES_WITHOUT_STALENESS = ("sync", "async", "allreduce")  # modes where the staleness option means nothing
+_MODES_WITHOUT_BOUND = ("sync", "async", "allreduce")  # modes where the bound (--staleness) means nothing
 _FLOAT_COLUMNS = ("steps_per_s", "measured_over_ideal", "wall_s", "final_loss", "final_accuracy", "time_to_target_s",
                   "wait_fraction", "mean_staleness", "mb_per_minibatch", "link_busy", "transfer_share",
                   "dc_correction_mean", "dc_correction_median", "dc_correction_max")
 
-def _traffic_columns(traffic: Any) -> dict[str, Any]:
+def _traffic_columns(traffic: TrafficSection | None) -> dict[str, Any]:
     """``mb_per_minibatch`` (MB the workers sent and received per minibatch, measured on their links) and
     ``link_busy`` (the busiest shaped link's share of its rate; ``None`` without ``--network``), ``transfer_share``
     (the transfer part of a worker's step, each second of it counted once: timed in sync, ssp and async, else the
     share its own bytes need at the link's rate, an estimate and a floor: :func:`ssptk.analysis.step_split.step_split`;
     ``None`` likewise)."""
-    t = traffic if isinstance(traffic, Mapping) else {}
-    busiest = t.get("busiest")
+    t = traffic or TrafficSection()
     split = step_split(t)
-    return {"mb_per_minibatch": clean(t.get("mb_per_minibatch")),
-            "link_busy": clean(busiest[1]) if isinstance(busiest, list) and len(busiest) == 2 else None,
+    return {"mb_per_minibatch": clean(t.mb_per_minibatch), "link_busy": clean(t.busiest_share),
             "transfer_share": clean(None if split is None else split.transfer)}
 
 
-def _dc_columns(summary: Mapping[str, Any], steps: pd.DataFrame | None, opts: Mapping[str, Any]) -> dict[str, Any]:
+def _dc_columns(summary: Summary, steps: pd.DataFrame | None, opts: StoredOptions) -> dict[str, Any]:
     """``lr_staleness`` (the run's option: ``none``, ``inverse``, ``dc:0.04``, ``dca:2.0``) and delay compensation's
     correction against the gradient, ``dc_correction_mean``, ``_median`` and ``_max``
     (``None`` without it): the summary's, else from the step records (a summary written before ssptk kept them)."""
-    size = summary if "dc_correction_mean" in summary else dc_correction_summary(steps)
-    return {"lr_staleness": summary.get("lr_staleness") or opts.get("lr_staleness") or "none",
-            "dc_correction_mean": clean(size.get("dc_correction_mean")),
-            "dc_correction_median": clean(size.get("dc_correction_median")),
-            "dc_correction_max": clean(size.get("dc_correction_max"))}
+    size = summary if summary.has_dc_correction else Summary(dc_correction_summary(steps))
+    return {"lr_staleness": summary.lr_staleness or opts.lr_staleness or "none",
+            "dc_correction_mean": clean(size.dc_correction_mean),
+            "dc_correction_median": clean(size.dc_correction_median),
+            "dc_correction_max": clean(size.dc_correction_max)}
 
 
 def auto_target(smoothed: Iterable[float | None]) -> float | None:
@@ -93,7 +92,7 @@ def compare_table(
 
     Numbers come from ``summary`` when it has them (``final_loss`` only from there: it is the
     evaluation loss) and are otherwise computed from the logs with :func:`summarize`.
-    ``staleness`` is blank for modes where it means nothing (sync, async, allreduce); ``status``
+    ``bound`` (SSP's S) is blank for modes where it means nothing (sync, async, allreduce); ``status``
     is the summary's (``"unknown"`` without one); ``diverged`` follows :mod:`ssptk.core.divergence`, on the
     training loss or the held-out loss (``diverged_on``: ``"training"``, ``"held-out"`` or missing), whether or not
     the run's summary (written before the held-out rule) says so. ``lr_staleness``, ``dc_correction_mean``,
@@ -117,50 +116,23 @@ def compare_table(
     smoothed: dict[str, float | None] = {}
     curves: dict[str, tuple[pd.DataFrame | None, float | None]] = {}
     unmeasured: dict[str, str] = {}
-    for label, run in runs.items():
-        steps, events, config, summary = run
-        summary = dict(summary or {})
-        opts = run_options(config)
-        logs = summarize(steps, events, config)
-        workers = summary.get("workers") or logs["workers"] or None
-        mode = summary.get("mode") or opts.get("mode")
-        staleness = summary.get("staleness", opts.get("staleness"))
-        if mode in _MODES_WITHOUT_STALENESS:
-            staleness = None
-
-        def pick(key: str, summary: dict[str, Any] = summary, logs: dict[str, Any] = logs) -> Any:
-            value = summary.get(key)
-            return clean(value) if value is not None else logs.get(key)
-
+    for label, (steps, events, config, stored) in runs.items():
+        summary, logs = Summary.of(stored), summarize(steps, events, config)
         curve = held_out_curve(events, steps, summary)
-        rows.append({
-            "label": str(label), **_diverged(pick, curve, steps, workers), "mode": mode, "staleness": staleness,
-            "workers": workers,
-            "steps_per_s": pick("steps_per_s"), "wall_s": pick("wall_s"),
-            # the simulator's view of the run (from summary.json only): see docs/run-directory.md
-            "measured_over_ideal": clean(summary.get("measured_over_ideal")),
-            "final_loss": clean(summary.get("final_loss")),
-            "final_accuracy": clean(summary.get("final_accuracy")),
-            "time_to_target_s": None, "steps_to_target": None,
-            "max_skew": pick("max_skew"), "wait_fraction": pick("wait_fraction"),
-            "mean_staleness": pick("mean_staleness"), "max_staleness": pick("max_staleness"),
-            **_traffic_columns(summary.get("traffic")),
-            **_dc_columns(summary, steps, opts),
-            "status": summary.get("status") or "unknown",
-        })
+        rows.append(_row(str(label), steps, summary, logs, run_options(config), curve))
         if steps is not None and not steps.empty:
             prepared[str(label)] = (prepare_steps(steps, start_time(events)),
-                                    smoothing_window(workers or steps["worker"].nunique()))
-        if summary.get("traffic_not_measured"):
-            unmeasured[str(label)] = str(summary["traffic_not_measured"])
-        smoothed[str(label)] = logs["loss_smoothed_last"]
+                                    smoothing_window(rows[-1]["workers"] or steps["worker"].nunique()))
+        if summary.traffic_not_measured:
+            unmeasured[str(label)] = str(summary.traffic_not_measured)
+        smoothed[str(label)] = logs.loss_smoothed_last
         curves[str(label)] = (curve, start_time(events))
     auto = target is None
     target, held_out = _to_target(rows, prepared, smoothed, curves, target)
     table = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     for col in _FLOAT_COLUMNS:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("float64")
-    for col in ("staleness", "workers", "steps_to_target", "max_skew", "max_staleness"):
+    for col in ("bound", "workers", "steps_to_target", "max_skew", "max_staleness"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     table["diverged"] = table["diverged"].astype(bool)
     table["diverged_on"] = table["diverged_on"].astype("object").where(table["diverged_on"].notna(), None)
@@ -172,22 +144,52 @@ def compare_table(
     return table
 
 
+def _either(stored: Any, computed: Any) -> Any:
+    """A figure as the summary has it, else as computed from the logs."""
+    return clean(stored) if stored is not None else computed
+
+
+def _row(label: str, steps: pd.DataFrame | None, summary: Summary, logs: Summary, opts: StoredOptions,
+         curve: pd.DataFrame | None) -> dict[str, Any]:
+    """One run's row of :func:`compare_table`, without its time and minibatches to target (filled in later)."""
+    workers = summary.workers or logs.workers or None
+    mode = summary.mode or opts.mode
+    bound = summary.bound if summary.has(Summary.bound) else opts.bound
+    diverged = _diverged(_either(summary.diverged, logs.diverged),
+                         _either(summary.diverged_on, logs.diverged_on), curve, steps, workers)
+    return {
+        "label": label, **diverged, "mode": mode,
+        "bound": None if mode in _MODES_WITHOUT_BOUND else bound, "workers": workers,
+        "steps_per_s": _either(summary.steps_per_s, logs.steps_per_s), "wall_s": _either(summary.wall_s, logs.wall_s),
+        # the simulator's view of the run (from summary.json only): see docs/run-directory.md
+        "measured_over_ideal": clean(summary.measured_over_ideal),
+        "final_loss": clean(summary.final_loss), "final_accuracy": clean(summary.final_accuracy),
+        "time_to_target_s": None, "steps_to_target": None,
+        "max_skew": _either(summary.max_skew, logs.max_skew),
+        "wait_fraction": _either(summary.wait_fraction, logs.wait_fraction),
+        "mean_staleness": _either(summary.mean_staleness, logs.mean_staleness),
+        "max_staleness": _either(summary.max_staleness, logs.max_staleness),
+        **_traffic_columns(summary.traffic), **_dc_columns(summary, steps, opts),
+        "status": summary.status or "unknown",
+    }
+
+
 def _predicted_attrs(runs: Mapping[str, RunTuple]) -> dict[str, Any]:
     """``predicted``: every run is a predicted one (``ssptk.predict``: say so wherever the table is shown, their
     clock is simulated); ``predicted_cores``: the cores their simulated workers shared, where a shaped network made
     them matter (``None``: each its own)."""
-    return {"predicted": bool(runs) and all(isinstance(r[2], Mapping) and r[2].get("predicted")
-                                            for r in runs.values()),
-            "predicted_cores": sorted({p["cores"] for r in runs.values() if isinstance(r[2], Mapping)
-                                       and isinstance(p := r[2].get("predicted"), Mapping) and "cores" in p},
+    predicted = [RunConfig.of(r[2]).predicted for r in runs.values()]
+    return {"predicted": bool(runs) and all(predicted),
+            "predicted_cores": sorted({p.cores for p in predicted if p is not None and p.shows_cores},
                                       key=lambda c: -1.0 if c is None else float(c))}
 
 
-def _diverged(pick: Any, curve: pd.DataFrame | None, steps: pd.DataFrame | None, workers: Any) -> dict[str, Any]:
+def _diverged(diverged: Any, on: str | None, curve: pd.DataFrame | None, steps: pd.DataFrame | None,
+              workers: Any) -> dict[str, Any]:
     """``diverged`` and ``diverged_on`` of one run: its summary's (or its logs') training rule, else the held-out
     rule on its evaluations (:func:`ssptk.analysis.held_out.held_out_divergence`)."""
-    if pick("diverged"):
-        return {"diverged": True, "diverged_on": pick("diverged_on") or "training"}
+    if diverged:
+        return {"diverged": True, "diverged_on": on or "training"}
     window = smoothing_window(int(workers) if workers else (steps["worker"].nunique() if steps is not None
                                                             and not steps.empty else 1))
     held = held_out_divergence(curve, steps, window)["diverged"]

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ssptk.analysis.values import clean
 from ssptk.core.divergence import find_held_out_divergence
+from ssptk.rundir import Summary
 
 __all__ = ["HELD_OUT_COLUMNS", "held_out_curve", "held_out_divergence", "held_out_to_target", "untrained_loss"]
 
@@ -25,7 +26,7 @@ HELD_OUT_COLUMNS = ("t", "global_step", "eval_loss", "eval_accuracy")
 def held_out_curve(events: pd.DataFrame | None, steps: pd.DataFrame | None = None,
                    summary: Mapping[str, Any] | None = None) -> pd.DataFrame | None:
     """The run's ``eval`` events in time order (:data:`HELD_OUT_COLUMNS`), ended by the final evaluation
-    (``summary["final_loss"]`` at the last step's time) when it is later; ``None`` if the run logged none."""
+    (the summary's ``final_loss`` at the last step's time) when it is later; ``None`` if the run logged none."""
     if events is None or events.empty or "event" not in events.columns or "eval_loss" not in events.columns:
         return None
     rows = events[events["event"] == "eval"].dropna(subset=["t", "eval_loss"])
@@ -33,12 +34,13 @@ def held_out_curve(events: pd.DataFrame | None, steps: pd.DataFrame | None = Non
         return None
     curve = pd.DataFrame({c: (rows[c] if c in rows.columns else np.nan) for c in HELD_OUT_COLUMNS})
     curve = curve.sort_values("t", kind="mergesort").reset_index(drop=True)
-    final = clean((summary or {}).get("final_loss"))
+    summary = Summary.of(summary)
+    final = clean(summary.final_loss)
     if final is not None and steps is not None and not steps.empty:
         end = float(steps["t"].max())
         if end > float(curve["t"].iloc[-1]):
             last = {"t": end, "global_step": steps["global_step"].max() if "global_step" in steps else np.nan,
-                    "eval_loss": float(final), "eval_accuracy": clean((summary or {}).get("final_accuracy"))}
+                    "eval_loss": float(final), "eval_accuracy": clean(summary.final_accuracy)}
             curve = pd.concat([curve, pd.DataFrame([last])], ignore_index=True)
     for c in ("t", "eval_loss", "eval_accuracy"):
         curve[c] = pd.to_numeric(curve[c], errors="coerce").astype("float64")

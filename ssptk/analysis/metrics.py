@@ -13,6 +13,7 @@ import pandas as pd
 
 from ssptk.analysis.values import clean
 from ssptk.core.divergence import find_divergence, smoothing_window
+from ssptk.rundir import RunConfig, StoredOptions, Summary
 
 __all__ = [
     "ALL_WORKERS", "run_options", "smoothing_window", "n_workers", "start_time", "finish_times", "prepare_steps",
@@ -24,28 +25,24 @@ __all__ = [
 ALL_WORKERS = -1
 
 
-def run_options(config: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The ``options`` of a config.json dict (a flat options dict is returned as is)."""
+def run_options(config: Mapping[str, Any] | None) -> StoredOptions:
+    """The ``options`` of a config.json (:class:`~ssptk.rundir.StoredOptions`; a flat options dict is taken as
+    the options themselves)."""
     if not config:
-        return {}
-    opts = config.get("options")
-    return opts if isinstance(opts, Mapping) else config
+        return StoredOptions()
+    return RunConfig.of(config).options or StoredOptions.of(config)
 
 
 def staleness_bound(config: Mapping[str, Any] | None) -> int | None:
     """The SSP staleness S of a run's config (``None`` unless its mode is ``ssp`` with an integer S)."""
-    opts = run_options(config)
-    staleness = opts.get("staleness")
-    if opts.get("mode") == "ssp" and isinstance(staleness, (int, np.integer)) and not isinstance(staleness, bool):
-        return int(staleness)
-    return None
+    return run_options(config).ssp_bound
 
 
 def n_workers(config: Mapping[str, Any] | None, steps: pd.DataFrame | None = None) -> int:
     """Number of workers: ``options.workers`` of the config, else distinct workers in ``steps``."""
-    value = run_options(config).get("workers")
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
-        return int(value)
+    value = run_options(config).workers
+    if value is not None:
+        return value
     if steps is not None and len(steps) and "worker" in steps.columns:
         return int(steps["worker"].nunique())
     return 0
@@ -178,8 +175,9 @@ def _mean_tail(values: pd.Series, k: int) -> float | None:
 
 def summarize(
     steps: pd.DataFrame, events: pd.DataFrame | None, config: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The summary.json fields that come from the logs (plain JSON-ready values).
+) -> Summary:
+    """The summary.json fields that come from the logs (plain JSON-ready values), as a
+    :class:`~ssptk.rundir.Summary`.
 
     Keys: ``workers``, ``total_steps`` (step records, i.e. minibatches computed, dropped backup
     gradients included), ``wall_s`` (earliest ``start`` event, else first record, to the last
@@ -192,12 +190,9 @@ def summarize(
     (no records, zero wall time, non-finite numbers) are None; an empty run gives zeros and Nones.
     """
     workers = n_workers(config, steps)
-    out: dict[str, Any] = {
-        "workers": workers, "total_steps": 0, "wall_s": None, "steps_per_s": None,
-        "train_loss_last": None, "loss_smoothed_last": None, "max_skew": 0,
-        "wait_fraction": None, "mean_staleness": None, "max_staleness": None,
-        "per_worker_steps": {}, "diverged": False, "diverged_at_step": None,
-    }
+    out = Summary(workers=workers, total_steps=0, wall_s=None, steps_per_s=None, train_loss_last=None,
+                  loss_smoothed_last=None, max_skew=0, wait_fraction=None, mean_staleness=None, max_staleness=None,
+                  per_worker_steps={}, diverged=False, diverged_at_step=None)
     if steps is None or steps.empty:
         return out
     df = steps.sort_values("t", kind="mergesort").reset_index(drop=True)
@@ -206,19 +201,16 @@ def summarize(
     t_start = first if start is None else min(start, first)
     wall = last - t_start
     n = len(df)
-    out["total_steps"] = n
-    out["wall_s"] = clean(wall)
-    out["steps_per_s"] = clean(n / wall) if wall > 0 else None
+    out.update(total_steps=n, wall_s=clean(wall), steps_per_s=clean(n / wall) if wall > 0 else None)
     if "loss" in df.columns:
-        out["train_loss_last"] = _mean_tail(df["loss"], max(1, workers))
-        out["loss_smoothed_last"] = _mean_tail(df["loss"], smoothing_window(workers))
-    out["max_skew"] = max_skew(df, finish_times(df, events))
+        out.update(train_loss_last=_mean_tail(df["loss"], max(1, workers)),
+                   loss_smoothed_last=_mean_tail(df["loss"], smoothing_window(workers)))
+    out.update(max_skew=max_skew(df, finish_times(df, events)))
     if "wait_s" in df.columns and wall > 0 and workers > 0:
-        out["wait_fraction"] = clean(float(df["wait_s"].fillna(0).sum()) / (workers * wall))
+        out.update(wait_fraction=clean(float(df["wait_s"].fillna(0).sum()) / (workers * wall)))
     if "staleness" in df.columns and df["staleness"].notna().any():
-        out["mean_staleness"] = clean(float(df["staleness"].mean()))
-        out["max_staleness"] = int(df["staleness"].max())
-    out["per_worker_steps"] = {int(k): int(v) for k, v in df.groupby("worker").size().items()}
+        out.update(mean_staleness=clean(float(df["staleness"].mean())), max_staleness=int(df["staleness"].max()))
+    out.update(per_worker_steps={int(k): int(v) for k, v in df.groupby("worker").size().items()})
     out.update(divergence(df, smoothing_window(workers)))
     return out
 

@@ -100,7 +100,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
         on = sorted({v for v in group["diverged_on"] if isinstance(v, str)}, key=lambda v: v != "training") \
             if "diverged_on" in group else []
         row: dict[str, Any] = {"label": label, "diverged": bool(group["diverged"].any()), "mode": first["mode"],
-                               "staleness": first["staleness"], "workers": first["workers"],
+                               "bound": first["bound"], "workers": first["workers"],
                                "lr_staleness": first.get("lr_staleness"),
                                "diverged_on": on[0] if on else None}
         spread: dict[str, Any] = {}
@@ -116,7 +116,7 @@ def aggregate_repeats(runs_table: pd.DataFrame) -> pd.DataFrame:
         rows.append({**row, **spread})
     spread_cols = [f"{c}{s}" for c in FIGURE_COLUMNS for s in SPREAD_SUFFIXES]
     table = pd.DataFrame(rows, columns=[*COMPARE_COLUMNS, "repeats", *spread_cols])
-    for col in ("staleness", "workers", "repeats"):
+    for col in ("bound", "workers", "repeats"):
         table[col] = pd.to_numeric(table[col], errors="coerce").astype("Int64")
     integral = {"steps_to_target", "max_skew", "max_staleness"}
     for col in FIGURE_COLUMNS:

@@ -31,8 +31,10 @@ from ssptk.analysis.metrics import (
 )
 from ssptk.analysis.progress import MANY_WORKERS, extreme_workers, loss_band, progress_band
 from ssptk.core.divergence import smoothing_window
+from ssptk.rundir import RunConfig, StoredOptions
 
-__all__ = ["Band", "Line", "LossPanel", "ProgressPanel", "RunView", "WaitPanel", "view_of_records", "view_of_run"]
+__all__ = ["Band", "Line", "LossPanel", "ProgressPanel", "RunFacts", "RunView", "StepArrays", "WaitPanel",
+           "view_of_records", "view_of_run"]
 
 
 def _floats(values: Any = ()) -> np.ndarray:
@@ -109,13 +111,13 @@ class WaitPanel:
 class RunView:
     """Everything a run's six panels show. Times are seconds from the start barrier (else the first record).
 
-    ``staleness`` is the SSP staleness S (``None`` for other modes): the skew panel's bound is S+1
+    ``bound`` is the SSP staleness bound S (``None`` for other modes): the skew panel's line is at S+1
     (:func:`ssptk.core.options.skew_bound`). ``options`` are the run's (mode, staleness, workers, model; empty
     when unknown) for the figure's title.
     """
 
-    options: Mapping[str, Any]
-    staleness: int | None
+    options: StoredOptions
+    bound: int | None
     predicted: bool
     #: Workers the run has (at least those with records): line colours are ``color(w, workers)``.
     workers: int
@@ -163,17 +165,35 @@ def _many_panels(elapsed: np.ndarray, worker: np.ndarray, step: np.ndarray, loss
     return Band(elapsed, lo, hi), Band(samples, lo, hi), progress
 
 
-def view_of_records(
-    elapsed: np.ndarray, worker: np.ndarray, step: np.ndarray, loss: np.ndarray, *,
-    skew: Line, waits: WaitPanel, counts: Line, options: Mapping[str, Any], workers: int,
-    ids: Iterable[int] | None = None, predicted: bool = False, staleness: int | None = None,
-) -> RunView:
-    """The :class:`RunView` of step records in time order (``elapsed``: seconds from the start; ``worker``,
-    ``step``, ``loss``: one value per record), with the skew, waits and staleness counts computed by the
-    caller (incrementally, for a live run). ``workers``: how many the run has; ``ids``: the workers to draw,
-    every one with records among them (default: those with records). Cost O(records * workers) with few
-    workers, O(records) with many."""
-    worker = np.asarray(worker).astype("int64", copy=False)
+@dataclass(frozen=True)
+class StepArrays:
+    """Step records in time order, a value per record: ``elapsed`` (seconds from the start), ``worker``, ``step``,
+    ``loss``."""
+
+    elapsed: np.ndarray
+    worker: np.ndarray
+    step: np.ndarray
+    loss: np.ndarray
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's figure says of the run itself: its ``options`` as stored (the title, the mode), the ``workers``
+    it has, its SSP ``bound`` S (``None`` in the other modes) and whether it was ``predicted``."""
+
+    options: StoredOptions
+    workers: int
+    bound: int | None = None
+    predicted: bool = False
+
+
+def view_of_records(records: StepArrays, *, skew: Line, waits: WaitPanel, counts: Line, run: RunFacts,
+                    ids: Iterable[int] | None = None) -> RunView:
+    """The :class:`RunView` of step ``records`` of ``run``, with the skew, waits and staleness counts computed by
+    the caller (incrementally, for a live run). ``ids``: the workers to draw, every one with records among them
+    (default: those with records). Cost O(records * workers) with few workers, O(records) with many."""
+    elapsed, step, loss, workers = records.elapsed, records.step, records.loss, run.workers
+    worker = np.asarray(records.worker).astype("int64", copy=False)
     ids_all = tuple(sorted({int(i) for i in (np.unique(worker).tolist() if ids is None else ids)}))
     n = max(int(workers), len(ids_all), (max(ids_all) + 1) if ids_all else 0)
     smooth = smoothing_window(max(int(workers) or len(ids_all), 1))
@@ -191,7 +211,7 @@ def view_of_records(
     finite_steps = step[np.isfinite(step)]
     finite_t = elapsed[np.isfinite(elapsed)]
     return RunView(
-        options=dict(options), staleness=staleness, predicted=predicted, workers=n,
+        options=run.options, bound=run.bound, predicted=run.predicted, workers=n,
         ids=() if many else ids_all, many=many, smooth=smooth, n_records=len(elapsed),
         loss_range=_loss_range(loss), t_end=float(finite_t.max()) if len(finite_t) else 0.0,
         steps_max=float(finite_steps.max()) if len(finite_steps) else 0.0,
@@ -202,20 +222,20 @@ def view_of_run(
     steps: pd.DataFrame | None,
     events: pd.DataFrame | None = None,
     config: Mapping[str, Any] | None = None,
-    staleness: int | None = None,
+    bound: int | None = None,
     *,
     ended: bool = True,
 ) -> RunView:
     """The :class:`RunView` of a run's step and event frames (:mod:`ssptk.rundir.logs`).
 
-    ``staleness``: the SSP staleness S (default: the config's, for an ``ssp`` run). ``ended``: the run is
+    ``bound``: the SSP staleness bound S (default: the config's, for an ``ssp`` run). ``ended``: the run is
     over, so a worker without a ``done`` event finished at its last record; with ``ended=False`` (a run
     read part way) such a worker is still training (:func:`ssptk.analysis.finish_times`). The skew ends
     once fewer than two workers train (:func:`ssptk.analysis.skew_timeline`'s ``end_when_one_left``).
     """
     opts = run_options(config)
-    if staleness is None:
-        staleness = staleness_bound(config)
+    if bound is None:
+        bound = staleness_bound(config)
     if steps is None or steps.empty:
         steps = pd.DataFrame({"t": _floats(), "worker": np.zeros(0, dtype="int64"), "step": _floats(),
                               "loss": _floats()})
@@ -227,11 +247,10 @@ def view_of_run(
     counts = staleness_counts(df)
     loss = df["loss"] if "loss" in df.columns else pd.Series(np.nan, index=df.index)
     return view_of_records(
-        df["elapsed"].to_numpy(dtype="float64"), worker, df["step"].to_numpy(dtype="float64"),
-        pd.to_numeric(loss, errors="coerce").to_numpy(dtype="float64"),
+        StepArrays(df["elapsed"].to_numpy(dtype="float64"), worker, df["step"].to_numpy(dtype="float64"),
+                   pd.to_numeric(loss, errors="coerce").to_numpy(dtype="float64")),
         skew=Line(skew["elapsed"].to_numpy(dtype="float64"), skew["skew"].to_numpy(dtype="float64")),
         waits=WaitPanel(waits["worker"].to_numpy(dtype="int64"), waits["wait_s"].to_numpy(dtype="float64"),
                         waits["delay_s"].to_numpy(dtype="float64")),
         counts=Line(counts.index.to_numpy(dtype="float64"), counts.to_numpy(dtype="float64")),
-        options=opts, workers=n_workers(config, steps),
-        predicted=bool((config or {}).get("predicted")), staleness=staleness)
+        run=RunFacts(opts, n_workers(config, steps), bound, bool(RunConfig.of(config).predicted)))

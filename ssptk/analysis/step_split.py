@@ -36,6 +36,8 @@ from typing import Any
 
 import pandas as pd
 
+from ssptk.rundir import TrafficSection
+
 __all__ = ["PARTS", "StepSplit", "partition", "split_of", "step_split", "unblocked_transfer"]
 
 #: The parts of a worker's step, in the order each takes its time.
@@ -116,27 +118,26 @@ def unblocked_transfer(steps: pd.DataFrame | None) -> float | None:
     return float(x[ok].sum()) / total if total > 0 else None
 
 
-def split_of(traffic: Mapping[str, Any], unblocked: float | None) -> dict[str, float | None]:
+def split_of(traffic: TrafficSection, unblocked: float | None) -> dict[str, float | None]:
     """The shares ``summary.json`` keeps (``traffic.split``) for a ``traffic`` section with ``step_ms``, given
     :func:`unblocked_transfer` of the run's step records (``None``, a summary without its records: the timed
     transfer as its mean over the step, at most the share the mode did not block)."""
-    wait = _ms_share(traffic, "wait_ms")
-    transfer = _ms_share(traffic, "transfer_ms")
-    if transfer is not None and traffic.get("transfer_timed_steps"):
+    wait = _ms_share(traffic, traffic.wait_ms)
+    transfer = _ms_share(traffic, traffic.transfer_ms)
+    if transfer is not None and traffic.transfer_timed_steps:
         unblocked_share = 1.0 - (_share(wait) or 0.0)
         transfer = min(transfer, unblocked_share) if unblocked is None else unblocked * unblocked_share
-    t, w, c, o = partition(transfer, wait, _ms_share(traffic, "compute_ms"), _ring(traffic))
+    t, w, c, o = partition(transfer, wait, _ms_share(traffic, traffic.compute_ms), _ring(traffic))
     return {"transfer": t, "wait": w, "compute": c, "other": o}
 
 
-def _ms_share(traffic: Mapping[str, Any], key: str) -> float | None:
-    ms = traffic.get(key)
-    return None if ms is None else float(ms) / float(traffic["step_ms"])
+def _ms_share(traffic: TrafficSection, ms: float | None) -> float | None:
+    return None if ms is None or not traffic.step_ms else float(ms) / float(traffic.step_ms)
 
 
-def _ring(traffic: Mapping[str, Any]) -> bool:
+def _ring(traffic: TrafficSection) -> bool:
     """Allreduce: counters of workers' links only, no PS task."""
-    tasks = traffic.get("tasks") or {}
+    tasks = traffic.tasks
     return bool(tasks) and not any(str(t).startswith("ps:") for t in tasks)
 
 
@@ -144,11 +145,12 @@ def step_split(traffic: Mapping[str, Any] | None) -> StepSplit | None:
     """The step split of a summary's ``traffic`` section: its ``split`` shares, or for a run written before
     ``summary.json`` kept them, the same rule applied to its ``*_ms`` figures (a timed transfer as its mean over
     the step, at most the share the mode did not block); ``None`` for a section without ``step_ms``."""
-    if not isinstance(traffic, Mapping) or not traffic.get("step_ms"):
+    section = TrafficSection.maybe(traffic)
+    if section is None or not section.step_ms:
         return None
-    kept = traffic.get("split")
-    shares = kept if isinstance(kept, Mapping) and "other" in kept else split_of(traffic, None)
-    return StepSplit(step_ms=float(traffic["step_ms"]), transfer=shares.get("transfer"), wait=shares.get("wait"),
+    kept = section.split
+    shares = kept if isinstance(kept, Mapping) and "other" in kept else split_of(section, None)
+    return StepSplit(step_ms=float(section.step_ms), transfer=shares.get("transfer"), wait=shares.get("wait"),
                      compute=shares.get("compute"), other=float(shares.get("other") or 0.0),
-                     timed_steps=int(traffic.get("transfer_timed_steps") or 0), ring=_ring(traffic),
-                     cpu=_ms_share(traffic, "compute_ms"))
+                     timed_steps=int(section.transfer_timed_steps or 0), ring=_ring(section),
+                     cpu=_ms_share(section, section.compute_ms))

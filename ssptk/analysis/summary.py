@@ -13,15 +13,14 @@ from ssptk.analysis.traffic import traffic_summary, worker_cpu_s
 from ssptk.core.errors import TaskFailure
 from ssptk.core.models import builtin_parameters
 from ssptk.core.options import RunOptions
-from ssptk.rundir import RunDir, load_run, recorded_cores
-from ssptk.sim import calibrate_gap, ideal_for
-from ssptk.sim.links import shared_cores
+from ssptk.rundir import RunConfig, RunDir, Summary, load_run
+from ssptk.sim import SimSpec, calibrate_gap, ideal_for
 
 __all__ = ["run_summary"]
 
 
 def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | None,
-                ps_cpu_s: float | None = None) -> tuple[dict[str, Any], RunTuple]:
+                ps_cpu_s: float | None = None) -> tuple[Summary, RunTuple]:
     """What ``summary.json`` holds, computed from the run directory's logs: ``(summary, loaded)``, where
     ``loaded`` is what :func:`ssptk.rundir.load_run` read (so callers need not read the logs again).
 
@@ -33,60 +32,56 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     final = rd.final()
     if failure is None and not final:
         failure = TaskFailure.of("worker:0", "finished without writing model/final.json")
-    s: dict[str, Any] = {"status": "ok" if failure is None else failure.status,
-                         "reason": None if failure is None else str(failure),
-                         "failed_task": None if failure is None else failure.task,
-                         "signal": None if failure is None else failure.signal,
-                         "mode": opts.mode, "model": opts.model, "workers": opts.workers,
-                         "staleness": opts.staleness, "local_steps": opts.local_steps, "backup": opts.backup,
-                         "steps": opts.steps, "lr_staleness": opts.lr_staleness, "optimizer": opts.optimizer}
+    s = Summary(status="ok" if failure is None else failure.status,
+                reason=None if failure is None else str(failure),
+                failed_task=None if failure is None else failure.task,
+                signal=None if failure is None else failure.signal,
+                mode=opts.mode, model=opts.model, workers=opts.workers,
+                staleness=opts.bound, local_steps=opts.local_steps, backup=opts.backup,
+                steps=opts.steps, lr_staleness=opts.lr_staleness, optimizer=opts.optimizer)
     s.update(summarize(steps, events, config))
     s.update(_startup(steps, config))
     s.update(dc_correction_summary(steps))
-    s.update(traffic_summary(rd.traffic(), s.get("total_steps"), s.get("wall_s"), opts.workers,
-                             s.get("wait_fraction"), worker_cpu_s(events), steps))
-    s["traffic_not_measured"] = _why_no_traffic(config) if "traffic" not in s else None
-    s.update(_training_cpu(events, ps_cpu_s, s.get("total_steps")))
-    predicted = config.get("predicted") if isinstance(config, dict) else None
+    s.update(traffic_summary(rd.traffic(), s.total_steps, s.wall_s, opts.workers, s.wait_fraction,
+                             worker_cpu_s(events), steps))
+    s.update(traffic_not_measured=config.tasks.traffic_not_measured if s.traffic is None else None)
+    s.update(_training_cpu(events, ps_cpu_s, s.total_steps))
+    predicted = config.predicted
     if predicted is None:
         s.update(_ideal(steps, opts, config))
         gap = calibrate_gap(steps, opts.workers)
-        s["gap_ms"] = None if gap is None else 1000.0 * gap
-        ideal, measured = s.get("ideal_steps_per_s"), s.get("steps_per_s")
-        s["measured_over_ideal"] = measured / ideal if ideal and measured else None
+        ideal, measured = s.ideal_steps_per_s, s.steps_per_s
+        s.update(gap_ms=None if gap is None else 1000.0 * gap,
+                 measured_over_ideal=measured / ideal if ideal and measured else None)
     else:  # the simulator's own clock: nothing measured to hold against it
-        s.update({"overhead_ms": 1000.0 * float(predicted.get("overhead_s") or 0.0), "ideal_steps_per_s": None,
-                  "measured_over_ideal": None, "gap_ms": 1000.0 * float(predicted.get("gap_s") or 0.0)})
-        s["predicted"] = dict(predicted)
-    s["final_loss"] = final.get("eval_loss")
-    s["final_accuracy"] = final.get("eval_accuracy")
+        s.update(overhead_ms=1000.0 * float(predicted.overhead_s or 0.0), ideal_steps_per_s=None,
+                 measured_over_ideal=None, gap_ms=1000.0 * float(predicted.gap_s or 0.0), predicted=dict(predicted))
+    s.update(final_loss=final.get("eval_loss"), final_accuracy=final.get("eval_accuracy"))
     s.update(_diverged_on(steps, events, s))
-    s["params"] = final.get("params") if opts.model == "linear" else None
-    s["run_dir"] = rd.path
+    s.update(params=final.get("params") if opts.model == "linear" else None, run_dir=rd.path)
     return s, (steps, events, config, s)
 
 
-def _diverged_on(steps: pd.DataFrame, events: pd.DataFrame, s: dict[str, Any]) -> dict[str, Any]:
+def _diverged_on(steps: pd.DataFrame, events: pd.DataFrame, s: Summary) -> dict[str, Any]:
     """``diverged`` on the training loss (as :func:`summarize` found) or on the held-out loss
     (:func:`ssptk.analysis.held_out.held_out_divergence`, the final evaluation included), ``diverged_at_step`` where
     the first rule that held did, and ``diverged_on``: ``"training"``, ``"held-out"`` or ``None``."""
-    if s.get("diverged"):
+    if s.diverged:
         return {"diverged_on": "training"}
-    held = held_out_divergence(held_out_curve(events, steps, s), steps, smoothing_window(int(s.get("workers") or 1)))
+    held = held_out_divergence(held_out_curve(events, steps, s), steps, smoothing_window(int(s.workers or 1)))
     if not held["diverged"]:
         return {"diverged_on": None}
     return {"diverged": True, "diverged_at_step": held["diverged_at_step"], "diverged_on": "held-out"}
 
 
-def _startup(steps: pd.DataFrame, config: dict[str, Any]) -> dict[str, Any]:
+def _startup(steps: pd.DataFrame, config: RunConfig) -> dict[str, Any]:
     """Seconds from the ``run()`` call to the first step record, and whether the tasks were warm."""
-    launched, tasks = config.get("launched"), config.get("tasks") or {}
+    launched = config.launched
     first = None if steps.empty or not launched else float(steps["t"].min()) - float(launched)
-    return {"first_step_s": first,
-            "warm_reused": bool(tasks.get("reused"))}
+    return {"first_step_s": first, "warm_reused": config.tasks.reused}
 
 
-def _ideal(steps: pd.DataFrame, opts: RunOptions, config: Any) -> dict[str, Any]:
+def _ideal(steps: pd.DataFrame, opts: RunOptions, config: RunConfig) -> dict[str, Any]:
     """The simulator's steps/s for these options with this run's calibrated per-step overhead, its workers sharing
     the cores the run had (``--cores``, else config.json's ``tasks.cores``)."""
     if steps.empty:
@@ -95,11 +90,8 @@ def _ideal(steps: pd.DataFrame, opts: RunOptions, config: Any) -> dict[str, Any]
     # 1000000 must not spend minutes simulating the rest); a finished run has >= (N-B)*K records: all of it.
     budget = min(opts.steps, max(1, -(-len(steps) // max(1, opts.workers - opts.backup))))
     size = builtin_parameters(opts.model)  # under --network the calibrated overhead leaves the transfers out
-    mode = opts.label if opts.mode == "local" else opts.mode  # local:H, its H with it
-    return ideal_for(steps, mode, opts.workers, budget, staleness=opts.staleness, backup=opts.backup,
-                     straggler=opts.stragglers, jitter=opts.jitter, seed=opts.seed, network=opts.network,
-                     ps=opts.ps, model_bytes=None if size is None else 4.0 * size,
-                     cores=shared_cores(opts.cores, recorded_cores(config)))
+    return ideal_for(steps, SimSpec.of(opts, machine_cores=config.tasks.cores, steps=budget,
+                                       model_bytes=None if size is None else 4.0 * size))
 
 
 def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | None) -> dict[str, Any]:
@@ -126,13 +118,3 @@ def _training_cpu(events: pd.DataFrame, ps_cpu_s: float | None, steps: int | Non
         return out
     total = float((by["done"] - by["start"]).sum()) + ps_cpu_s
     return {"train_cpu_s": total, "cpu_ms_per_step": 1000.0 * total / steps}
-
-
-def _why_no_traffic(config: Any) -> str | None:
-    """Why a run has no traffic (config.json's ``tasks.traffic``: ``"not measured (<why>)"``): ``<why>``; ``None``
-    for a predicted run, and for a run that says nothing of it (before ssptk recorded it)."""
-    tasks = config.get("tasks") if isinstance(config, dict) else None
-    note = tasks.get("traffic") if isinstance(tasks, dict) else None
-    if not isinstance(note, str) or not note.startswith("not measured"):
-        return None
-    return note[len("not measured"):].strip().removeprefix("(").removesuffix(")") or "not measured"

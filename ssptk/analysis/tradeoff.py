@@ -42,7 +42,7 @@ def tradeoff_table(table: pd.DataFrame, verdict: Verdict | None = None) -> pd.Da
         return pd.to_numeric(pd.Series(values, index=table.index, dtype="object"), errors="coerce").astype("float64")
 
     rows = table.assign(time_lo=column("time_lo"), time_hi=column("time_hi"), share_at_target=column("share"),
-                        order=[_order(m, s) for m, s in zip(table["mode"], table["staleness"])])
+                        order=[_order(m, s) for m, s in zip(table["mode"], table["bound"])])
     rows = rows.sort_values(["order", "label"], kind="mergesort").reset_index(drop=True)
     rows["best"] = rows["label"].astype(str) == verdict.winner
     if "diverged" not in rows.columns:

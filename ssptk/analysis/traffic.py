@@ -28,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from ssptk.analysis.step_split import split_of, unblocked_transfer
+from ssptk.rundir import Summary, TrafficSection
 
 __all__ = ["link_capacity", "traffic_summary", "worker_cpu_s"]
 
@@ -81,9 +82,9 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
     if workers and n and wall_s:
         out.update(_step_parts(counts, rates, n, workers, wall_s, wait_fraction, cpu_s))
         timed = steps["transfer_s"].dropna() if steps is not None and "transfer_s" in steps else None
-        if timed is not None and len(timed) and out["transfer_ms"] is not None:
+        if timed is not None and len(timed) and TrafficSection(out).transfer_ms is not None:
             out.update(transfer_ms=1000.0 * float(timed.mean()), transfer_timed_steps=int(len(timed)))
-        out["split"] = split_of(out, unblocked_transfer(steps))
+        out["split"] = split_of(TrafficSection(out), unblocked_transfer(steps))
     return {"traffic": out}
 
 
@@ -112,12 +113,13 @@ def link_capacity(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     ``rate`` (bits/s), ``mb_per_minibatch`` (its fuller direction), ``limit_steps_per_s`` (the most minibatches a
     second that direction can carry: rate / 8 / bytes per minibatch, the physical limit) and ``share``
     (``steps_per_s`` over that limit: 1.0 is a link full the whole run). ``[]`` without a shaped link."""
-    traffic, n, speed = summary.get("traffic"), summary.get("total_steps"), summary.get("steps_per_s")
-    if not isinstance(traffic, Mapping) or not n or not speed:
+    summary = Summary.of(summary)
+    traffic, n, speed = summary.traffic, summary.total_steps, summary.steps_per_s
+    if traffic is None or not n or not speed:
         return []
-    rates, tasks = traffic.get("rates") or {}, traffic.get("tasks") or {}
+    tasks = traffic.tasks
     rows = []
-    for task, rate in rates.items():
+    for task, rate in traffic.rates.items():
         counts = tasks.get(task)
         if not rate or not isinstance(counts, Mapping):
             continue

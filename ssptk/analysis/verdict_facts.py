@@ -14,6 +14,7 @@ import pandas as pd
 
 from ssptk.analysis.outcomes import FAILED, SINGLE_RUN_SPREAD, Outcome
 from ssptk.core.labels import LabelError, label_of, parse_dc
+from ssptk.rundir import Summary
 
 __all__ = ["DC_NEGLIGIBLE", "PACE_TOLERANCE", "SKEW_OVER_STALENESS", "STEADY_RATE_SPREAD", "DelayCompensation", "Fact",
            "PaceGap", "SkewOverStaleness", "StalenessCost", "dc_fact", "dc_facts", "pace_gaps", "same_pace",
@@ -155,8 +156,8 @@ def dc_fact(label: str, row: Mapping[Any, Any], plain_here: bool = False) -> Del
     except LabelError:
         dc = None
     mode = str(row.get("mode") or "async")
-    staleness = _float(row.get("staleness"))
-    plain = label_of(mode, None if staleness is None else int(staleness))
+    bound = _float(row.get("bound", row.get("staleness")))  # a table row's bound, a summary's (summary.json: staleness)
+    plain = label_of(mode, None if bound is None else int(bound))
     return DelayCompensation(label, mean, _float(row.get("dc_correction_median")),
                              (mean if largest is None else largest) < DC_NEGLIGIBLE, plain,
                              None if dc is None else dc.form, None if dc is None else dc.lam, plain_here, largest)
@@ -211,17 +212,16 @@ def pace_gaps(real: Mapping[str, Mapping[str, Any]], predicted: Mapping[str, Map
     """A :class:`PaceGap` per label whose real and predicted summaries (``label -> summary.json``) differ in steps/s
     by more than :data:`PACE_TOLERANCE`, in the order of ``real``."""
     out = []
-    for label, s in real.items():
-        p = predicted.get(label)
-        if p is None or s.get("status") != "ok" or p.get("status") != "ok":
+    for label, given in real.items():
+        s, p = Summary.of(given), Summary.maybe(predicted.get(label))
+        if p is None or not s.ok or not p.ok:
             continue
-        rate, pace = _float(s.get("steps_per_s")), _float(p.get("steps_per_s"))
+        rate, pace = _float(s.steps_per_s), _float(p.steps_per_s)
         if rate is None or pace is None or not _differ(pace, rate):
             continue
-        over_pred, over_real = _float(p.get("overhead_ms")), _float(s.get("overhead_ms"))
-        pred_cores = (p.get("predicted") or {}).get("cores") if isinstance(p.get("predicted"), Mapping) else None
-        cores_pred, cores_real = _float(pred_cores), _float(s.get("ideal_cores"))
-        ideal = _float(s.get("measured_over_ideal"))
+        over_pred, over_real = _float(p.overhead_ms), _float(s.overhead_ms)
+        cores_pred, cores_real = _float(None if p.predicted is None else p.predicted.cores), _float(s.ideal_cores)
+        ideal = _float(s.measured_over_ideal)
         reasons = tuple(r for r, holds in (("clock", _differ(over_pred, over_real)),
                                            ("cores", cores_pred != cores_real and (cores_pred or cores_real)),
                                            ("unmodelled", ideal is not None and abs(ideal - 1.0) > PACE_TOLERANCE))

@@ -8,14 +8,16 @@ from typing import Any
 from ssptk.core.delays import check_delay_bounds, parse_jitter
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import STALE_MODES, LabelError, parse_dc
-from ssptk.core.models import BUILTIN, MODEL_HINT
+from ssptk.core.models import BUILTIN, MODEL_HINT, builtin_parameters
 from ssptk.core.network import MAX_TASKS, named_roles, parse_network
 from ssptk.core.optimizers import parse_optimizer
+from ssptk.core.resources import check_fits, example_bytes, run_estimate, sim_estimate, slot_part
 
 #: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
 RunOptions = Any
 
-__all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "stall_timeout_floor", "validate"]
+__all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "check_cores", "check_memory",
+           "check_target", "stall_timeout_floor", "validate"]
 
 LAYOUTS = ("auto", "processes", "shared")
 LR_CONVENTIONS = ("minibatch", "mean")
@@ -29,11 +31,11 @@ _LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": None, "outer_momentum": 0.0}
 def validate(o: RunOptions) -> None:
     """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
     ``dca:2.0``, ``momentum:0.9``, the network spec)."""
-    if o.staleness is not None:
+    if o.bound is not None:
         if o.mode != "ssp":
             raise UsageError(f"--staleness applies to ssp only, not {o.mode}: drop it or use --mode ssp")
-        if isinstance(o.staleness, bool) or not isinstance(o.staleness, int) or o.staleness < 0:
-            raise UsageError(f"--staleness must be an integer >= 0, got {o.staleness!r}")
+        if isinstance(o.bound, bool) or not isinstance(o.bound, int) or o.bound < 0:
+            raise UsageError(f"--staleness must be an integer >= 0, got {o.bound!r}")
     if o.workers < 1:
         raise UsageError(f"--workers must be >= 1, got {o.workers}")
     if o.steps < 1:
@@ -163,3 +165,44 @@ def _check_stall_timeout(o: RunOptions) -> None:
                          f"stall watchdog off")
 
 
+def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
+    """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
+    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
+    ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
+    per_example = example_bytes(o.model) if sized else None
+    slots = slot_part(o.optimizer, parse_optimizer(o.optimizer).slots, builtin_parameters(o.model),
+                      o.workers if o.mode in ("local", "allreduce") else 1)  # the PS's shards, or every worker's
+    if predicted:
+        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True, slots=slots)
+    else:
+        estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
+                                per_example=per_example, records=not o.no_log, slots=slots)
+    check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
+
+
+def check_cores(cores: Any) -> float | None:
+    """``--cores``'s value as a float (``None``: not given, 0: each worker its own machine), else
+    :class:`UsageError`."""
+    if cores is None:
+        return None
+    try:
+        value = float(cores)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(cores, bool) or not 0 <= value < math.inf:
+        raise UsageError(f"--cores must be a number of cores >= 0 (0: each worker has a machine of its own), "
+                         f"not {cores!r}")
+    return value
+
+
+def check_target(target: Any) -> float | None:
+    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
+    if target is None:
+        return None
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(target, bool) or not math.isfinite(value):
+        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
+    return value

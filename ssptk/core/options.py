@@ -3,9 +3,7 @@ the notebook magics. Help text, defaults and validation all come from :data:`OPT
 (``--mode ssp:4``) from :mod:`ssptk.core.labels`."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,25 +19,12 @@ from ssptk.core.labels import (
     parse_dc,
     parse_mode,
 )
-from ssptk.core.models import BUILTIN, builtin_parameters
+from ssptk.core.models import BUILTIN
 from ssptk.core.network import Network, parse_network
-from ssptk.core.optimizers import parse_optimizer, suffix
-from ssptk.core.option_checks import (
-    validate,
-)
+from ssptk.core.optimizers import suffix
+from ssptk.core.option_checks import check_cores, validate
 from ssptk.core.option_types import typed
-from ssptk.core.resources import (
-    BATCH_COPIES,
-    RECORD_BYTES,
-    SHARED_TASK_BYTES,
-    SIM_RECORD_BYTES,
-    TASK_BYTES,
-    check_fits,
-    example_bytes,
-    run_estimate,
-    sim_estimate,
-    slot_part,
-)
+from ssptk.core.resources import BATCH_COPIES, RECORD_BYTES, SHARED_TASK_BYTES, SIM_RECORD_BYTES, TASK_BYTES
 
 #: ``--layout auto`` runs this many workers or more in the shared layout (see README, "Layouts").
 AUTO_SHARED_FROM = 8
@@ -60,6 +45,13 @@ class Option:
     metavar: str | None = None
     repeat: bool = False
     flag: bool = False
+    #: the :class:`RunOptions` field that holds it, where that is not ``name`` (``--staleness``: ``bound``)
+    attr: str | None = None
+
+    @property
+    def field(self) -> str:
+        """The :class:`RunOptions` field that holds the option."""
+        return self.attr or self.name
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -73,7 +65,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("staleness", int, None,
            f"SSP bound S >= 0: a worker starts a step only while at most S completed steps ahead of the slowest, "
            f"so the completed-step skew the logs show is at most S+1 (ssp only; default {DEFAULT_STALENESS})",
-           "S"),
+           "S", attr="bound"),
     Option("local_steps", int, None,
            f"local SGD's H >= 1: each worker takes H steps on its own copy of the parameters, then the round's "
            f"deltas are averaged on the PS and every worker goes on from the average (local:1 is sync; local only; "
@@ -170,6 +162,9 @@ OPTIONS: tuple[Option, ...] = (
 
 
 _DEFAULT: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+#: option name -> RunOptions field, and back, where they differ (the CLI's and config.json's ``staleness`` is the bound)
+_FIELD = {o.name: o.field for o in OPTIONS if o.attr}
+_NAME = {field: name for name, field in _FIELD.items()}
 
 
 @dataclass
@@ -178,7 +173,9 @@ class RunOptions:
 
     model: str = _DEFAULT["model"]
     mode: str = _DEFAULT["mode"]
-    staleness: int | None = _DEFAULT["staleness"]
+    #: SSP's staleness bound S (``--staleness``; ``None`` in the other modes). The staleness a step record measures
+    #: is what the bound holds to it, not this.
+    bound: int | None = _DEFAULT["staleness"]
     local_steps: int | None = _DEFAULT["local_steps"]
     outer_lr: float | None = _DEFAULT["outer_lr"]
     outer_momentum: float = _DEFAULT["outer_momentum"]
@@ -273,18 +270,20 @@ class RunOptions:
     def label(self) -> str:
         """``ssp:S``, ``local:H`` or the mode's name (see :func:`label_of`), then its optimizer unless sgd
         (``async\u00b7adam``)."""
-        number = self.local_steps if self.mode == "local" else self.staleness
+        number = self.local_steps if self.mode == "local" else self.bound
         return label_of(self.mode, number) + suffix(self.optimizer)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """The options by their names (``config.json``'s ``options``: ``staleness`` for :attr:`bound`)."""
+        d = {_NAME.get(k, k): v for k, v in dataclasses.asdict(self).items()}
         d["straggler"] = [list(x) for x in self.straggler]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        """The options of a dict by their names (:meth:`to_dict`'s); names it does not know are left out."""
         known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
+        kw = {_FIELD.get(k, k): v for k, v in d.items() if _FIELD.get(k, k) in known}
         kw["straggler"] = tuple(tuple(x) for x in kw.get("straggler", ()))
         return cls(**kw)
 
@@ -303,109 +302,26 @@ def resolve(**kwargs: Any) -> RunOptions:
           if v is not None or k in ("staleness", "local_steps", "outer_lr", "lr", "jitter", "out", "network", "cores")}
     table = {o.name: o for o in OPTIONS}  # every value held to its option's type, as the CLI's argparse does
     kw = {k: v if k == "staleness" else typed(table[k], v) for k, v in kw.items()}  # staleness: _validate's
-    kw["mode"], number = parse_mode(kw.get("mode", _DEFAULT["mode"]))  # "ssp:4", "local:8" are shorthands
+    given_mode = kw.get("mode", _DEFAULT["mode"])
+    kw["mode"], number = parse_mode(given_mode)  # "ssp:4", "local:8" are shorthands
     if number is not None:
-        kw["staleness" if kw["mode"] == "ssp" else "local_steps"] = number
+        key = "staleness" if kw["mode"] == "ssp" else "local_steps"
+        if kw.get(key) is not None and kw[key] != number:
+            raise UsageError(f"--mode {given_mode} conflicts with --{key.replace('_', '-')} {kw[key]!r}: "
+                             "give the number once")
+        kw[key] = number
     kw["straggler"] = parse_stragglers(kw.get("straggler"))
-    opts = RunOptions(**kw)
+    opts = RunOptions(**{_FIELD.get(k, k): v for k, v in kw.items()})
     validate(opts)
     opts.cores = check_cores(opts.cores)
-    if opts.mode == "ssp" and opts.staleness is None:
-        opts.staleness = DEFAULT_STALENESS
+    if opts.mode == "ssp" and opts.bound is None:
+        opts.bound = DEFAULT_STALENESS
     if opts.mode == "local" and opts.local_steps is None:
         opts.local_steps = DEFAULT_LOCAL_STEPS
     return opts
-
-
-def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
-    """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
-    whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
-    ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""
-    per_example = example_bytes(o.model) if sized else None
-    slots = slot_part(o.optimizer, parse_optimizer(o.optimizer).slots, builtin_parameters(o.model),
-                      o.workers if o.mode in ("local", "allreduce") else 1)  # the PS's shards, or every worker's
-    if predicted:
-        estimate = sim_estimate(o.workers, o.steps, batch=o.batch, per_example=per_example, model=True, slots=slots)
-    else:
-        estimate = run_estimate(o.workers, o.batch, o.steps, ps=o.ps, shared=o.shared, with_ps=o.mode != "allreduce",
-                                per_example=per_example, records=not o.no_log, slots=slots)
-    check_fits(estimate, f"--workers {o.workers} --batch {o.batch} --steps {o.steps}", available)
 
 
 def skew_bound(staleness: int) -> int:
     """The largest step skew the logs can show under SSP with bound S: S + 1 (a worker that may start a
     step while S ahead is S + 1 ahead once it completes it; see docs/run-directory.md)."""
     return int(staleness) + 1
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """Add every run option to ``parser``; help text comes from :data:`OPTIONS`."""
-    for o in OPTIONS:
-        if o.name in skip:
-            continue
-        flag = "--" + o.name.replace("_", "-")
-        if o.flag:
-            parser.add_argument(flag, dest=o.name, action="store_true", help=o.help)
-        elif o.repeat:
-            parser.add_argument(flag, dest=o.name, action="append", metavar=o.metavar, help=o.help, default=None)
-        else:
-            default = f" (default: {o.default})" if o.default is not None else ""
-            parser.add_argument(flag, dest=o.name, type=o.type, metavar=o.metavar, default=None,
-                                help=o.help + default)
-
-
-def given_options(ns: argparse.Namespace) -> dict[str, Any]:
-    """The run options set in parsed arguments, as keyword arguments (those left unset are absent)."""
-    return {o.name: getattr(ns, o.name) for o in OPTIONS if getattr(ns, o.name, None) is not None}
-
-
-def from_namespace(ns: argparse.Namespace, **override: Any) -> RunOptions:
-    """Resolve :class:`RunOptions` from parsed arguments (unset ones take their defaults)."""
-    kw = given_options(ns)
-    kw.update({k: v for k, v in override.items() if v is not None})
-    return resolve(**kw)
-
-
-def to_argv(o: RunOptions) -> list[str]:
-    """The command-line form of ``o`` (used to start workers with the same options)."""
-    argv: list[str] = []
-    for opt in OPTIONS:
-        value = getattr(o, opt.name)
-        flag = "--" + opt.name.replace("_", "-")
-        if opt.flag:
-            if value:
-                argv.append(flag)
-        elif opt.repeat:
-            for i, s in value:
-                argv += [flag, f"{i}:{s!r}"]
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
-
-
-def check_cores(cores: Any) -> float | None:
-    """``--cores``'s value as a float (``None``: not given, 0: each worker its own machine), else
-    :class:`UsageError`."""
-    if cores is None:
-        return None
-    try:
-        value = float(cores)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(cores, bool) or not 0 <= value < math.inf:
-        raise UsageError(f"--cores must be a number of cores >= 0 (0: each worker has a machine of its own), "
-                         f"not {cores!r}")
-    return value
-
-
-def check_target(target: Any) -> float | None:
-    """``target`` as a finite float (or ``None``: chosen from the runs), else :class:`UsageError`."""
-    if target is None:
-        return None
-    try:
-        value = float(target)
-    except (TypeError, ValueError):
-        value = math.nan
-    if isinstance(target, bool) or not math.isfinite(value):
-        raise UsageError(f"--target must be a training loss (a finite number), not {target!r}")
-    return value

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["INT_STEP_COLUMNS", "OPTIONAL_STEP_COLUMNS", "STEP_COLUMNS", "StepRecord", "finite_or_null", "json_line"]
+__all__ = ["INT_STEP_COLUMNS", "OPTIONAL_STEP_COLUMNS", "STEP_COLUMNS", "StepRecord", "finite_or_null", "json_line",
+           "upgraded"]
 
 
 def finite_or_null(x: Any) -> float | None:
@@ -50,6 +51,8 @@ class StepRecord:
     lr_scale: float | None = None
     #: only in local SGD runs: the averaging round the step's delta joins (1-based)
     local_round: int | None = None
+    #: only in local SGD runs: the local steps the worker took since the last average, before this one (0..H-1)
+    local_step: int | None = None
     #: only with ``--lr-staleness dc``: the delay compensation's size relative to the gradient's
     dc_correction: float | None = None
     #: only on a sample of steps under ``--network`` (ssptk.runtime.step_trace): seconds its tensors were on the wire
@@ -69,6 +72,8 @@ class StepRecord:
             record["lr_scale"] = float(self.lr_scale)
         if self.local_round is not None:
             record["local_round"] = int(self.local_round)
+        if self.local_step is not None:
+            record["local_step"] = int(self.local_step)
         if self.dc_correction is not None:
             record["dc_correction"] = float(self.dc_correction)
         if self.transfer_s is not None:
@@ -83,8 +88,23 @@ class StepRecord:
 
 
 #: Step-record keys that only some runs have.
-OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round", "dc_correction", "transfer_s", "read_s")
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = ("lr_scale", "local_round", "local_step", "dc_correction", "transfer_s",
+                                          "read_s")
 #: The step-record keys every record has, in order: the columns of step DataFrames, real, predicted or simulated.
 STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.name not in OPTIONAL_STEP_COLUMNS)
 #: The integer ones among them.
 INT_STEP_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(StepRecord) if f.type in ("int", int))
+
+
+def upgraded(record: dict[str, Any]) -> dict[str, Any]:
+    """A step record as the contract's version 2 has it (``ssptk.rundir.contract.CONTRACT_VERSION``). Version 1's
+    local SGD records (``local_round`` and no ``local_step``) kept the local steps since the last average in
+    ``staleness``: here they are ``local_step``, and ``staleness`` what it is in every mode, the updates (rounds)
+    the step's delta missed: 0, or for a dropped late delta the rounds applied since its own began
+    (``global_step - local_round + 1``). Other records are returned as they are."""
+    if "local_round" not in record or "local_step" in record:
+        return record
+    applied = record.get("applied", True)
+    round_, global_step = record.get("local_round"), record.get("global_step")
+    missed = global_step - round_ + 1 if isinstance(round_, int) and isinstance(global_step, int) else 0
+    return {**record, "local_step": record.get("staleness"), "staleness": 0 if applied else max(0, missed)}

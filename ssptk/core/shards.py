@@ -3,7 +3,7 @@
 Each variable goes to the shard holding the fewest bytes so far (ties: the lowest index), in the order the model
 makes them, after the global step (made first, so on ``ps:0``). The engine asks :class:`ShardBalancer` for each
 variable as TensorFlow creates it (:mod:`ssptk.runtime.placement`); the simulator asks :func:`shard_bytes` for the
-bytes each shard then holds (:mod:`ssptk.sim.links`). Standard library only.
+bytes each shard then holds (:mod:`ssptk.sim.link_model`). Standard library only.
 """
 from __future__ import annotations
 

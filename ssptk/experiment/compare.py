@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,14 +19,15 @@ from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.labels import canonical_label, label_dir, label_options
-from ssptk.core.options import OPTIONS, check_target, resolve
+from ssptk.core.option_checks import check_target
+from ssptk.core.options import RunOptions, resolve
 from ssptk.experiment import single
 from ssptk.experiment.result import RunResult
 from ssptk.launch.observers import RunObserver
-from ssptk.rundir import ComparisonDir, RunDir, recorded_cores
+from ssptk.rundir import ComparisonDir, RunDir
 
-__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "common_options", "compare", "parse_labels",
-           "predict_comparison", "run_order", "run_tuple"]
+__all__ = ["CompareResult", "Runner", "call_runner", "check_repeat", "compare_resolved", "compare", "parse_labels",
+           "predict_comparison", "resolve_labels", "run_order", "run_tuple"]
 
 
 @dataclass
@@ -89,7 +90,7 @@ class CompareResult:
         return self.report._repr_html_()
 
     def __str__(self) -> str:
-        from ssptk.render.tables import terminal_text
+        from ssptk.render.terminal_table import terminal_text
 
         return terminal_text(self.table, predicted=self.report.predicted, verdict=self.verdict)
 
@@ -109,17 +110,12 @@ def parse_labels(labels: list[str] | tuple[str, ...], optimizer: str | None = No
     return out
 
 
-def common_options(first_label: str, given: dict[str, Any]) -> dict[str, Any]:
-    """The options every run of a comparison shares, from those the user ``given``, resolved with the first label's
-    (so a message names a mode the user gave; every label is checked before a run starts). What a label sets (its
-    mode, its number, its suffix's options) or its mode fills in is that label's own: of those only a value the
-    user gave goes to every run (``local:4 sync``: sync gets no local steps; ``async+dc`` alone: a comparison)."""
-    first = label_options(first_label)
-    opts = resolve(**{**given, **first})
-    own = {"mode", "out", "staleness", "local_steps", *first}
-    common = {o.name: getattr(opts, o.name) for o in OPTIONS if o.name not in own}
-    common.update({k: given[k] for k in own - {"mode", "out"} if k in given})
-    return common
+def resolve_labels(labels: list[str] | tuple[str, ...], common: dict[str, Any]) -> dict[str, RunOptions]:
+    """Each label's run options, resolved once (and so checked, before anything starts): the ``common`` ones the user
+    gave, and what the label sets (its mode, its number, its suffix's options: ``local:4 sync``: sync gets no local
+    steps; ``async+dc`` alone: a comparison). ``out`` is left to each run."""
+    return {label: resolve(**{**common, **kw, "out": None})
+            for label, kw in parse_labels(labels, common.get("optimizer"))}
 
 
 def check_repeat(repeat: Any) -> int:
@@ -162,23 +158,34 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the
     same target (``CompareResult.predicted``, ``report.predicted``).
     """
-    plan = parse_labels(labels, common.get("optimizer"))
+    resolved = resolve_labels(labels, common)
+    return compare_resolved(resolved, out=out, progress=progress, observer=observer, warm=warm, repeat=repeat,
+                            runner=runner, target=target, predict=predict,
+                            given={label: {**common, **kw}
+                                   for label, kw in parse_labels(labels, common.get("optimizer"))})
+
+
+def compare_resolved(resolved: dict[str, RunOptions], *, out: str | None = None,
+                     progress: Callable[[str, int, int], None] | None = None,
+                     observer: Callable[[str], RunObserver | None] | None = None, warm: bool = False,
+                     repeat: int = 1, runner: Runner | None = None, target: float | None = None,
+                     predict: bool = False, given: dict[str, dict[str, Any]] | None = None) -> CompareResult:
+    """:func:`compare` of each label's options, resolved once (:func:`resolve_labels`); ``given``: each label's
+    options as given, what a ``runner`` of one's own is called with (default: the resolved ones)."""
     repeat = check_repeat(repeat)
     target = check_target(target)
-    for _label, kw in plan:  # validate all before running any, or creating the directory
-        single.check_before_start(resolve(**{**common, **kw, "out": None}))
+    for opts in resolved.values():  # check all before running any, or creating the directory
+        single.check_before_start(opts)
     base = RunDir.create(out, "compare").path
     cd = ComparisonDir(base)
-    options = dict(plan)
-    repeats: dict[str, list[RunResult]] = {label: [] for label, _ in plan}
-    for label, k in run_order([label for label, _ in plan], repeat):
+    repeats: dict[str, list[RunResult]] = {label: [] for label in resolved}
+    for label, k in run_order(list(resolved), repeat):
         name = label if repeat == 1 else f"{label} #{k}"
-        run_dir = cd.run_path(label, None if repeat == 1 else k)
+        opts = replace(resolved[label], out=cd.run_path(label, None if repeat == 1 else k))
         cb = _LabelledProgress(progress, name) if progress else None
-        kwargs = {**common, **options[label], "out": run_dir, "warm": warm}
-        repeats[label].append(_one(runner, kwargs, cb, observer(name) if observer else None))
-    predicted = _predict_labels(base, {label: {**common, **kw} for label, kw in plan}, repeats, progress) \
-        if predict else None
+        kwargs = {**(given or {}).get(label, opts.to_dict()), "out": opts.out, "warm": warm}
+        repeats[label].append(_one(runner, opts, kwargs, cb, observer(name) if observer else None))
+    predicted = _predict_labels(base, resolved, repeats, progress) if predict else None
     return _compare_result(base, repeats if repeat > 1 else {label: reps[0] for label, reps in repeats.items()},
                            target, predicted)
 
@@ -193,17 +200,14 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
     :data:`ssptk.experiment.predicted_runs.DEFAULT_OVERHEAD_S`; a real run's ``overhead_ms`` / 1000 for times that
     mean something on that machine); ``gap``: where in that cost a step reads (a real run's ``gap_ms`` / 1000; default
     0: as it starts). A prediction whose loss became NaN stays in the result, failed."""
-    from ssptk.experiment.predicted_runs import plan, predict
+    from ssptk.experiment.predicted_runs import plan_resolved, predict
 
-    labelled = parse_labels(labels, common.get("optimizer"))
+    resolved = resolve_labels(labels, {"stall_timeout": 0, **common})  # every option checked before anything is made
     target = check_target(target)
-    for _label, kw in labelled:  # every option checked before anything is created
-        resolve(**{"stall_timeout": 0, **common, **kw, "out": None})
     base = RunDir.create(out, "predicted").path
-    plans = [plan(overhead, run_dir=ComparisonDir(base).run_path(label), gap=gap,
-                  **{"stall_timeout": 0, **common, **kw})
-             for label, kw in labelled]
-    names = [label for label, _ in labelled]
+    plans = [plan_resolved(opts, overhead, run_dir=ComparisonDir(base).run_path(label), gap=gap)
+             for label, opts in resolved.items()]
+    names = list(resolved)
 
     def heard(job: int, done: int, total: int) -> None:
         if progress is not None:
@@ -213,23 +217,23 @@ def predict_comparison(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "
     return _compare_result(base, dict(zip(names, results)), target)
 
 
-def _predict_labels(base: str, options: dict[str, dict[str, Any]], runs: dict[str, list[RunResult]],
+def _predict_labels(base: str, options: dict[str, RunOptions], runs: dict[str, list[RunResult]],
                     progress: Callable[[str, int, int], None] | None) -> dict[str, RunResult]:
     """Each label predicted with its options, its clock from the median calibrated overhead of its runs (and the
     median of their ``gap_ms``: where a step's read comes), its workers sharing the cores the runs had (``cores``
     given, else recorded; neither: each its own machine, as the runs' summaries' ideal took them), so the overhead
     means what it meant there."""
-    from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S, plan, predict
+    from ssptk.experiment.predicted_runs import DEFAULT_OVERHEAD_S, plan_resolved, predict
     cd = ComparisonDir(base)
     plans = []
-    for label, kw in options.items():
-        measured = [float(r.summary["overhead_ms"]) for r in runs[label] if r.summary.get("overhead_ms")]
+    for label, opts in options.items():
+        measured = [float(r.summary.overhead_ms) for r in runs[label] if r.summary.overhead_ms]
         overhead = float(np.median(measured)) / 1000.0 if measured else DEFAULT_OVERHEAD_S
-        gaps = [float(r.summary["gap_ms"]) for r in runs[label] if r.summary.get("gap_ms") is not None]
-        had = next((c for c in (recorded_cores(r.config) for r in runs[label]) if c is not None), None)
-        cores = kw.get("cores") if kw.get("cores") is not None else had or 0
-        plans.append(plan(overhead, run_dir=cd.predicted_path(label), gap=float(np.median(gaps)) / 1000.0 if gaps
-                          else None, **{**kw, "out": None, "cores": cores}))
+        gaps = [float(r.summary.gap_ms) for r in runs[label] if r.summary.gap_ms is not None]
+        had = next((c for c in (r.config.tasks.cores for r in runs[label]) if c is not None), None)
+        cores = opts.cores if opts.cores is not None else had or 0.0
+        plans.append(plan_resolved(replace(opts, out=None, cores=cores), overhead, run_dir=cd.predicted_path(label),
+                                   gap=float(np.median(gaps)) / 1000.0 if gaps else None))
     labels = list(options)
 
     def heard(job: int, done: int, total: int) -> None:
@@ -270,11 +274,13 @@ def call_runner(runner: Runner, kwargs: dict[str, Any], progress: Callable[[int,
     return runner(**kwargs, **extra)
 
 
-def _one(runner: Runner | None, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,
+def _one(runner: Runner | None, opts: RunOptions, kwargs: dict[str, Any], progress: Callable[[int, int], None] | None,
          observer: RunObserver | None) -> RunResult:
-    """One run of a comparison; a failed run is kept, not raised."""
+    """One run of a comparison (``opts``; a ``runner`` of one's own gets ``kwargs``); a failed run is kept, not
+    raised."""
     if runner is None:
-        return single.run(progress=progress, observer=observer, raise_on_failure=False, **kwargs)
+        return single.run_resolved(opts, progress=progress, observer=observer, raise_on_failure=False,
+                                   warm=bool(kwargs.get("warm")))
     try:
         return call_runner(runner, kwargs, progress, observer)
     except RunFailed as e:

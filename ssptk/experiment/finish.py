@@ -3,19 +3,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any
 
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.summary import run_summary
 from ssptk.core.errors import DiskFull, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions
-from ssptk.rundir import RunDir
+from ssptk.rundir import RunDir, Summary
 
 __all__ = ["finish_gathered", "finish_run", "interruption", "summary_from_logs", "write_tensorboard"]
 
 
 def finish_run(run_dir: str, opts: RunOptions, failure: TaskFailure | None,
-               ps_cpu_s: float | None = None) -> tuple[dict[str, Any], TaskFailure | None]:
+               ps_cpu_s: float | None = None) -> tuple[Summary, TaskFailure | None]:
     """Summarise the run from its logs, write ``summary.json`` and the TensorBoard files. Returns the
     summary and the run's failure: a full disk that kept ``summary.json`` from being written fails a run
     that had none (the summary is then only in memory)."""
@@ -57,7 +56,7 @@ def write_tensorboard(run_dir: str, loaded: RunTuple | None = None) -> None:
         pass
 
 
-def finish_gathered(run_dir: str) -> dict[str, Any]:
+def finish_gathered(run_dir: str) -> Summary:
     """End a run whose tasks were started without ssptk's launcher (Slurm, ``TF_CONFIG``, by hand) and whose hosts'
     directories were merged into ``run_dir`` (:func:`ssptk.rundir.gather.gather`) as a local run ends: the
     failure read from the logs (:func:`ssptk.analysis.blame.first_failure`), ``summary.json``, TensorBoard files,
@@ -80,16 +79,16 @@ def finish_gathered(run_dir: str) -> dict[str, Any]:
 
 
 def _options(rd: RunDir) -> RunOptions:
-    options = rd.config().get("options")
-    if not isinstance(options, dict):
+    options = rd.config().options
+    if options is None:
         raise UsageError(f"{rd.config_path} has no run options (truncated or not ssptk's): cannot summarise the run")
     try:
-        return RunOptions.from_dict(options)
+        return options.resolved()
     except (TypeError, ValueError) as e:
         raise UsageError(f"{rd.config_path}: its options cannot be read ({e})") from None
 
 
-def summary_from_logs(run_dir: str) -> dict[str, Any]:
+def summary_from_logs(run_dir: str) -> Summary:
     """What ``summary.json`` would hold for a run that has none (its tasks started by hand, its launcher
     killed), computed from the logs in memory; writes nothing. :class:`UsageError` if the config is unreadable."""
     from ssptk.analysis.blame import first_failure

@@ -6,8 +6,8 @@ a real run leaves: the workers' logs, ``model/final.json``, ``summary.json`` (wi
 predicted run reads like a real one everywhere (``RunResult``, tables, figures, reports, ``ssptk report``);
 only ``config.json`` and ``summary.json`` say ``predicted``, with the per-step overhead its clock was
 simulated with and, under a shaped ``--network``, the cores its workers shared (``--cores``: by default this
-machine's, as a run here would have; 0: each worker its own machine). :func:`simulate` is ``ssptk.simulate``: the
-timing-only simulator without a model, a predicted run with one.
+machine's, as a run here would have; 0: each worker its own machine). :func:`simulate_timing` is ``ssptk.simulate``: the
+timing-only simulator (a ``SimResult``); :func:`predict_run` one predicted run with its model (a ``RunResult``).
 """
 from __future__ import annotations
 
@@ -18,16 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, check_memory, check_target, resolve
+from ssptk.core.option_checks import check_memory, check_target
+from ssptk.core.options import RunOptions, resolve
 from ssptk.core.resources import check_sim, machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
 from ssptk.experiment.single import check_model, new_run_dir
 from ssptk.launch.predictor import PREDICT_TASK, PredictProgress, run_predictor
 from ssptk.rundir import RunDir, load_run
-from ssptk.sim.links import shared_cores
+from ssptk.sim import SimResult, SimSpec, simulate_spec
+from ssptk.sim.spec import shared_cores
 
-__all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "predict", "simulate"]
+__all__ = ["DEFAULT_OVERHEAD_S", "Prediction", "plan", "plan_resolved", "predict", "predict_run", "simulate_timing",
+           "timing"]
 
 #: The per-step cost a prediction assumes when none is given: what a step of the built-in models costs a
 #: worker on a 2-core machine with a few workers (FINDINGS.md). Calibrate it from a real run's summary
@@ -62,10 +65,15 @@ def plan(overhead: float | None = None, run_dir: str | None = None, gap: float |
     (``run_dir``, else ``--out``, else ``runs/<timestamp>-<mode>-predicted``); ``cores`` (``--cores``) not given:
     this machine's (:func:`ssptk.core.resources.machine_cores`); ``gap`` (:class:`Prediction`'s) at most the overhead.
     Raises :class:`UsageError`."""
+    return plan_resolved(resolve(**options), overhead, run_dir, gap)
+
+
+def plan_resolved(opts: RunOptions, overhead: float | None = None, run_dir: str | None = None,
+                  gap: float | None = None) -> Prediction:
+    """:func:`plan` of options resolved already (:func:`ssptk.core.options.resolve`)."""
     for name, x in (("--overhead", overhead), ("gap", gap)):
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < float("inf")):
             raise UsageError(f"{name} must be a number of seconds >= 0, got {x!r}")
-    opts = resolve(**options)
     check_model(opts)
     check_memory(opts, predicted=True)
     run_dir = new_run_dir(run_dir if run_dir is not None else opts.out, f"{opts.mode}-predicted")
@@ -131,33 +139,47 @@ def stopped(run_dir: str) -> TaskFailure | None:
     return TaskFailure.of(task if isinstance(task, str) else f"worker:{int(first['worker'])}", str(first["message"]))
 
 
-def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str | None = None,
-             overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
-             raise_on_failure: bool = True, target: float | None = None, gap: float | None = None,
-             **options: Any) -> Any:
-    """``ssptk.simulate``. ``mode``: ``sync``, ``ssp:S``, ``async``, ``allreduce`` or ``local:H`` (local SGD; with a
-    model its outer step from ``outer_lr`` and ``outer_momentum``; ``lr_staleness="dc"`` for delay-compensated async
-    and ssp). Without ``model``: the timing-only discrete-event simulator (:func:`ssptk.sim.simulate`, a
-    :class:`~ssptk.sim.SimResult`). With ``model`` (any model ``ssptk run`` takes, and its options: ``lr``,
-    ``batch``, ``eval_every``, ``data_split``, ``lr_staleness``, ``cores``, ``out``, ...): a predicted run, a
-    :class:`~ssptk.experiment.result.RunResult` whose ``df`` has every minibatch's predicted loss, ``summary`` its
-    final held-out loss and accuracy and whether it diverged. ``overhead`` (seconds per step, default
-    :data:`DEFAULT_OVERHEAD_S` with or without a model) sets its clock: a free run's step with these workers on
+def simulate_timing(mode: str = "ssp", workers: int = 3, steps: int = 200, *, overhead: float | None = None,
+             gap: float | None = None, model_bytes: Any = None, **options: Any) -> SimResult:
+    """``ssptk.simulate``: the timing of a run, from the discrete-event simulator (:func:`ssptk.sim.simulate_spec`, a
+    :class:`~ssptk.sim.SimResult`), nothing trained and nothing written. ``mode``: ``sync``, ``ssp:S``, ``async``,
+    ``allreduce`` or ``local:H``; ``options``: the other options of ``ssptk run`` it takes (``staleness``,
+    ``straggler``, ``jitter``, ``seed``, ``network``, ``ps``, ``cores``, ...), checked as a run's are. ``overhead``
+    (seconds per step, default :data:`DEFAULT_OVERHEAD_S`) sets its clock: a free run's step with these workers on
     ``cores`` cores (``--cores``; default this machine's, 0: each worker its own machine, whose step is its CPU work;
-    they matter only under a shaped ``network``); ``target`` (a loss: held-out with
-    ``eval_every``, else smoothed training loss) adds the predicted time and minibatches to it to the summary
-    (``time_to_target_s``, ``steps_to_target``; ``None``: not reached). ``gap`` (async and ssp; seconds, at most the
-    overhead; default 0): how much of the step comes after a worker's update landed and before its next read (a real
-    run's ``gap_ms`` / 1000): updates that land then are seen, so the predicted staleness is lower."""
-    if model is None:
-        if target is not None:
-            raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
-        from ssptk.sim import simulate as timing
+    they matter only under a shaped ``network``, whose transfers carry ``model_bytes``). ``gap`` (async and ssp;
+    seconds, at most the overhead; default 0): how much of the step comes after a worker's update landed and before
+    its next read (a real run's ``gap_ms`` / 1000): updates that land then are seen, so the predicted staleness is
+    lower. A predicted run with a model's loss is :func:`ssptk.predict`'s (``ssptk sim --model`` on the command
+    line)."""
+    if "model" in options:
+        raise UsageError("ssptk.simulate predicts the timing only: for a run's loss too, predict it with its model, "
+                         "ssptk.predict(['ssp:2'], model=...)")
+    if "target" in options:
+        raise UsageError("--target needs --model: the timing-only simulator predicts no loss")
+    return timing(resolve(mode=mode, workers=workers, steps=steps, **{"stall_timeout": 0, **options}),
+                  overhead=overhead, gap=gap, model_bytes=model_bytes)
 
-        check_sim(workers, steps)
-        options["cores"] = shared_cores(options.get("cores"), machine_cores())
-        return timing(mode, workers, steps, overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead,
-                      gap=gap or 0.0, **options)
+
+def timing(opts: RunOptions, overhead: float | None = None, gap: float | None = None,
+           model_bytes: Any = None) -> SimResult:
+    """The simulated timing of the resolved options ``opts`` (:func:`simulate_timing`), their workers sharing
+    ``--cores`` cores or this machine's."""
+    check_sim(opts.workers, opts.steps)
+    return simulate_spec(SimSpec.of(opts, machine_cores=machine_cores(), model_bytes=model_bytes, gap=gap or 0.0,
+                                    overhead=DEFAULT_OVERHEAD_S if overhead is None else overhead))
+
+
+def predict_run(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: str,
+                overhead: float | None = None, progress: Callable[[int, int, int], None] | None = None,
+                raise_on_failure: bool = True, target: float | None = None, gap: float | None = None,
+                **options: Any) -> RunResult:
+    """One predicted run (``ssptk sim --model``): a :class:`~ssptk.experiment.result.RunResult` whose ``df`` has
+    every minibatch's predicted loss, ``summary`` its final held-out loss and accuracy and whether it diverged: the
+    simulator's schedule (:func:`timing`'s clock) replayed with ``model``'s real gradients. ``options``: those of
+    ``ssptk run`` (``lr``, ``batch``, ``eval_every``, ``data_split``, ``lr_staleness``, ``cores``, ``out``, ...);
+    ``target`` (a loss: held-out with ``eval_every``, else smoothed training loss) adds the predicted time and
+    minibatches to it to the summary (``time_to_target_s``, ``steps_to_target``; ``None``: not reached)."""
     options.setdefault("stall_timeout", 0)  # nothing runs: no watchdog whose time-out the delays must fit
     target = check_target(target)
     p = plan(overhead, gap=gap, mode=mode, workers=workers, steps=steps, model=model, **options)
@@ -169,11 +191,13 @@ def simulate(mode: str = "ssp", workers: int = 3, steps: int = 200, *, model: st
 
 def _to_target(result: RunResult, target: float) -> None:
     """Add the predicted time and minibatches to ``target`` to the run's summary (and its summary.json)."""
+    import pandas as pd
+
     from ssptk.analysis import compare_table
 
     table = compare_table({result.options.label: (result.df, result.events, result.config, result.summary)}, target)
     row = table.iloc[0]
-    result.summary.update(target=float(target), target_on=table.attrs.get("target_on"),
-                          time_to_target_s=None if row.isna()["time_to_target_s"] else float(row["time_to_target_s"]),
-                          steps_to_target=None if row.isna()["steps_to_target"] else int(row["steps_to_target"]))
+    time_s, steps = row["time_to_target_s"], row["steps_to_target"]
+    result.summary.with_target(float(target), table.attrs.get("target_on"),
+                               None if pd.isna(time_s) else float(time_s), None if pd.isna(steps) else int(steps))
     RunDir(result.run_dir).write_summary(result.summary)

@@ -8,26 +8,31 @@ import pandas as pd
 
 from ssptk.core.errors import TaskFailure
 from ssptk.core.options import RunOptions
-from ssptk.rundir import RunDir, read_run
+from ssptk.rundir import RunConfig, RunDir, Summary, read_run
 
 __all__ = ["RunResult"]
 
 
 @dataclass
 class RunResult:
-    """A finished (or failed) run: its directory, options, summary and step records."""
+    """A finished (or failed) run: its directory, options, summary (:class:`~ssptk.rundir.Summary`, what
+    ``summary.json`` holds: ``res.summary.steps_per_s``, or as a dict ``res.summary["steps_per_s"]``) and step
+    records."""
 
     run_dir: str
     options: RunOptions
-    summary: dict[str, Any]
+    summary: Summary
     failure: TaskFailure | None = None
     _loaded: tuple[pd.DataFrame, pd.DataFrame] | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        self.summary = Summary.of(self.summary)
+
     @property
     def ok(self) -> bool:
-        """The run finished (``status`` ok), a diverged one too: ``summary["diverged"]`` says whether its loss did
+        """The run finished (``status`` ok), a diverged one too: ``summary.diverged`` says whether its loss did
         (its ``repr`` and ``str`` then say ``diverged``; ``ssptk run`` exits 3)."""
-        return self.summary.get("status") == "ok"
+        return self.summary.ok
 
     def _load(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         if self._loaded is None:
@@ -52,7 +57,8 @@ class RunResult:
         return self._load()[1]
 
     @property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> RunConfig:
+        """The run's ``config.json`` (:class:`~ssptk.rundir.RunConfig`)."""
         return RunDir(self.run_dir).config()
 
     def plot(self) -> Any:
@@ -70,8 +76,8 @@ class RunResult:
         from ssptk.render.text import status_word
 
         s = self.summary
-        rate, loss = s.get("steps_per_s"), s.get("final_loss")
-        parts = [self.options.label, status_word(s) if s.get("status") else "?", f"{s.get('total_steps', 0)} steps"]
+        rate, loss = s.steps_per_s, s.final_loss
+        parts = [self.options.label, status_word(s) if s.status else "?", f"{s.total_steps or 0} steps"]
         parts += [f"{rate:.1f} steps/s"] if rate else []
         parts += [f"final loss {loss:.4g}"] if loss is not None else []
         return f"<RunResult {', '.join(parts)}: {self.run_dir}>"

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.errors import DiskFull, RunFailed, RunInterrupted, TaskFailure, UsageError
-from ssptk.core.options import RunOptions, check_memory, resolve, to_argv
+from ssptk.core.option_args import to_argv
+from ssptk.core.option_checks import check_memory
+from ssptk.core.options import RunOptions, resolve
 from ssptk.core.resources import machine_cores
 from ssptk.experiment.finish import finish_run, interruption
 from ssptk.experiment.result import RunResult
@@ -151,6 +153,14 @@ def run(*, progress: ProgressFn | None = None, observer: RunObserver | None = No
                    raise_on_failure=raise_on_failure, warm=warm, cancel=cancel)
 
 
+def run_resolved(opts: RunOptions, *, progress: ProgressFn | None = None, observer: RunObserver | None = None,
+                 raise_on_failure: bool = True, warm: bool = False) -> RunResult:
+    """:func:`run` of options resolved already (:func:`ssptk.core.options.resolve`: a comparison's, once per
+    label)."""
+    return execute(prepare_resolved(opts), progress=progress, observer=observer, raise_on_failure=raise_on_failure,
+                   warm=warm)
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """A run whose options, model, GPUs and directory were checked and claimed, not started yet."""
@@ -167,7 +177,13 @@ def prepare(*, model_source: str | None = None, **options: Any) -> PreparedRun:
     launched = time.time()
     if model_source is not None:
         options["model"] = _source_model_check(model_source, options.get("model"))
-    opts = resolve(**options)
+    return prepare_resolved(resolve(**options), model_source, launched)
+
+
+def prepare_resolved(opts: RunOptions, model_source: str | None = None, launched: float | None = None) -> PreparedRun:
+    """:func:`prepare` of options resolved already (:func:`ssptk.core.options.resolve`); ``launched``: when the run
+    was asked for (default: now)."""
+    launched = time.time() if launched is None else launched
     gpus = check_before_start(opts)
     run_dir = new_run_dir(opts.out, opts.mode)
     opts.out = run_dir
@@ -283,10 +299,8 @@ def _record_traffic(run_dir: str, before: dict[str, Any] | None, after: dict[str
     so a warm cluster's earlier runs are not counted). Never fails the run: without it, no traffic is shown."""
     if before is None or after is None:
         return
-    tasks = {t: {k: v - before["tasks"].get(t, {}).get(k, 0) for k, v in c.items()} for t, c in after["tasks"].items()}
     try:
-        seconds = after["measured_at"] - before["measured_at"]
-        RunDir(run_dir).write_traffic({**after, "tasks": tasks, "seconds": seconds})
+        RunDir(run_dir).write_traffic(after, before)
     except (OSError, DiskFull):  # a full disk is reported by the summary's own write
         pass
 

@@ -15,7 +15,7 @@ from ssptk.core.optimizers import parse_optimizer, suffix
 from ssptk.experiment.compare import CompareResult, compare
 
 __all__ = ["KNOBS", "MOMENTUM", "Knob", "knob_of", "label_knob", "local_steps_values", "momentum_labels",
-           "momentum_values", "ssp_only", "staleness_values", "sweep", "sweep_labels", "sweep_mode"]
+           "momentum_values", "ssp_only", "staleness_values", "sweep_labels", "sweep_mode", "sweep_runs"]
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,9 @@ def ssp_only(options: dict[str, Any], what: str = "a staleness sweep") -> None:
     sweep_mode(options, KNOBS["ssp"], what)
 
 
-def sweep(staleness: int | str | Iterable[Any] | None = None, local_steps: int | str | Iterable[Any] | None = None,
-          momentum: float | str | Iterable[Any] | None = None, **compare_options: Any) -> CompareResult:
+def sweep_runs(staleness: int | str | Iterable[Any] | None = None,
+               local_steps: int | str | Iterable[Any] | None = None,
+               momentum: float | str | Iterable[Any] | None = None, **compare_options: Any) -> CompareResult:
     """Run mode ssp once per staleness value (labels ``ssp:S``), or mode local once per number of local steps
     between averages (``local_steps=[1, 2, 4, 8]``: labels ``local:H``), with
     :func:`ssptk.experiment.compare.compare`: every option is checked first, runs go to ``out/ssp-S/`` (or

@@ -24,7 +24,7 @@ from typing import Any
 from ssptk.core.errors import TaskFailure, UsageError, raise_if_stopped
 from ssptk.core.network import LINKS_ENV, MAX_TASKS, Network, task_order
 from ssptk.launch import forking, netns, tracking
-from ssptk.launch.forking import ForkServer
+from ssptk.launch.fork_client import ForkServer
 from ssptk.launch.links import Links, LinksRefused, link_error
 from ssptk.launch.process import TaskProcess, preexec, start_helper
 from ssptk.launch.tempdirs import make_temp_dir

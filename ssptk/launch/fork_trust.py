@@ -12,7 +12,7 @@ namespace descriptors, then signals and kills the pids it answers with. So (impo
   imports, and a run must not fail, nor wait, because of what another user put at a path.
 - A pid a server answers with is a task only if it is that server's child and runs as this user
   (:func:`task_start`); its start time is kept, so that a pid the kernel gave to another process since is never
-  signalled (:class:`~ssptk.launch.forking.ForkedProcess`).
+  signalled (:class:`~ssptk.launch.fork_client.ForkedProcess`).
 """
 from __future__ import annotations
 

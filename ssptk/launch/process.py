@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from ssptk.core.errors import TaskFailure
 from ssptk.launch import netns, tracking
-from ssptk.launch.forking import FORK_SERVER_TASK, ForkedProcess, ForkServer
+from ssptk.launch.fork_client import FORK_SERVER_TASK, ForkedProcess, ForkServer
 from ssptk.rundir.task_status import FAILED, TaskStatus, read_status, status_path
 
 __all__ = ["KILL_WAIT_S", "TaskProcess", "preexec", "start_helper"]
@@ -164,7 +164,7 @@ class TaskProcess:
     def failure(self, task: str, reason: str, code: int | None = None) -> TaskFailure:
         """Task ``task`` of this process failed: ``reason`` and exit ``code``; the error its status file gives
         (else the last error line of its log), and its log's tail. A task that ended because its fork server did
-        is the fork server's failure (:data:`~ssptk.launch.forking.FORK_SERVER_TASK`), saying how it ended."""
+        is the fork server's failure (:data:`~ssptk.launch.fork_client.FORK_SERVER_TASK`), saying how it ended."""
         ended = self.proc.ended_with_server() if isinstance(self.proc, ForkedProcess) else None
         if ended is not None and self.forks is not None:
             return TaskFailure.of(FORK_SERVER_TASK, f"{ended}: it had forked {task}, which ended with it, as did the "

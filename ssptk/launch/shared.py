@@ -2,7 +2,7 @@
 
 :class:`SharedCluster` is a :class:`~ssptk.launch.cluster.LocalCluster` with a single
 :class:`~ssptk.launch.process.TaskProcess`, ``python -m ssptk.worker --task shared`` (see
-:mod:`ssptk.runtime.shared`), whose output goes to ``logs/shared.log``. Its life cycle (start, namespace,
+:mod:`ssptk.runtime.shared_layout`), whose output goes to ``logs/shared.log``. Its life cycle (start, namespace,
 readiness, stop: TERM -> wait -> KILL on the process group) is the base class's: that process holds every
 task and writes each one's status file, so a task is ready when its file says so and a failed worker is the
 one the process's status files name before it exits. What differs: a worker cannot be restarted alone, and

@@ -56,7 +56,7 @@ class BackgroundRun:
                                   warm=warm)
         except KeyboardInterrupt as e:  # stopped: the run directory keeps what ran, and its summary says so
             self.interrupted = True
-            self.result = RunResult(prepared.run_dir, prepared.opts, RunDir(prepared.run_dir).summary() or {},
+            self.result = RunResult(prepared.run_dir, prepared.opts, RunDir(prepared.run_dir).summary(),
                                     interruption(e))
         except BaseException as e:  # noqa: BLE001 - handed to wait()
             self.error = e

@@ -38,6 +38,7 @@ from typing import Any
 from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
 from ssptk.render.traffic import split_html, status_text
+from ssptk.rundir import Summary
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE", "TICK_S"]
 
@@ -98,7 +99,7 @@ class LiveDashboard:
         self.error: BaseException | None = None
         self.done = self.total = 0
         self.status = "waiting"  # then running, ok, failed or interrupted
-        self.summary: dict[str, Any] = {}
+        self.summary = Summary()
         self.run_dir: str | None = None
         self._png: bytes | None = None
         self._png_version = -1
@@ -158,16 +159,16 @@ class LiveDashboard:
         frac = f"{done}/{total} minibatches ({100 * done / total:.0f}%)" if total else f"{done} minibatches"
         if self.status == "ok":
             m = self.summary
-            head = f"done: {m.get('total_steps', s.n_steps)} minibatches"
-            if m.get("wall_s") is not None:
-                head += f" in {duration(m['wall_s'])}"
-            parts = [head] + ([f"{m['steps_per_s']:.1f} steps/s"] if m.get("steps_per_s") else [])
-            parts += [f"final loss {m['final_loss']:.4g}"] if m.get("final_loss") is not None else []
-            parts += [f"max skew {m['max_skew']}"] if m.get("max_skew") is not None else []
+            head = f"done: {s.n_steps if m.total_steps is None else m.total_steps} minibatches"
+            if m.wall_s is not None:
+                head += f" in {duration(m.wall_s)}"
+            parts = [head] + ([f"{m.steps_per_s:.1f} steps/s"] if m.steps_per_s else [])
+            parts += [f"final loss {m.final_loss:.4g}"] if m.final_loss is not None else []
+            parts += [f"max skew {m.max_skew}"] if m.max_skew is not None else []
             parts += [net] if (net := status_text(m, split)) else []  # what crossed the links: MB/step, link capacity
             return " · ".join(parts + self._diverged())
         if self.status == "failed":
-            return f"failed after {frac}: {self.summary.get('reason') or 'see the run directory'}"
+            return f"failed after {frac}: {self.summary.reason or 'see the run directory'}"
         if self.status == "interrupted":
             return f"interrupted after {frac} · elapsed {elapsed}"
         if not s.n_steps:
@@ -175,7 +176,7 @@ class LiveDashboard:
         span = (s.last_t or 0.0) - (s.t0 or 0.0)
         rate = s.n_steps / span if span > 0 else None
         parts = [frac] + ([f"{rate:.1f} steps/s"] if rate else []) + [f"elapsed {elapsed}"]
-        parts += [f"network {s.options['network']}"] if s.options.get("network") else []
+        parts += [f"network {s.options.network}"] if s.options.network else []
         if rate and total:
             parts.append(f"ETA {duration(max(0, total - done) / rate)}")
         return " · ".join(parts + self._diverged())
@@ -196,7 +197,7 @@ class LiveDashboard:
     def _progress_html(self) -> str:
         """The progress line as HTML; at the end of a run that measured its traffic, a worker's step under it as a
         stacked bar with its parts in words (:func:`ssptk.render.traffic.split_html`)."""
-        panel = split_html(self.summary.get("traffic") or {}, "16em", line=True) if self.status == "ok" else ""
+        panel = split_html(self.summary.traffic or {}, "16em", line=True) if self.status == "ok" else ""
         text = self.progress_text(split=not panel)
         bar = ""
         if self.total:
@@ -238,11 +239,10 @@ class LiveDashboard:
 
     def _started(self, run_dir: str, opts: Any, total: int) -> None:
         self.run_dir, self.total, self.done = run_dir, int(total), 0
-        options = {k: getattr(opts, k, None) for k in ("mode", "staleness", "local_steps", "workers", "model", "ps",
-                                                          "network", "jitter")}
+        options = opts.to_dict() if hasattr(opts, "to_dict") else dict(vars(opts)) if opts is not None else {}
         self.state = LiveRun(int(getattr(opts, "workers", 0) or 0), options)
         self.figure = self._new_figure()
-        self.status, self.summary, self._png, self.ready = "running", {}, None, None
+        self.status, self.summary, self._png, self.ready = "running", Summary(), None, None
         self._t_start = self._last = self.clock()
         if self.sink is None and self.widget is None and in_kernel():
             from IPython.display import display
@@ -306,8 +306,8 @@ class LiveDashboard:
         if result is None:
             self.status = "interrupted"
         else:
-            self.summary = dict(getattr(result, "summary", None) or {})
-            self.status = "ok" if self.summary.get("status") == "ok" else "failed"
+            self.summary = Summary(getattr(result, "summary", None) or {})
+            self.status = "ok" if self.summary.ok else "failed"
         if self.figure is None:
             self.figure = self._new_figure()
         self.state.finalize()

@@ -1,5 +1,5 @@
 """The staleness explorer's predictions (:class:`ExplorerPredictions`, a part of
-:class:`ssptk.notebook.widgets.Explorer`): the Predict button, the predicted cost-and-gain figure, and what the
+:class:`ssptk.notebook.explorer.Explorer`): the Predict button, the predicted cost-and-gain figure, and what the
 predictions say beside the real runs: how far, and why, a predicted pace is from a real run's
 (:func:`ssptk.analysis.pace_gaps`)."""
 from __future__ import annotations

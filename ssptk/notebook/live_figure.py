@@ -191,7 +191,7 @@ class LiveFigure:
         top = view.steps_max
         self._range(self.ax_prog, "y", 0.0, top, floor=0.0, ahead=top * grow if grow else None)
         skew_top = float(view.skew.y.max()) if len(view.skew) else 0.0
-        skew_bound_y = -1.0 if view.staleness is None else float(skew_bound(view.staleness))
+        skew_bound_y = -1.0 if view.bound is None else float(skew_bound(view.bound))
         self._range(self.ax_skew, "y", 0.0, max(skew_top, skew_bound_y, 1.0) * 1.25, floor=0.0)
         top = float(max(np.nanmax(view.waits.wait_s, initial=0.0), np.nanmax(view.waits.delay_s, initial=0.0)))
         self._range(self.ax_wait, "y", 0.0, max(top, 1e-3), floor=0.0, ahead=top * grow if grow else None)

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.metrics import finish_times, skew_timeline, staleness_bound
-from ssptk.analysis.run_view import Line, RunView, WaitPanel, view_of_records
+from ssptk.analysis.metrics import finish_times, skew_timeline
+from ssptk.analysis.run_view import Line, RunFacts, RunView, StepArrays, WaitPanel, view_of_records
 from ssptk.core.divergence import DivergenceWatch, smoothing_window
+from ssptk.rundir import StoredOptions
 
 __all__ = ["GrowingArray", "LiveRun", "WorkerTotals", "nice_ceil", "nice_floor", "sticky_range"]
 
@@ -104,7 +105,7 @@ class LiveRun:
 
     def __init__(self, workers: int = 0, options: Mapping[str, Any] | None = None) -> None:
         self.workers = int(workers)
-        self.options = dict(options or {})
+        self.options = StoredOptions(options or {})
         #: Every step record taken so far, in time order (the order they were taken in).
         self.t = GrowingArray()
         self.worker = GrowingArray()
@@ -281,7 +282,7 @@ class LiveRun:
         modes): what the page says beside the figure, for a reader (or a browser test) to hold one to the other."""
         end = len(self.skew) if self.skew_end is None else self.skew_end
         top = int(np.max(self.skew.values[:end])) if end else 0
-        staleness = staleness_bound({"options": self.options})
+        staleness = self.options.ssp_bound
         return top, None if staleness is None else staleness + 1
 
     def view(self) -> RunView:
@@ -296,11 +297,9 @@ class LiveRun:
                           _floats(t.delay_s if t else 0.0 for t in totals))
         keys = sorted(self.staleness_counts)
         counts = Line(_floats(keys), _floats(self.staleness_counts[k] for k in keys))
-        return view_of_records(elapsed, self.worker.values, self.step.values, self.loss.values,
+        return view_of_records(StepArrays(elapsed, self.worker.values, self.step.values, self.loss.values),
                                skew=Line(elapsed[:end], self.skew.values[:end]), waits=waits, counts=counts,
-                               options=self.options, workers=self.workers, ids=ids,
-                               predicted=bool(self.options.get("predicted")),
-                               staleness=staleness_bound({"options": self.options}))
+                               run=RunFacts(self.options, self.workers, self.options.ssp_bound), ids=ids)
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -113,10 +113,9 @@ def _dtrain(line: str, cell: str | None) -> Any:
     if args is None:
         return None
     if args.command == "sim":  # res = %dtrain sim --model M ...: the predicted run; without a model, its timing
-        prediction = commands.sim(args)
         if args.model is not None:
-            return prediction
-        print(prediction)
+            return commands.sim_run(args)
+        print(commands.sim(args))
         return None
     if args.command == "report":  # print what the CLI prints; mistakes fail the cell
         print(commands.report(args))
@@ -138,7 +137,7 @@ def _dtrain(line: str, cell: str | None) -> Any:
 
 def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
     """``%dtrain run`` (``%%dtrain``: the cell's model): its result, or with ``--background`` its handle."""
-    from ssptk.core.options import from_namespace, given_options
+    from ssptk.core.option_args import from_namespace, given_options
 
     model_source = None
     if cell is not None:
@@ -154,7 +153,7 @@ def _run(args: argparse.Namespace, cell: str | None, dashboards: bool) -> Any:
         return bg
     followed = _Followed(_dashboard() if dashboards else None)
     try:
-        return commands.run(args, observer=followed, warm=not args.cold, model_source=model_source)
+        return commands.run_one(args, observer=followed, warm=not args.cold, model_source=model_source)
     except KeyboardInterrupt:
         if followed.run_dir:
             raise _Interrupted(followed) from None

@@ -29,16 +29,16 @@ PREDICTED: dict[Key, RunResult] = {}
 
 def calibrated_overhead(runs: Iterable[RunResult]) -> float | None:
     """The median per-step overhead (seconds) of real runs, for a prediction's clock (``None`` without any)."""
-    measured = [float(r.summary["overhead_ms"]) / 1000.0 for r in runs
-                if r.summary.get("overhead_ms") and not r.summary.get("predicted")]
+    measured = [float(r.summary.overhead_ms) / 1000.0 for r in runs
+                if r.summary.overhead_ms and not r.summary.predicted]
     return float(np.median(measured)) if measured else None
 
 
 def calibrated_gap(runs: Iterable[RunResult]) -> float | None:
     """The median ``gap_ms`` of real runs in seconds (where their steps read: :func:`ssptk.sim.calibrate_gap`), for
     a prediction's staleness (``None`` without any)."""
-    measured = [float(r.summary["gap_ms"]) / 1000.0 for r in runs
-                if r.summary.get("gap_ms") is not None and not r.summary.get("predicted")]
+    measured = [float(r.summary.gap_ms) / 1000.0 for r in runs
+                if r.summary.gap_ms is not None and not r.summary.predicted]
     return float(np.median(measured)) if measured else None
 
 

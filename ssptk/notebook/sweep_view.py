@@ -125,7 +125,7 @@ def sweep(staleness: int | str | Iterable[int] | None = None, runner: Runner | N
     ``momentum=[0, 0.5, 0.9]``: the run options' ``mode`` (default async) once per explicit momentum instead
     (labels ``async``, ``async·momentum:0.5``, ...; 0: plain sgd), a slider over them.
     """
-    from ssptk.experiment.sweep import sweep as run_sweep
+    from ssptk.experiment.sweep import sweep_runs as run_sweep
 
     if momentum is not None:
         sweep_labels(staleness, local_steps, momentum=momentum, options=dict(run_options))  # bad values fail here

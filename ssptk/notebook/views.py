@@ -11,7 +11,8 @@ from ssptk.core.errors import UsageError
 from ssptk.notebook.forwarding import Forwarding
 from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
-from ssptk.render.tables import ShownTable, target_lines
+from ssptk.render.table_notes import target_lines
+from ssptk.render.tables import ShownTable
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.verdict import verdict_lines
 

@@ -13,11 +13,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ssptk.render.cells import KEY_FIGURES
     from ssptk.render.figures import Repeats, comparison_figure, run_figure
     from ssptk.render.overlay import overlay_figure, summary_line
     from ssptk.render.report import Report, build_report, comparison_title, load_comparison, write_metrics_csv
     from ssptk.render.style import figure_png, figure_to_png_base64
-    from ssptk.render.tables import KEY_FIGURES, format_table, terminal_table
+    from ssptk.render.tables import format_table
+    from ssptk.render.terminal_table import terminal_table
     from ssptk.render.text import ProgressBar, format_summary
     from ssptk.render.tradeoff import tradeoff_figure
 
@@ -26,7 +28,7 @@ _HOMES = {"Repeats": "figures", "comparison_figure": "figures", "run_figure": "f
           "overlay_figure": "overlay", "summary_line": "overlay",
           "Report": "report", "build_report": "report", "comparison_title": "report", "load_comparison": "report",
           "write_metrics_csv": "report", "figure_png": "style", "figure_to_png_base64": "style",
-          "KEY_FIGURES": "tables", "format_table": "tables", "terminal_table": "tables",
+          "KEY_FIGURES": "cells", "format_table": "tables", "terminal_table": "terminal_table",
           "ProgressBar": "text", "format_summary": "text", "tradeoff_figure": "tradeoff"}
 
 __all__ = ["KEY_FIGURES", "ProgressBar", "Repeats", "Report", "build_report", "comparison_figure", "comparison_title",

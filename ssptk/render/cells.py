@@ -1,9 +1,11 @@
-"""Cells as the tables show them (:mod:`ssptk.render.tables`, the report, the terminal): 4 significant digits, ``-``
-for a missing value, shares as percentages, ``mean [min–max]`` for repeats, megabytes to at most 3 decimals, a
-status that says ``diverged``."""
+"""Cells as the tables show them (:mod:`ssptk.render.tables`, :mod:`ssptk.render.terminal_table`, the report): 4
+significant digits, ``-`` for a missing value, shares as percentages, ``mean [min–max]`` for repeats, megabytes to at
+most 3 decimals, a status that says ``diverged``; rows of cells aligned as text (:func:`aligned`), and what each
+figure holds (:data:`FIGURE_LEGEND`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +13,8 @@ import pandas as pd
 
 from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
 
-__all__ = ["KEY_FIGURES", "cell", "megabytes", "missing", "percent", "shown_cells", "small_share"]
+__all__ = ["FIGURE_LEGEND", "KEY_FIGURES", "aligned", "cell", "megabytes", "missing", "percent", "shown_cells",
+           "small_share"]
 
 #: Shares shown as percentages.
 _PERCENT = ("wait_fraction", "link_busy", "transfer_share")
@@ -146,3 +149,37 @@ def shown_cells(df: pd.DataFrame, ranges_below: bool = False) -> tuple[pd.DataFr
         shown = pd.concat([shown, pd.DataFrame(below, columns=columns)]).sort_index(kind="stable")
         shown = shown.reset_index(drop=True)
     return shown, numeric
+
+
+#: What each figure of a comparison table holds, in a line under a table that shows it.
+FIGURE_LEGEND = {
+    "steps_per_s": "steps/s: minibatches per second, from the start barrier to the last step",
+    "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
+    "max_skew": "max skew: most minus least completed steps (SSP: at most S+1)",
+    "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound; "
+                     "local: averages)",
+    "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
+    "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
+    "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",
+    "transfer_share": "xfer: share of a worker's step its tensors were on the wire (sync, ssp, async: timed on "
+                      "every 10th step; local, allreduce: its bytes at the link's rate, an estimate and a floor)",
+    "dc_correction_mean": "dc corr: delay compensation's correction |lambda g*g*(w_now - w_read)| as a share of "
+                          "the gradient |g|, the mean over the run's updates (--lr-staleness dc or dca; - without it)",
+}
+
+
+def aligned(cells: pd.DataFrame, numeric: Mapping[Any, bool], columns: list[Any],
+             headers: Mapping[Any, str] | None = None) -> str:
+    """Rows of ``cells`` (strings) under ``headers``: numbers right-aligned, text left-aligned."""
+    names = {c: str((headers or {}).get(c, c)) for c in columns}
+    widths = {c: max([len(names[c])] + [len(v) for v in cells[c]]) for c in columns}
+
+    def line(values: Mapping[Any, str]) -> str:
+        return "  ".join(values[c].rjust(widths[c]) if numeric[c] else values[c].ljust(widths[c])
+                         for c in columns).rstrip()
+
+    out = [line(names), "  ".join("-" * widths[c] for c in columns)]
+    out += [line(row) for row in cells.to_dict("records")]
+    if not len(cells):
+        out.append("(no rows)")
+    return "\n".join(out)

@@ -75,7 +75,7 @@ def run_figure(
     below the panels names what every panel draws (a legend per panel covered a third of it at 8 workers). The
     title is broken into lines that fit (a predicted run's says so on a line of its own).
     """
-    view = view_of_run(steps, events, config, staleness=staleness_bound)
+    view = view_of_run(steps, events, config, bound=staleness_bound)
     fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     axes = list(fig.subplots(2, 3).flat)
     title = run_title(view.options) if view.options else "run (no config)"
@@ -200,7 +200,6 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     repeated = any(isinstance(v, Repeats) for v in runs.values())
     lw, lw_prog = (0.9, 0.5) if repeated else (1.5, 0.8)
     skew_max, skew_bound_max = 0, 0  # the largest skew, and the largest SSP bound S+1
-    local = False  # a local:H run's staleness counts local steps, not updates: the axis says so
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
@@ -212,23 +211,21 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         shown = str(label) + (legend_mark(_outcome(verdict, str(label))) if verdict is not None
                               else _diverged_mark(drawn))
         config = _config_of(values[0])
-        local = local or an.run_options(config).get("mode") == "local"
-        staleness = an.staleness_bound(config)
-        if staleness is not None:
-            skew_bound_max = max(skew_bound_max, skew_bound(staleness))
-            draw_bound(ax_skew, staleness, color=run_color, lw=1.0, label=f"{label} {bound_label(staleness)}")
+        bound = an.staleness_bound(config)
+        if bound is not None:
+            skew_bound_max = max(skew_bound_max, skew_bound(bound))
+            draw_bound(ax_skew, bound, color=run_color, lw=1.0, label=f"{label} {bound_label(bound)}")
         paid = []
         for r, (steps, events) in enumerate(drawn):
             df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None, repeated)
             paid.append(an.summarize(df, events, config))
-            skew_max = max(skew_max, int(paid[-1].get("max_skew") or 0))
-        _cost_point(ax_cost, label, [p.get("wait_fraction") for p in paid], [p.get("mean_staleness") for p in paid],
-                    run_color)
+            skew_max = max(skew_max, int(paid[-1].max_skew or 0))
+        _cost_point(ax_cost, label, [p.wait_fraction for p in paid], [p.mean_staleness for p in paid], run_color)
     if skew_max > 4 * max(skew_bound_max, 2):  # async's hundreds would flatten every bound onto the axis
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_cost.set(title="what each run paid:\nwaiting and staleness", xlabel="worker time spent waiting (%)",
-                ylabel="mean staleness (updates;\nlocal:H: local steps)" if local else "mean staleness (updates)")
+                ylabel="mean staleness (updates)")
     ax_cost.margins(0.15)  # no point on the frame
     ax_t.set(title="loss vs wall time (smoothed)", xlabel="wall time (s)", ylabel="training loss")
     ax_s.set(title="loss vs minibatches (smoothed)", xlabel="minibatches processed",

@@ -46,7 +46,7 @@ def held_out_figure(runs: Mapping[str, Any], target: float | None = None) -> Fig
     tuples or :class:`Repeats` of them (each repetition drawn, thinner)."""
     fig = NotebookFigure(figsize=(11, 3.8), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
-    every = evaluated_every(an.run_options(r[2]).get("eval_every") for v in runs.values() for r in Repeats.of(v)
+    every = evaluated_every(an.run_options(r[2]).eval_every for v in runs.values() for r in Repeats.of(v)
                             if isinstance(r, tuple) and len(r) > 2)
     fig.suptitle(f"held-out loss (worker 0's evaluations {every}, and the final one)")
     losses = []

@@ -16,6 +16,7 @@ from ssptk import analysis as an
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
 from ssptk.render.verdict import legend_mark
+from ssptk.rundir import Summary
 
 __all__ = ["RunFrames", "notes_html", "overlay_figure", "summary_line", "static_html", "staleness_looks",
            "LOSS_GID", "SKEW_GID", "BOUND_GID"]
@@ -114,19 +115,18 @@ def _legend(fig: Figure, ax_loss: Any, ax_skew: Any) -> None:
 
 def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
     """``label: 143.2 steps/s, max skew 3, final loss 0.11, wait 21%`` (or why the run failed)."""
-    s = summary or {}
-    if s.get("status") not in (None, "ok"):
-        return f"{label}: failed: {s.get('reason') or 'unknown reason'}"
-    if s.get("diverged"):
-        on = " on the held-out loss" if s.get("diverged_on") == "held-out" else ""
-        label = f"{label}: DIVERGED{on} at global step {s.get('diverged_at_step')}"
+    s = Summary.of(summary)
+    if s.status not in (None, "ok"):
+        return f"{label}: failed: {s.reason or 'unknown reason'}"
+    if s.diverged:
+        on = " on the held-out loss" if s.diverged_on == "held-out" else ""
+        label = f"{label}: DIVERGED{on} at global step {s.diverged_at_step}"
 
-    def num(key: str, fmt: str) -> str:
-        value = s.get(key)
+    def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    return (f"{label}: {num('steps_per_s', '.1f')} steps/s, max skew {num('max_skew', 'g')}, "
-            f"final loss {num('final_loss', '.4g')}, wait {num('wait_fraction', '.0%')}")
+    return (f"{label}: {num(s.steps_per_s, '.1f')} steps/s, max skew {num(s.max_skew, 'g')}, "
+            f"final loss {num(s.final_loss, '.4g')}, wait {num(s.wait_fraction, '.0%')}")
 
 
 def notes_html(notes: Sequence[str]) -> str:

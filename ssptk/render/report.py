@@ -13,27 +13,17 @@ from matplotlib.figure import Figure
 
 from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
+from ssptk.render.cells import KEY_FIGURES, shown_cells
 from ssptk.render.figures import Repeats, comparison_figure, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
-from ssptk.render.tables import (
-    KEY_FIGURES,
-    SHOWN_COLUMNS,
-    format_table,
-    has_local,
-    local_staleness_note,
-    lr_lines,
-    shown_cells,
-    table_html,
-    takeaway_line,
-    target_lines,
-)
-from ssptk.render.text import LOCAL_STALENESS
+from ssptk.render.table_notes import lr_lines, takeaway_line, target_lines
+from ssptk.render.tables import SHOWN_COLUMNS, format_table, table_html
 from ssptk.render.tradeoff import tradeoff_figure
 from ssptk.render.traffic import network_section
 from ssptk.render.verdict import verdict_lines
-from ssptk.rundir import load_run
+from ssptk.rundir import Summary, load_run
 from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
 
@@ -159,7 +149,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
         table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
     options = [an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
                if isinstance(r, tuple) and len(r) > 2]
-    table.attrs["eval_every"] = [o.get("eval_every") for o in options]  # what "every K updates" says
+    table.attrs["eval_every"] = [o.eval_every for o in options]  # what "every K updates" says
     verdict = an.verdict_of(table)  # made with the table, once: every sentence, star and marker below words it
     notes = _ending_lines(runs) + comparison_notes(table, verdict) + lr_lines(options)
     if repeated:
@@ -167,8 +157,6 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     figures: list[tuple[str, Figure]] = []
     if runs:
         caption = "All runs, every repetition (thin lines in the mode's colour)" if repeated else "All runs"
-        local = local_staleness_note(has_local(table))
-        caption += f" ({local})" if local else ""
         figures.append((caption, comparison_figure(runs, verdict)))
     compared = None
     if predicted:
@@ -193,8 +181,6 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
                 continue
             steps, events, config, _summary = reps[0]
             caption = f"Run {label}, repetition 1 of {len(reps)}" if repeated else f"Run {label}"
-            if an.run_options(config).get("mode") == "local":
-                caption += f" (its staleness: {LOCAL_STALENESS})"
             figures.append((caption, run_figure(steps, events, config)))
     report = Report(title, table, figures, notes, runs_table, compared)
     report.verdict = verdict
@@ -210,11 +196,11 @@ def _ending_lines(runs: Mapping[str, RunTuple | Repeats]) -> list[str]:
     for label, value in runs.items():
         reps = Repeats.of(value)
         for k, run in enumerate(reps):
-            summary = run[3] if isinstance(run, tuple) and len(run) > 3 and isinstance(run[3], Mapping) else {}
-            status = summary.get("status")
+            summary = Summary.maybe(run[3] if isinstance(run, tuple) and len(run) > 3 else None) or Summary()
+            status = summary.status
             if status in ("failed", "interrupted"):
                 which = f" (repetition {k + 1})" if len(reps) > 1 else ""
-                why = summary.get("reason") or f"{summary.get('failed_task') or 'a task'}: no reason recorded"
+                why = summary.reason or f"{summary.failed_task or 'a task'}: no reason recorded"
                 lines.append(f"Run {label}{which} {status}: {why}")
     return lines
 

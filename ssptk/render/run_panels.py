@@ -38,7 +38,6 @@ from ssptk.render.style import (
     wants_log_loss,
     worker_label,
 )
-from ssptk.render.text import LOCAL_STALENESS
 
 __all__ = ["RunPanels", "panel_titles", "set_band", "thin", "thin_envelope"]
 
@@ -107,10 +106,9 @@ class RunPanels:
     def __init__(self, axes: Sequence[Axes], view: RunView) -> None:
         self.axes = list(axes)
         self.ax_loss, self.ax_prog, self.ax_skew, self.ax_wait, self.ax_stale, self.ax_samples = self.axes
-        self.many, self.workers, self.smooth, self.staleness = view.many, view.workers, view.smooth, view.staleness
+        self.many, self.workers, self.smooth, self.bound = view.many, view.workers, view.smooth, view.bound
         self.titles = panel_titles(view)
-        # local SGD's staleness counts local steps since the last average, not updates
-        stale = LOCAL_STALENESS if view.options.get("mode") == "local" else "staleness (updates)"
+        stale = "staleness (updates)"
         for ax, title, xlabel, ylabel in zip(self.axes, self.titles, (
                 "wall time (s)", "wall time (s)", "wall time (s)", "worker", stale,
                 "minibatches processed"), (
@@ -138,7 +136,7 @@ class RunPanels:
         self.skew_band = self.ax_skew.fill_between([], [], [], step="post", color=SKEW_COLOR, alpha=SKEW_BAND_ALPHA,
                                                    lw=0, label="_" + SKEW_RANGE_LABEL)
         (self.skew_line,) = self.ax_skew.plot([], [], drawstyle="steps-post", color=SKEW_COLOR, label=LABELS["skew"])
-        self.bound_line = None if self.staleness is None else draw_bound(self.ax_skew, self.staleness)
+        self.bound_line = None if self.bound is None else draw_bound(self.ax_skew, self.bound)
         if self.many:  # a tick per worker would overlap
             self.ax_wait.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
         self.wait_bars: Any = None

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ssptk.core.options import skew_bound
+from ssptk.rundir import StoredOptions
 
 __all__ = ["BOUND_COLOR", "BOUND_STYLE", "DELAY_COLOR", "EXTREME_LINES", "LABELS", "LOSS_BAND", "MAX_LEGEND",
            "MEDIAN_LINE", "NOTE_COLOR", "OVERALL_LINE", "PROGRESS_BANDS", "SKEW_COLOR", "STALENESS_COLOR",
@@ -96,27 +97,28 @@ def set_loss_scale(ax: Axes, losses: pd.Series | Iterable[pd.Series]) -> None:
         ax.set_yscale("log")
 
 
-def run_title(opts: Mapping[str, Any]) -> str:
+def run_title(options: Mapping[str, Any]) -> str:
     """A figure's title from a run's options: ``ssp, staleness S=2 · 3 workers · model linear`` (``· optimizer adam``
     after the mode where it is not sgd) and the conditions
     it ran under (PS shards, ``--network``, ``--jitter``) (no
     ``staleness=None`` for the modes that have none; a model from a file, ``DIR/user_model.py:mlp2``, as ``mlp2``)."""
-    mode, s = opts.get("mode"), opts.get("staleness")
+    opts = StoredOptions.of(options)
+    mode, s = opts.mode, opts.bound
     parts = [f"ssp, staleness S={s}" if mode == "ssp" and s is not None else str(mode or "run")]
-    if mode == "local" and opts.get("local_steps"):  # local:H, as its label says
-        parts = [f"local:{opts['local_steps']} (local SGD, averaging every {opts['local_steps']} local steps)"]
-    if opts.get("optimizer") not in (None, "sgd"):
-        parts.append(f"optimizer {opts['optimizer']}")
-    if opts.get("workers"):
-        parts.append(f"{opts['workers']} workers")
-    if opts.get("model"):
-        parts.append(f"model {model_name(opts['model'])}")
-    if opts.get("ps") and int(opts["ps"]) > 1 and mode != "allreduce":
-        parts.append(f"{opts['ps']} PS shards")
-    if opts.get("network"):
-        parts.append(f"network {opts['network']}")
-    if opts.get("jitter"):
-        parts.append(f"jitter {opts['jitter']}")
+    if mode == "local" and opts.local_steps:  # local:H, as its label says
+        parts = [f"local:{opts.local_steps} (local SGD, averaging every {opts.local_steps} local steps)"]
+    if opts.optimizer not in (None, "sgd"):
+        parts.append(f"optimizer {opts.optimizer}")
+    if opts.workers:
+        parts.append(f"{opts.workers} workers")
+    if opts.model:
+        parts.append(f"model {model_name(opts.model)}")
+    if opts.ps and opts.ps > 1 and mode != "allreduce":
+        parts.append(f"{opts.ps} PS shards")
+    if opts.network:
+        parts.append(f"network {opts.network}")
+    if opts.jitter:
+        parts.append(f"jitter {opts.jitter}")
     return " \u00b7 ".join(parts)
 
 

@@ -38,8 +38,7 @@ from ssptk.analysis import (
     smoothing_window,
     start_time,
 )
-from ssptk.render.text import LOCAL_STALENESS
-from ssptk.rundir import RunDir, load_run
+from ssptk.rundir import RunConfig, RunDir, load_run
 from ssptk.rundir.space import writing
 
 __all__ = ["write_events"]
@@ -181,16 +180,14 @@ def write_events(run_dir: str, loaded: tuple[Any, Any, Any, Any] | None = None) 
     steps = steps.dropna(subset=["t", "worker", "step"])
     df = prepare_steps(steps, t0)
     if t0 is None:
-        t0 = float(df["t"].min()) if len(df) else float(config.get("created") or time.time())
+        t0 = float(df["t"].min()) if len(df) else float(RunConfig.of(config).created or time.time())
     top: list[tuple[int, bytes]] = []
     if config:
         top.append(_text("config", dict(run_options(config)), t0))
     if summary:
         top.append(_text("summary", summary, float(df["t"].max()) if len(df) else t0))
     workers: dict[int, list[tuple[int, bytes]]] = {}
-    # local SGD's staleness counts something else: the chart says what
-    described = ({"staleness/worker": f"local SGD: {LOCAL_STALENESS} (0 to H-1)"}
-                 if run_options(config).get("mode") == "local" else None)
+    described = None
     if len(df):
         window = smoothing_window(n_workers(config, df))
         smooth = df["loss"].astype("float64").rolling(window, min_periods=1).mean()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
 import numpy as np
@@ -13,9 +13,7 @@ from ssptk.core.labels import label_of
 from ssptk.core.options import skew_bound
 from ssptk.render.traffic import split_text
 from ssptk.render.verdict import dc_line
-
-#: What a local SGD run's staleness is (its step records' ``staleness``): every display of it says so.
-LOCAL_STALENESS = "local steps since the last average"
+from ssptk.rundir import Summary, TrafficSection
 
 
 def _fmt(v: Any, spec: str = ".4g") -> str:
@@ -34,21 +32,21 @@ def evaluated_every(values: Iterable[Any] | None) -> str:
     return f"every {' or '.join(str(k) for k in ks) if ks else '--eval-every'} update{'' if ks == [1] else 's'}"
 
 
-def _bound_note(s: dict[str, Any]) -> str:
+def _bound_note(s: Summary) -> str:
     """`` (bound S+1 = 3)`` for an SSP run: the skew the logs measure may reach S+1, not S."""
-    if s.get("mode") != "ssp" or not isinstance(s.get("staleness"), int):
+    if s.mode != "ssp" or not isinstance(s.bound, int):
         return ""
-    return f" (SSP bound: at most S+1 = {skew_bound(s['staleness'])})"
+    return f" (SSP bound: at most S+1 = {skew_bound(s.bound)})"
 
 
-def _network_lines(t: dict[str, Any], not_measured: str | None = None) -> list[str]:
+def _network_lines(t: TrafficSection | None, not_measured: str | None = None) -> list[str]:
     """The run's measured traffic in one line; for a run that measured none, why (``not_measured``), or nothing."""
     if not t:
         return [f"network   traffic not measured: {not_measured}"] if not_measured else []
-    line = (f"network   {t.get('network') or 'free loopback (no --network)'}   "
-            f"{_fmt(t.get('mb_per_minibatch'), '.3g')} MB per minibatch to and from the workers")
-    if t.get("busiest"):
-        task, share = t["busiest"]
+    line = (f"network   {t.network or 'free loopback (no --network)'}   "
+            f"{_fmt(t.mb_per_minibatch, '.3g')} MB per minibatch to and from the workers")
+    if t.busiest:
+        task, share = t.busiest
         line += f"   busiest link {task} at {_fmt(100 * share, '.0f')}% of its rate"
     split = split_text(t)
     return [line] + ([f"          {split}"] if split else [])
@@ -61,64 +59,70 @@ def _cores_note(cores: Any, shown: bool = False) -> str:
     return f", the workers sharing {_fmt(cores, '.3g')} cores (--cores)"
 
 
-def status_word(s: dict[str, Any]) -> str:
+def status_word(summary: Mapping[str, Any]) -> str:
     """A run's status as its summary line shows it: ``summary.json``'s ``status`` (ok, failed, interrupted), but
     ``diverged`` for a run that finished with a diverged loss: it did what was asked, yet its model is not a
     trained one (``ssptk run`` exits 3)."""
-    status = s.get("status")
-    return "diverged" if status == "ok" and s.get("diverged") else str(status)
+    s = Summary.of(summary)
+    return "diverged" if s.ok and s.diverged else str(s.status)
 
 
-def format_summary(s: dict[str, Any]) -> str:
+def _mode_words(s: Summary) -> str:
+    """The run's mode as the summary's first lines say it: ``ssp (staleness 2)``, ``local:4 (local SGD)``."""
+    if s.mode == "local":  # local:H where the summary says H
+        mode = f"{label_of('local', s.local_steps)} (local SGD)"
+    else:
+        mode = f"ssp (staleness {s.bound})" if s.mode == "ssp" else str(s.mode)
+    mode += f", {s.backup} backup worker(s)" if s.backup else ""
+    return mode + (f"   optimizer {s.optimizer}" if s.optimizer not in (None, "sgd") else "")
+
+
+def _outcome_lines(s: Summary) -> list[str]:
+    """What the run's loss reached and how it ended: the target, a prediction's clock, params, divergence, failure."""
+    lines = []
+    if s.target is not None:
+        reached = (f"reached in {_fmt(s.time_to_target_s, '.2f')} s, {_fmt(s.steps_to_target)} minibatches"
+                   if s.steps_to_target is not None else "not reached")
+        lines.append(f"target    {s.target_on or 'training'} loss {_fmt(s.target)}: {reached}")
+    if s.predicted:
+        lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
+                     f"gradients; times from a {_fmt(s.overhead_ms, '.2f')} ms/step overhead"
+                     + (_cores_note(s.predicted.cores, True) if s.predicted.shows_cores else ""))
+    if s.params:
+        lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s.params.items()))
+    if s.diverged:
+        held_out = s.diverged_on == "held-out"
+        lines.append(f"DIVERGED  at global step {s.diverged_at_step}"
+                     f"{' (held-out evaluation)' if held_out else ''}: "
+                     f"{HELD_OUT_DIVERGENCE_RULE if held_out else DIVERGENCE_RULE} "
+                     f"(lower --lr or {'H' if s.mode == 'local' else 'the staleness'})")
+    if not s.ok:
+        lines.append(f"failed    {s.reason}")
+    return lines
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
     """A run's summary.json as a short block of text."""
-    local = s.get("mode") == "local"
-    mode = f"ssp (staleness {s.get('staleness')})" if s.get("mode") == "ssp" else str(s.get("mode"))
-    if local:  # local:H where the summary says H
-        mode = f"{label_of('local', s.get('local_steps'))} (local SGD)"
-    if s.get("backup"):
-        mode += f", {s['backup']} backup worker(s)"
-    if s.get("optimizer") not in (None, "sgd"):
-        mode += f"   optimizer {s['optimizer']}"
+    s = Summary.of(summary)
     lines = [
-        f"run       {s.get('run_dir')}  [{status_word(s)}{', PREDICTED' if s.get('predicted') else ''}]",
-        f"model     {s.get('model')}   mode {mode}   workers {s.get('workers')}",
-        f"steps     {s.get('total_steps')} minibatches in {_fmt(s.get('wall_s'), '.2f')} s "
-        f"= {_fmt(s.get('steps_per_s'), '.1f')} steps/s",
-        f"loss      final (eval) {_fmt(s.get('final_loss'))}   last train {_fmt(s.get('train_loss_last'))}"
-        + (f"   accuracy (held out) {_fmt(s.get('final_accuracy'))}" if s.get("final_accuracy") is not None else ""),
-        f"skew      max {_fmt(s.get('max_skew'))} steps{_bound_note(s)}   "
-        f"waiting {_fmt(100 * (s.get('wait_fraction') or 0), '.1f')}% of worker time",
-        f"staleness mean {_fmt(s.get('mean_staleness'), '.2f')}   max {_fmt(s.get('max_staleness'))}"
-        + (f"   ({LOCAL_STALENESS})" if local else ""),
+        f"run       {s.run_dir}  [{status_word(s)}{', PREDICTED' if s.predicted else ''}]",
+        f"model     {s.model}   mode {_mode_words(s)}   workers {s.workers}",
+        f"steps     {s.total_steps} minibatches in {_fmt(s.wall_s, '.2f')} s = {_fmt(s.steps_per_s, '.1f')} steps/s",
+        f"loss      final (eval) {_fmt(s.final_loss)}   last train {_fmt(s.train_loss_last)}"
+        + (f"   accuracy (held out) {_fmt(s.final_accuracy)}" if s.final_accuracy is not None else ""),
+        f"skew      max {_fmt(s.max_skew)} steps{_bound_note(s)}   "
+        f"waiting {_fmt(100 * (s.wait_fraction or 0), '.1f')}% of worker time",
+        f"staleness mean {_fmt(s.mean_staleness, '.2f')}   max {_fmt(s.max_staleness)}",
     ]
     compensated = dc_fact("this run", s)
     if compensated is not None:  # how large delay compensation's correction was, worded as in a comparison
         lines.append(f"dc        {dc_line(compensated)}")
-    if s.get("ideal_steps_per_s"):
-        lines.append(f"ideal     {_fmt(s['ideal_steps_per_s'], '.1f')} steps/s simulated with this run's "
-                     f"{_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead{_cores_note(s.get('ideal_cores'))}: "
-                     f"measured / ideal {_fmt(s.get('measured_over_ideal'), '.2f')}")
-    lines += _network_lines(s.get("traffic") or {}, s.get("traffic_not_measured"))
-    if s.get("target") is not None:
-        reached = (f"reached in {_fmt(s.get('time_to_target_s'), '.2f')} s, "
-                   f"{_fmt(s.get('steps_to_target'))} minibatches" if s.get("steps_to_target") is not None
-                   else "not reached")
-        lines.append(f"target    {s.get('target_on') or 'training'} loss {_fmt(s['target'])}: {reached}")
-    if s.get("predicted"):
-        lines.append(f"predicted by the simulator, not trained on a cluster: its schedule replayed with the model's "
-                     f"gradients; times from a {_fmt(s.get('overhead_ms'), '.2f')} ms/step overhead"
-                     + (_cores_note(s["predicted"]["cores"], True) if "cores" in s["predicted"] else ""))
-    if s.get("params"):
-        lines.append("params    " + "  ".join(f"{k} = {_fmt(v, '.4f')}" for k, v in s["params"].items()))
-    if s.get("diverged"):
-        held_out = s.get("diverged_on") == "held-out"
-        lines.append(f"DIVERGED  at global step {s.get('diverged_at_step')}"
-                     f"{' (held-out evaluation)' if held_out else ''}: "
-                     f"{HELD_OUT_DIVERGENCE_RULE if held_out else DIVERGENCE_RULE} "
-                     f"(lower --lr or {'H' if local else 'the staleness'})")
-    if s.get("status") != "ok":
-        lines.append(f"failed    {s.get('reason')}")
-    return "\n".join(lines)
+    if s.ideal_steps_per_s:
+        lines.append(f"ideal     {_fmt(s.ideal_steps_per_s, '.1f')} steps/s simulated with this run's "
+                     f"{_fmt(s.overhead_ms, '.2f')} ms/step overhead{_cores_note(s.ideal_cores)}: "
+                     f"measured / ideal {_fmt(s.measured_over_ideal, '.2f')}")
+    lines += _network_lines(s.traffic, s.traffic_not_measured)
+    return "\n".join(lines + _outcome_lines(s))
 
 
 class ProgressBar:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ssptk.analysis.step_split import PARTS, StepSplit, step_split
 from ssptk.analysis.traffic import link_capacity
+from ssptk.rundir import Summary, TrafficSection
 
 __all__ = ["CAPACITY_SENTENCE", "SPLIT_SENTENCE", "network_section", "split_html", "split_legend", "split_text",
            "split_words", "status_text"]
@@ -99,10 +100,10 @@ def status_text(summary: Mapping[str, Any], split: bool = True) -> str:
     """The traffic for a status line: ``0.74 MB/step \u00b7 ps:0 link 84% of capacity \u00b7 a step: transfer 56%,
     wait 10%, compute 4%, other 30%`` (``transfer \u2265``: an estimate; without the step's parts unless ``split``;
     ``""`` for a run that measured none)."""
-    t = summary.get("traffic")
-    if not isinstance(t, Mapping) or not t:
+    t = Summary.of(summary).traffic
+    if not t:
         return ""
-    parts = [f"{_num(t.get('mb_per_minibatch'))} MB/step"]
+    parts = [f"{_num(t.mb_per_minibatch)} MB/step"]
     capacity = link_capacity(summary)
     if capacity:
         parts.append(f"{capacity[0]['task']} link {_pct(capacity[0]['share'])} of capacity")
@@ -151,24 +152,23 @@ def split_legend() -> str:
     return " ".join(f'<span style="color:{_color(p)}">\u25a0</span> {p}' for p in PARTS)
 
 
-def _runs_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+def _runs_table(summaries: Mapping[str, Summary]) -> str:
     """One row per run, seven columns so that it fits a 900 px window: the limit and how close the run came in one
     cell, a worker's step as a bar with its parts in words under it."""
     head = ["run", "network", "MB/minibatch", "busiest link", "steps/s of the link's limit", "step ms",
             "a worker's step"]
     rows = []
     for label, s in summaries.items():
-        t = s.get("traffic") or {}
+        t = s.traffic or TrafficSection()
         cap = link_capacity(s)
         top = cap[0] if cap else {}
-        speed = _num(s.get("steps_per_s"))
+        speed = _num(s.steps_per_s)
         limit = (f"{speed} of <span>{_num(top.get('limit_steps_per_s'))}</span>: <span>{_pct(top.get('share'))}</span>"
                  if top else speed)
         step = split_html(t) or "-"
-        cells = [html.escape(label), html.escape(str(t.get("network") or "free loopback")),
-                 _num(t.get("mb_per_minibatch")),
+        cells = [html.escape(label), html.escape(str(t.network or "free loopback")), _num(t.mb_per_minibatch),
                  html.escape(f"{top['task']}, {top['rate'] / 1e6:.4g}\u00a0Mbit/s") if top else "-",
-                 limit, _num(t.get("step_ms"), ".0f"), step]
+                 limit, _num(t.step_ms, ".0f"), step]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ('<div class="table-wrap"><table><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
             + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
@@ -180,26 +180,26 @@ def _task_order(task: str) -> tuple[bool, str, int]:
     return role != "ps", role, int(index) if index.isdigit() else 0
 
 
-def _steps_of(task: str, summary: Mapping[str, Any]) -> Any:
+def _steps_of(task: str, summary: Summary) -> Any:
     """The minibatches a task's bytes are per: a worker's own steps, a PS task's all of the run's."""
     role, _, index = task.partition(":")
-    steps = summary.get("per_worker_steps") or {}  # int keys in memory, str keys once read back from JSON
+    steps = summary.per_worker_steps  # int keys in memory, str keys once read back from JSON
     own = (steps.get(index) or (steps.get(int(index)) if index.isdigit() else None)) if role == "worker" else None
-    return own or summary.get("total_steps")
+    return own or summary.total_steps
 
 
-def _tasks_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
+def _tasks_table(summaries: Mapping[str, Summary]) -> str:
     """Bytes each task sent and received per minibatch (kB; a worker's: per step of its own), one column per run."""
     tasks: list[str] = []
     for s in summaries.values():
-        tasks += [t for t in ((s.get("traffic") or {}).get("tasks") or {}) if t not in tasks]
+        tasks += [t for t in (s.traffic or TrafficSection()).tasks if t not in tasks]
     tasks.sort(key=_task_order)
     head = "".join(f"<th>{html.escape(label)}</th>" for label in summaries)
     rows = []
     for task in tasks:
         cells = []
         for s in summaries.values():
-            counts = ((s.get("traffic") or {}).get("tasks") or {}).get(task)
+            counts = (s.traffic or TrafficSection()).tasks.get(task)
             n = _steps_of(task, s)
             cells.append(f"{_num(counts['sent'] / n / 1e3)} / {_num(counts['received'] / n / 1e3)}"
                          if isinstance(counts, Mapping) and n else "-")
@@ -214,10 +214,10 @@ def network_section(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     minibatch, the busiest shaped link and how close the run came to its capacity, a worker's step split into
     compute, transfer, wait and other; then each task's bytes per minibatch; and why a run measured none (its
     ``traffic_not_measured``). ``""`` when no run says anything of its traffic (older runs)."""
-    measured = {label: s for label, s in summaries.items() if isinstance(s, Mapping) and s.get("traffic")}
+    given = {label: Summary.of(s) for label, s in summaries.items() if isinstance(s, Mapping)}
+    measured = {label: s for label, s in given.items() if s.traffic}
     unmeasured = "".join(f'<p class="notes">{html.escape(label)}: traffic not measured: {html.escape(str(why))}</p>'
-                         for label, s in summaries.items() if label not in measured and isinstance(s, Mapping)
-                         and (why := s.get("traffic_not_measured")))
+                         for label, s in given.items() if label not in measured and (why := s.traffic_not_measured))
     if not measured:
         return f"<h2>Network</h2>{unmeasured}" if unmeasured else ""
     return "\n".join([

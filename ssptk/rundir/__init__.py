@@ -2,7 +2,9 @@
 
 Above :mod:`ssptk.core` (CONTRIBUTING.md has the layers): :class:`RunDir` knows every path
 (``docs/run-directory.md``) and is the only writer of ``config.json``, ``summary.json`` and
-``model/final.json``; :class:`ComparisonDir` knows a comparison's (its runs, ``metrics.csv``, ``report.html``);
+``model/final.json``; ``summary.json`` and ``config.json`` are read as typed objects (:class:`Summary`,
+:class:`RunConfig`: readers use attributes, only this package knows the keys); :class:`ComparisonDir` knows a
+comparison's (its runs, ``metrics.csv``, ``report.html``);
 :mod:`ssptk.rundir.logs` reads the workers' JSONL logs into pandas (the step record itself,
 :class:`ssptk.core.records.StepRecord`, is in core: the simulator gives its schedules in the same columns). May
 import :mod:`ssptk.core` only; every layer above may import it (the task runtime writes into it, the launcher,
@@ -16,10 +18,13 @@ from typing import Any
 
 from ssptk.rundir import trace as _trace  # noqa: F401  (installs the reader of --jitter trace:PATH)
 from ssptk.rundir.comparison import ComparisonDir
+from ssptk.rundir.config_file import RunConfig, StoredOptions, TaskInfo
 from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, recorded_cores, task_log_name
+from ssptk.rundir.summary_file import Predicted, Summary, TrafficSection
 
-__all__ = ["USER_MODEL_FILE", "ComparisonDir", "JsonlTail", "RunDir", "RunLogReader", "load_run", "read_json",
-           "read_run", "recorded_cores", "task_log_name"]
+__all__ = ["USER_MODEL_FILE", "ComparisonDir", "JsonlTail", "Predicted", "RunConfig", "RunDir", "RunLogReader",
+           "StoredOptions", "Summary", "TaskInfo", "TrafficSection", "load_run", "read_json", "read_run",
+           "recorded_cores", "task_log_name"]
 
 _READERS = ("JsonlTail", "RunLogReader", "load_run", "read_run")
 

@@ -26,9 +26,16 @@ from ssptk.core.option_types import typed
 from ssptk.core.options import OPTIONS
 from ssptk.core.printable import printable_json
 
-__all__ = ["MAX_JSON_BYTES", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "MAX_WORKERS", "NotRegular", "check_config",
+__all__ = ["CONTRACT_VERSION", "MAX_JSON_BYTES", "MAX_LINE_BYTES", "MAX_LOG_BYTES", "MAX_WORKERS", "NotRegular",
+           "check_config",
            "check_final", "check_summary", "check_traffic", "file_kind", "load_json", "open_regular", "valid_record"]
 
+#: The version of the contract a run directory is written to (``config.json``'s ``contract``; none: version 1).
+#: 2: local SGD's step records carry ``local_step`` (the local steps since the last average, which version 1 kept in
+#: ``staleness``), and ``staleness`` is what it is in every mode; readers upgrade version 1's records
+#: (:func:`ssptk.core.records.upgraded`). A comparison's table (``metrics.csv``) names the SSP bound ``bound``
+#: (version 1: ``staleness``).
+CONTRACT_VERSION = 2
 #: The most a JSON file of a run directory (config.json, summary.json, ...) may hold; a larger one is skipped.
 MAX_JSON_BYTES = 16 * 2**20
 #: The most of one worker log that is read (its records beyond are not).
@@ -195,7 +202,7 @@ _CONFIG: dict[str, Callable[[Any], bool]] = {
     "tasks": lambda v: isinstance(v, dict) and _kept(v, {"warm": _is_bool, "reused": _is_bool, "runs_served": _is_int,
                                                           "layout": _is_str, "isolation": _is_str,
                                                           "cores": lambda c: _finite(c) and c > 0})[1] == [],
-    "started_by": _is_str, "run_identity": _is_str,
+    "started_by": _is_str, "run_identity": _is_str, "contract": lambda v: _is_int(v) and v >= 1,
     "predicted": lambda v: isinstance(v, dict) and _opt(lambda x: _finite(x) and x >= 0)(v.get("overhead_s"))
     and _opt(lambda c: _finite(c) and c > 0)(v.get("cores")),
 }
@@ -308,7 +315,8 @@ def check_traffic(obj: Any) -> tuple[dict[str, Any], str]:
 
 # --- a worker log's records -------------------------------------------------------------------------
 
-_RECORD_INTS = frozenset({"step", "global_step", "staleness", "minibatch", "steps", "safety_timeouts",
+_RECORD_INTS = frozenset({"step", "global_step", "staleness", "local_step", "local_round", "minibatch", "steps",
+                          "safety_timeouts",
                           "duplicate_reruns", "attempt", "after_step"})
 # or null; what figures can draw (_plotted), and what the simulator's calibration reads (read_s)
 _RECORD_NUMBERS = frozenset({"loss", "wait_s", "delay_s", "lr_scale", "read_s", "cpu_s", "process_cpu_s",

@@ -37,7 +37,7 @@ def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = N
     with_config = [rd for rd in rds if _copyable(rd.config_path, say)]
     if not with_config:
         raise UsageError("none of these directories has config.json: give the one of worker 0's host too")
-    options = {rd.path: rd.config().get("options") for rd in with_config}
+    options = {rd.path: rd.config().options for rd in with_config}
     first = with_config[0]
     for rd in with_config[1:]:
         if options[rd.path] != options[first.path]:
@@ -61,7 +61,7 @@ def _one_identity(rds: list[RunDir]) -> None:
     seen: dict[str, str] = {}  # identity -> the first directory that has it
     for rd in rds:
         ids = {s.identity for s in read_statuses(rd.tasks_dir).values() if s.identity}
-        ids |= {i for i in [rd.config().get("run_identity")] if isinstance(i, str)}
+        ids |= {i for i in [rd.config().run_identity] if isinstance(i, str)}
         if len(ids) > 1:
             a, b = sorted(ids)[:2]
             raise UsageError(f"{rd.path} holds tasks of two runs ({a} and {b}): give each host's directory of one run")

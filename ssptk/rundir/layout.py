@@ -7,7 +7,6 @@ path; ``config.json``, ``summary.json`` and ``model/final.json`` are written onl
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Any
@@ -16,8 +15,17 @@ import numpy as np
 
 from ssptk.core.options import RunOptions
 from ssptk.core.records import finite_or_null
-from ssptk.rundir.contract import check_config, check_final, check_summary, check_traffic, load_json
+from ssptk.rundir.config_file import RunConfig
+from ssptk.rundir.contract import (
+    CONTRACT_VERSION,
+    check_config,
+    check_final,
+    check_summary,
+    check_traffic,
+    load_json,
+)
 from ssptk.rundir.space import write_whole
+from ssptk.rundir.summary_file import Summary
 
 __all__ = ["RunDir", "USER_MODEL_FILE", "read_json", "recorded_cores", "task_log_name"]
 
@@ -40,10 +48,7 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 def recorded_cores(config: object) -> float | None:
     """The cores a run had, as its ``config.json`` recorded them (``tasks.cores``; ``None`` where it did not: a run
     made before they were recorded, or one whose tasks no ssptk launcher started, each perhaps on its own host)."""
-    tasks = config.get("tasks") if isinstance(config, dict) else None
-    cores = tasks.get("cores") if isinstance(tasks, dict) else None
-    ok = isinstance(cores, (int, float)) and not isinstance(cores, bool) and 0 < cores < math.inf
-    return float(cores) if ok else None  # type: ignore[arg-type]
+    return RunConfig.of(config if isinstance(config, dict) else None).tasks.cores
 
 
 def _write_json(path: str, obj: dict[str, Any]) -> None:
@@ -168,7 +173,7 @@ class RunDir:
         """Whether this is a host's directory of a run whose tasks no ssptk launcher started (worker 0's, with its
         ``config.json`` saying ``started_by``, or any other, the PS's too, with ``tasks/``), not yet gathered into a
         run of its own (it has no ``summary.json``)."""
-        return bool(self.config().get("started_by") or os.path.isdir(self.tasks_dir)) \
+        return bool(self.config().started_by or os.path.isdir(self.tasks_dir)) \
             and not os.path.exists(self.summary_path)
 
     def set_aside_attempt(self) -> None:
@@ -181,11 +186,13 @@ class RunDir:
     # --- readers --------------------------------------------------------------------------------
     # Each holds its file to the contract (ssptk.rundir.contract): a value that is not as documented is left
     # out, so no reader trips on it; ssptk.rundir.check says which file lost what.
-    def config(self) -> dict[str, Any]:
-        return check_config(read_json(self.config_path))[0]
+    def config(self) -> RunConfig:
+        """``config.json`` (:class:`~ssptk.rundir.config_file.RunConfig`; empty where it is missing)."""
+        return RunConfig(check_config(read_json(self.config_path))[0])
 
-    def summary(self) -> dict[str, Any]:
-        return check_summary(read_json(self.summary_path))[0]
+    def summary(self) -> Summary:
+        """``summary.json`` (:class:`~ssptk.rundir.summary_file.Summary`; empty where it is missing)."""
+        return Summary(check_summary(read_json(self.summary_path))[0])
 
     def final(self) -> dict[str, Any]:
         return check_final(read_json(self.final_path))[0]
@@ -205,7 +212,7 @@ class RunDir:
         sync_like = opts.mode in ("sync", "allreduce", "local")
         rounds = -(-opts.steps // (opts.local_steps or 1))  # local: ceil(K / H) averages
         config: dict[str, Any] = {
-            "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
+            "contract": CONTRACT_VERSION, "options": opts.to_dict(), "cluster": cluster, "gpu_assignment": gpus,
             "versions": _versions(),
             "budget": {"total_minibatches": total if not opts.backup else None,
                        "per_worker": opts.steps if sync_like and not opts.backup else None,
@@ -221,15 +228,21 @@ class RunDir:
         os.makedirs(self.path, exist_ok=True)
         _write_json(self.config_path, config)
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: Summary | dict[str, Any]) -> None:
         _write_json(self.summary_path, summary)
 
     def traffic(self) -> dict[str, Any]:
         """``traffic.json`` (``{}`` where the run measured none: no private namespace, or an older run)."""
         return check_traffic(read_json(self.traffic_path))[0] if os.path.exists(self.traffic_path) else {}
 
-    def write_traffic(self, traffic: dict[str, Any]) -> None:
-        """What each task sent and received through its link during the run (``docs/run-directory.md``)."""
+    def write_traffic(self, traffic: dict[str, Any], before: dict[str, Any] | None = None) -> None:
+        """What each task sent and received through its link during the run (``docs/run-directory.md``): the
+        links' counters ``traffic`` at its end, less ``before``, the counters at its start where given (so a warm
+        cluster's earlier runs are not counted), and ``seconds`` between the two."""
+        if before is not None:
+            was = before.get("tasks") or {}
+            tasks = {t: {k: v - was.get(t, {}).get(k, 0) for k, v in c.items()} for t, c in traffic["tasks"].items()}
+            traffic = {**traffic, "tasks": tasks, "seconds": traffic["measured_at"] - before["measured_at"]}
         _write_json(self.traffic_path, traffic)
 
     def write_final(self, loss: float, names: list[str], values: list[Any], accuracy: float | None = None) -> None:

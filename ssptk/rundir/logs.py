@@ -22,9 +22,11 @@ from typing import Any
 import pandas as pd
 
 from ssptk.core.printable import printable
-from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS
+from ssptk.core.records import INT_STEP_COLUMNS, STEP_COLUMNS, upgraded
+from ssptk.rundir.config_file import RunConfig
 from ssptk.rundir.contract import MAX_LINE_BYTES, MAX_LOG_BYTES, MAX_WORKERS, NotRegular, open_regular, valid_record
 from ssptk.rundir.layout import RunDir
+from ssptk.rundir.summary_file import Summary
 
 __all__ = [
     "STEP_COLUMNS",
@@ -242,7 +244,7 @@ class RunLogReader:
                 for key in _TEXT_KEYS:  # what an event says is shown: no control characters in it
                     if isinstance(text := record.get(key), str) and not text.isprintable():
                         record[key] = printable(text)
-                (events if "event" in record else steps).append(record)
+                (events if "event" in record else steps).append(record if "event" in record else upgraded(record))
         steps.sort(key=_time_key)
         events.sort(key=_time_key)
         self._steps.extend(steps)
@@ -276,10 +278,11 @@ def read_run(run_dir: str | os.PathLike[str]) -> tuple[pd.DataFrame, pd.DataFram
 
 def load_run(
     run_dir: str | os.PathLike[str],
-) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, Any], dict[str, Any]]:
+) -> tuple[pd.DataFrame, pd.DataFrame, RunConfig, Summary]:
     """Load a run directory: ``(steps, events, config, summary)``.
 
-    ``config`` / ``summary`` are ``{}`` when ``config.json`` / ``summary.json`` are missing (a run
+    ``config`` / ``summary`` (:class:`~ssptk.rundir.config_file.RunConfig`, :class:`~ssptk.rundir.summary_file.Summary`)
+    are empty when ``config.json`` / ``summary.json`` are missing (a run
     still going, or one that died before writing them).
     """
     steps, events = read_run(run_dir)

@@ -7,7 +7,7 @@ user or a cluster manager started.
 :mod:`~ssptk.runtime.delay_comp`) and runs its mode's loop (:mod:`~ssptk.runtime.ps_loop`,
 :mod:`~ssptk.runtime.local_loop`, or :mod:`~ssptk.runtime.allreduce`), each step through a step callable
 (:mod:`~ssptk.runtime.fastrun`) and into the worker's log (:mod:`~ssptk.runtime.recorder`).
-:mod:`~ssptk.runtime.shared` holds every task of the shared layout in one process;
+:mod:`~ssptk.runtime.shared_layout` holds every task of the shared layout in one process;
 :mod:`~ssptk.runtime.predict_task` runs predicted runs (the simulator's schedule replayed with gradients from
 :mod:`~ssptk.runtime.gradients`); :mod:`~ssptk.runtime.protocol` is what a task tells its launcher; the rest keeps a
 task safe (its user code's processes reaped, duplicate requests re-run, TensorFlow imported without Keras 3). The

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ssptk.core.delays import DelayModel
@@ -56,21 +58,27 @@ def _apply_fn(tf: Any, optimizer: str, variables: list[Any], slots: list[list[An
     return apply_fn
 
 
-def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
-    """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
-    os.environ["TF_CONFIG"] = tf_config(cluster, index)
+@dataclass
+class _Replica:
+    """One worker's replica of the model under the strategy: its step's two halves (``compute``: the loss and local
+    gradients; ``apply``: all-reduce them and apply the mean), a ``barrier`` collective and the held-out loss."""
+
+    variables: list[Any]
+    slots: list[list[Any]]  # --optimizer's, one list per variable (none for sgd)
+    compute: Callable[[Any, Any], Any]
+    apply: Callable[[Any], Any]
+    barrier: Callable[[], Any]
+    held_out: Callable[[], tuple[float, float | None]]
+
+
+def _replica(spec: ModelSpec, opts: RunOptions, strategy: Any, n: int, x0: Any) -> _Replica:
+    """The model built under ``strategy`` (its first minibatch ``x0`` builds a Keras model's variables) and its
+    step's functions; the update applies ``lr`` to the mean of the N gradients."""
     import tensorflow as tf
 
-    for gpu in tf.config.list_physical_devices("GPU"):  # before the strategy touches the devices
-        tf.config.experimental.set_memory_growth(gpu, True)
-    tf.random.set_seed(opts.seed)
-    n = len(cluster["worker"])
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
     lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to the mean of the N gradients
-    data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, n)
     with strategy.scope():
         module = spec.build()
-        x0, _ = data(0)
         if not module.trainable_variables:
             module(x0)
         variables = list(module.trainable_variables)
@@ -81,15 +89,6 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
             loss = spec.loss(y, module(x))
         return loss, tape.gradient(loss, variables)
 
-    compute = tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y)))
-    apply = tf.function(lambda grads: strategy.run(_apply_fn(tf, opts.optimizer, variables, slots, lr, n),
-                                                   args=(grads,)))
-    barrier = tf.function(lambda: strategy.run(_barrier_fn))
-
-    rd = RunDir(run_dir)
-    delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
-    rec = Recorder(rd.worker_log(index), index, not opts.no_log, on_step=delays.observe)
-    on_sigterm(lambda: rec.event("stopped", signal="SIGTERM"))
     xe, ye = eval_batch(spec, opts.seed)
 
     def held_out() -> tuple[float, float | None]:
@@ -97,39 +96,75 @@ def run(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index:
         return float(spec.loss(ye, predictions)), (None if spec.accuracy is None else
                                                     float(spec.accuracy(ye, predictions)))
 
-    barrier()  # first collective: every worker is connected before step 1
-    rec.event("start", cpu_s=time.process_time())
+    apply_fn = _apply_fn(tf, opts.optimizer, variables, slots, lr, n)
+    return _Replica(variables, slots, tf.function(lambda x, y: strategy.run(compute_fn, args=(x, y))),
+                    tf.function(lambda grads: strategy.run(apply_fn, args=(grads,))),
+                    tf.function(lambda: strategy.run(_barrier_fn)), held_out)
+
+
+def _train(replica: _Replica, opts: RunOptions, index: int, n: int, data: Any, rec: Recorder,
+           delays: DelayModel) -> None:
+    """Worker ``index``'s ``opts.steps`` steps, each recorded; worker 0 evaluates every ``--eval-every``."""
     for step in range(1, opts.steps + 1):
         mb = (step - 1) * n + index
         x, y = data(mb)
-        loss, grads = compute(x, y)
+        loss, grads = replica.compute(x, y)
         loss = float(loss)
         delay = delays.next()
         if delay > 0:
             time.sleep(delay)
         t0 = time.perf_counter()
-        apply(grads)
+        replica.apply(grads)
         wait = time.perf_counter() - t0
         rec.step(StepRecord(t=time.time(), worker=index, step=step, global_step=step, loss=loss, wait_s=wait,
                             staleness=0, minibatch=mb, delay_s=delay))
         check_loss(loss, opts.allow_nan, step, index, step)
         if index == 0 and opts.eval_every and step % opts.eval_every == 0:
             t0 = time.perf_counter()
-            eval_loss, accuracy = held_out()
+            eval_loss, accuracy = replica.held_out()
             rec.event("eval", global_step=step, eval_loss=eval_loss, eval_accuracy=accuracy,
                       eval_s=round(time.perf_counter() - t0, 6))
+
+
+def _save(replica: _Replica, rd: RunDir) -> None:
+    """Worker 0's end: the checkpoint and ``model/final.json``."""
+    import tensorflow as tf
+
+    os.makedirs(rd.model_dir, exist_ok=True)
+    eval_loss, accuracy = replica.held_out()
+    variables = replica.variables
+    saved = variables + [v for mine in replica.slots for v in mine]  # the model, and its optimizer's slots
+    ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in saved})
+    save_whole(rd, lambda: ckpt.write(rd.checkpoint_prefix))
+    rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
+
+
+def train_worker(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, run_dir: str) -> None:
+    """Train worker ``index`` for exactly ``opts.steps`` steps in lock-step with its peers."""
+    os.environ["TF_CONFIG"] = tf_config(cluster, index)
+    import tensorflow as tf
+
+    for gpu in tf.config.list_physical_devices("GPU"):  # before the strategy touches the devices
+        tf.config.experimental.set_memory_growth(gpu, True)
+    tf.random.set_seed(opts.seed)
+    n = len(cluster["worker"])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    data = data_source(spec, opts.seed, opts.batch, opts.data_split, index, n)
+    replica = _replica(spec, opts, strategy, n, data(0)[0])
+    rd = RunDir(run_dir)
+    delays = DelayModel(index, opts.stragglers, opts.jitter_spec, opts.seed)
+    rec = Recorder(rd.worker_log(index), index, not opts.no_log, on_step=delays.observe)
+    on_sigterm(lambda: rec.event("stopped", signal="SIGTERM"))
+    replica.barrier()  # first collective: every worker is connected before step 1
+    rec.event("start", cpu_s=time.process_time())
+    _train(replica, opts, index, n, data, rec, delays)
     rec.event("done", steps=opts.steps, cpu_s=time.process_time())
-    barrier()  # nobody leaves while a peer still needs it for a collective
+    replica.barrier()  # nobody leaves while a peer still needs it for a collective
     if index != 0:
         # A collective's receivers pull their chunks from the senders (RecvBuf RPCs): a worker whose
         # last all-reduce has finished may still be serving a peer's pull, and exiting at once fails
         # that peer with "Collective ops is aborted by: Socket closed". A second to let them finish.
         time.sleep(1.0)
     if index == 0:
-        os.makedirs(rd.model_dir, exist_ok=True)
-        eval_loss, accuracy = held_out()
-        saved = variables + [v for mine in slots for v in mine]  # the model, and its optimizer's slots
-        ckpt = tf.train.Checkpoint(**{v.name.split(":")[0].replace("/", "."): v for v in saved})
-        save_whole(rd, lambda: ckpt.write(rd.checkpoint_prefix))
-        rd.write_final(eval_loss, variable_names(variables), [v.numpy() for v in variables], accuracy)
+        _save(replica, rd)
     rec.close()

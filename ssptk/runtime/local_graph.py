@@ -101,6 +101,6 @@ def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], inde
             ops["round_meta"] = tf.identity(extra["sync_meta"])
         return {**extra, "delay": delay}
 
-    g = ps_graph.build(spec, "local", cluster, index, 0.0, None, opts.backup, opts.seed, container, False,
-                       updates=rounds(opts), gpu=gpu, incarnation=incarnation, mode_ops=mode_ops)
+    g = ps_graph.build(spec, opts, cluster, index, container, with_delay=False, updates=rounds(opts), gpu=gpu,
+                       incarnation=incarnation, mode_ops=mode_ops)
     return g, LocalOps(**ops)

@@ -8,9 +8,11 @@ came too late for its round (``--backup``) has it dropped and goes on from the n
 the others finished meanwhile, as a late sync worker skips steps.
 
 Step records: ``global_step`` is the round the step's delta joins (1-based: the global step once that round is
-applied), ``staleness`` the local steps since the last average (0..H-1), ``wait_s`` the wait for the average (the
-round's last step; 0 otherwise), ``applied`` False for a dropped late delta, ``local_round`` the round as well
-(``global_step`` of a dropped delta is the PS's step when it arrived, as in sync).
+applied), ``local_step`` the local steps since the last average (0..H-1), ``staleness`` the rounds the step's
+delta missed (0; a dropped late delta's: the rounds applied since its own began, as a late sync gradient's),
+``wait_s`` the wait for the average (the round's last step; 0 otherwise), ``applied`` False for a dropped late
+delta, ``local_round`` the round as well (``global_step`` of a dropped delta is the PS's step when it arrived, as in
+sync).
 
 ``--restart-failed``: a worker that died (not worker 0, which runs the aggregator) is started again and rejoins as a
 sync worker does (:func:`ssptk.runtime.rejoin.rejoin_sync`, the push fenced on the PS): it takes its slot over,
@@ -98,8 +100,8 @@ class LocalTrainer(Trainer):
                     (loss,) = self._watched(local_fn, inputs, delay)
                     step += 1
                     self.rec.step(StepRecord(t=time.time(), worker=self.index, step=step, global_step=r + 1,
-                                             loss=loss, wait_s=0.0, staleness=j, minibatch=mb, delay_s=delay,
-                                             local_round=r + 1))
+                                             loss=loss, wait_s=0.0, staleness=0, minibatch=mb, delay_s=delay,
+                                             local_round=r + 1, local_step=j))
                     check_loss(float(loss), self.opts.allow_nan, step, self.index, r)
                     continue
                 try:
@@ -120,8 +122,9 @@ class LocalTrainer(Trainer):
         applied = g_at_push == r
         self.rec.step(StepRecord(t=applied_at if applied else pushed_at, worker=self.index, step=step,
                                  global_step=r + 1 if applied else g_at_push, loss=loss,
-                                 wait_s=max(0.0, applied_at - pushed_at) if applied else 0.0, staleness=j,
-                                 minibatch=mb, delay_s=delay, applied=applied, local_round=r + 1))
+                                 wait_s=max(0.0, applied_at - pushed_at) if applied else 0.0,
+                                 staleness=0 if applied else g_at_push - r, minibatch=mb, delay_s=delay,
+                                 applied=applied, local_round=r + 1, local_step=j))
         check_loss(float(loss), self.opts.allow_nan, step, self.index, token if applied else g_at_push)
         r = max(token, g_now)
         self._maybe_evaluate(r)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from ssptk.core.records import OPTIONAL_STEP_COLUMNS, STEP_COLUMNS, StepRecord, 
 from ssptk.rundir import RunDir
 from ssptk.rundir.space import write_whole
 from ssptk.runtime.protocol import PREDICT
-from ssptk.sim import simulate
+from ssptk.sim import SimSpec, simulate_spec
 from ssptk.sim.replay import replay
 from ssptk.sim.replay_local import replay_local
 
@@ -45,7 +46,7 @@ def predict_jobs(path: str) -> int:
     absent: 0); exit code 0."""
     with open(path) as f:
         jobs = json.load(f)["jobs"]
-    runs = [(job, RunOptions.from_dict(RunDir(job["run_dir"]).config()["options"])) for job in jobs]
+    runs = [(job, RunDir(job["run_dir"]).config().stored.resolved()) for job in jobs]
     copies = min(MAX_COPIES, max(opts.workers for _, opts in runs))
     oracles: dict[tuple[str, int], Any] = {}
     for k, (job, opts) in enumerate(runs):
@@ -63,12 +64,9 @@ def predict_jobs(path: str) -> int:
 def _predict_one(k: int, job: dict[str, Any], opts: RunOptions, spec: ModelSpec, oracle: Any) -> None:
     """Job ``k``: simulate, replay, and write the run directory's logs and final model."""
     model_bytes = [float(p.nbytes) for p in oracle.initial()]  # each variable's: a pull or a push, shard by shard
-    sim = simulate("sync" if opts.mode == "allreduce" else opts.mode, opts.workers, opts.steps,
-                   staleness=opts.staleness, local_steps=opts.local_steps if opts.mode == "local" else None,
-                   backup=opts.backup, straggler=opts.stragglers, jitter=opts.jitter,
-                   seed=opts.seed, overhead=float(job["overhead"]), network=opts.network,
-                   ps=opts.ps if opts.mode != "allreduce" else 1, model_bytes=model_bytes, cores=job.get("cores"),
-                   gap=float(job.get("gap") or 0.0))
+    cores = job.get("cores")  # those the job's workers share, as planned (None: each its own)
+    sim = simulate_spec(replace(SimSpec.of(opts, overhead=float(job["overhead"]), model_bytes=model_bytes,
+                                           gap=float(job.get("gap") or 0.0)), cores=cores))
     sources = [data_source(spec, opts.seed, opts.batch, opts.data_split, w, opts.workers) for w in range(opts.workers)]
 
     def data(worker: int, index: int) -> tuple[np.ndarray, np.ndarray]:

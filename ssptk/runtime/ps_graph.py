@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ssptk.core.labels import DelayComp
 from ssptk.core.models import ModelSpec
+from ssptk.core.optimizers import learning_rate
+from ssptk.core.options import RunOptions
 from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, fetch_add, make_fence
 from ssptk.runtime.graph_parts import PS, QUEUE_CAPACITY, GraphParts, received_on_shards
@@ -106,16 +107,95 @@ def _placeholders(tf: Any, spec: ModelSpec) -> tuple[Any, Any]:
     return x, y
 
 
-def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int, lr: float,
-          staleness: int | None, backup: int, seed: int, container: str, with_delay: bool,
-          updates: int = 0, inverse_staleness: bool = False, gpu: int | None = None,
-          incarnation: int | None = None, delay_comp: DelayComp | None = None,
-          mode_ops: Callable[[Any], dict[str, Any]] | None = None, optimizer: str = "sgd") -> PSGraph:
-    """Build worker ``index``'s graph for ``mode`` in a fresh ``tf.Graph`` (``updates``: sync's step count, local
+@dataclass
+class _Forward:
+    """A step's reads and computation: the global step and ps:0's clock read first, the model's loss and gradients
+    (after the injected delay, where there is one)."""
+
+    global_step: Any
+    x: Any
+    y: Any
+    model_vars: list[Any]
+    dc: Snapshots | None
+    g_read: Any
+    read_stamp: Any
+    loss: Any
+    accuracy: Any | None
+    grads: list[Any]
+    delay: Any | None
+
+
+def _forward(tf: Any, v1: Any, spec: ModelSpec, opts: RunOptions, index: int, shards: int,
+             with_delay: bool) -> _Forward:
+    """Under the worker's device setter: the model, the step's reads in their order, its loss and gradients."""
+    global_step, x, y, module, model_vars = model_graph(spec, opts.seed)
+    delay_comp = opts.delay_comp
+    dc = None if delay_comp is None else Snapshots(v1, model_vars, index, delay_comp)
+    # With one PS the step's parameters are read after the global step, so `staleness` counts every
+    # update that landed between this step's read and its own update. Read on the PS: under the worker's
+    # device the read's Identity would sit on the worker, and its control edge to the parameter reads
+    # would cost a worker -> PS message before every step's reads (one round trip, measured).
+    with v1.device(PS), tf.control_dependencies([] if dc is None else dc.taken):  # dc: w_read first
+        g_read = global_step.read_value()
+        with tf.control_dependencies([g_read]):  # when ps:0 read it: the step's window starts
+            read_stamp = tf.timestamp()
+    # With shards (and no dc, whose w_read must precede the reads), the other shards' reads are not ordered
+    # after it, as in TensorFlow's own PS training: the order costs a message from ps:0 to every shard before
+    # each pull, and under a shaped link that message queues behind ps:0's traffic (measured 5-170 ms per
+    # step; async --ps 4 at ps=20mbit: 18 against 20 steps/s). Neither reads nor updates are atomic across
+    # shards anyway; `staleness` is counted on ps:0's global step (docs/design.md, "Measured, not assumed").
+    with tf.control_dependencies([g_read] if shards == 1 or dc is not None else []):
+        pred = module(x)
+    loss = tf.identity(spec.loss(y, pred), name="loss")
+    accuracy = None if spec.accuracy is None else tf.identity(spec.accuracy(y, pred), name="accuracy")
+    grads = tf.gradients(loss, model_vars)
+    delay = None
+    if with_delay:  # injected compute time: after the read, before the update
+        delay, grads = delayed(tf, v1, grads)
+    return _Forward(global_step, x, y, model_vars, dc, g_read, read_stamp, loss, accuracy, grads, delay)
+
+
+@dataclass
+class _Coordination:
+    """What the workers coordinate through on ps:0: the minibatch claims (async, ssp), SSP's clocks and wants, the
+    start and end queues, and the fence of runs that restart workers."""
+
+    claimed: Any | None
+    clock: Any
+    want: Any
+    arrive: Any
+    go: Any
+    done: Any
+    over: Any
+    fence: Any | None
+
+
+def _coordination(tf: Any, v1: Any, mode: str, n: int, index: int, shards: int,
+                  incarnation: int | None) -> _Coordination:
+    """On ps:0, beside the global step: a claim on another shard would cost two messages through ps:0's link at the
+    end of every step (measured: 15-60 ms each under a shaped link). Async and ssp share the budget by claims;
+    sync and local index minibatches by step."""
+    with v1.device(PS):
+        claimed = None if mode in ("sync", "local") else v1.Variable(0, dtype=tf.int64, trainable=False,
+                                                                     name="claimed")
+        return _Coordination(
+            claimed, v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_clock"),
+            v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_want"),
+            v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive"),
+            v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go"),
+            v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done"),
+            _run_over_queue(tf, v1, shards),
+            None if incarnation is None else make_fence(tf, v1, n, index, incarnation))
+
+
+def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, container: str, *,
+          with_delay: bool, updates: int | None = None, gpu: int | None = None, incarnation: int | None = None,
+          mode_ops: Callable[[Any], dict[str, Any]] | None = None) -> PSGraph:
+    """Build worker ``index``'s graph for ``opts`` (its mode, learning rate, ``--backup``, ``--seed``,
+    ``--lr-staleness``) in a fresh ``tf.Graph`` (``updates``: sync's step count, ``opts.steps`` unless given: local
     SGD's rounds; ``gpu``: the worker's computation goes on that GPU of its process, which sees several in the shared
     layout; ``incarnation``: runs that restart workers fence each start of a worker, :mod:`ssptk.runtime.fence`;
-    ``delay_comp``: ``--lr-staleness dc`` or ``dca``, :mod:`ssptk.runtime.delay_comp`; ``optimizer``: ``--optimizer``,
-    applied where the update is, :mod:`ssptk.runtime.optimizers`; its slots are saved with the model).
+    ``opts.delay_comp``: ``--lr-staleness dc`` or ``dca``, :mod:`ssptk.runtime.delay_comp`).
 
     The shared part (variables, the model, its gradient, the injected delay, the barriers) is built here;
     :func:`_free_ops` adds async's and SSP's update and :func:`ssptk.runtime.sync_graph.sync_ops` sync's
@@ -125,71 +205,34 @@ def build(spec: ModelSpec, mode: str, cluster: dict[str, list[str]], index: int,
     import tensorflow as tf
 
     v1 = tf.compat.v1
-    n, shards = len(cluster["worker"]), len(cluster.get("ps", [])) or 1
+    mode, n, shards = opts.mode, len(cluster["worker"]), len(cluster.get("ps", [])) or 1
+    lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to an update's (mean) gradient
     graph = tf.Graph()
     with graph.as_default(), v1.container(container):
         device = f"/job:worker/task:{index}" + ("" if gpu is None else f"/device:GPU:{gpu}")
-        setter = shard_setter(v1, device, cluster)
-        with v1.device(setter):
-            global_step, x, y, module, model_vars = model_graph(spec, seed)
-            dc = None if delay_comp is None else Snapshots(v1, model_vars, index, delay_comp)
-            # With one PS the step's parameters are read after the global step, so `staleness` counts every
-            # update that landed between this step's read and its own update. Read on the PS: under the worker's
-            # device the read's Identity would sit on the worker, and its control edge to the parameter reads
-            # would cost a worker -> PS message before every step's reads (one round trip, measured).
-            with v1.device(PS), tf.control_dependencies([] if dc is None else dc.taken):  # dc: w_read first
-                g_read = global_step.read_value()
-                with tf.control_dependencies([g_read]):  # when ps:0 read it: the step's window starts
-                    read_stamp = tf.timestamp()
-            # With shards (and no dc, whose w_read must precede the reads), the other shards' reads are not ordered
-            # after it, as in TensorFlow's own PS training: the order costs a message from ps:0 to every shard before
-            # each pull, and under a shaped link that message queues behind ps:0's traffic (measured 5-170 ms per
-            # step; async --ps 4 at ps=20mbit: 18 against 20 steps/s). Neither reads nor updates are atomic across
-            # shards anyway; `staleness` is counted on ps:0's global step (docs/design.md, "Measured, not assumed").
-            with tf.control_dependencies([g_read] if shards == 1 or dc is not None else []):
-                pred = module(x)
-            loss = tf.identity(spec.loss(y, pred), name="loss")
-            accuracy = None if spec.accuracy is None else tf.identity(spec.accuracy(y, pred), name="accuracy")
-            grads = tf.gradients(loss, model_vars)
-            delay = None
-            if with_delay:  # injected compute time: after the read, before the update
-                delay, grads = delayed(tf, v1, grads)
-            after_compute: list[Any] = [g for g in grads if g is not None]
-            # minibatch claims (async/ssp share the budget; sync and local index minibatches by step)
-            with v1.device(PS):
-                # on ps:0 beside the global step it follows: on another shard, the claim would cost two messages
-                # through ps:0's link at the end of every step (measured: 15-60 ms each under a shaped link)
-                claimed = (None if mode in ("sync", "local")
-                           else v1.Variable(0, dtype=tf.int64, trainable=False, name="claimed"))
-                clock = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_clock")
-                want = v1.Variable(tf.zeros([n], tf.int64), trainable=False, name="ssp_want")
-                arrive_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_arrive", name="start_arrive")
-                go_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="start_go", name="start_go")
-                done_q = v1.FIFOQueue(n, tf.int32, shapes=[[]], shared_name="done", name="done")
-                over_q = _run_over_queue(tf, v1, shards)
-                fence = None if incarnation is None else make_fence(tf, v1, n, index, incarnation)
-            shared = GraphParts(tf, v1, n, index, backup, updates, global_step, g_read, grads, model_vars,
-                                after_compute, claimed, clock, want, tf_optimizer(v1, optimizer, lr),
-                                inverse_staleness, fence, x, y, dc,
-                                count_on_ps0=device if shards > 1 and mode == "async" and dc is None
-                                and incarnation is None else None, read_stamp=read_stamp)
-            if mode in ("async", "ssp"):
-                extra = _free_ops(shared, ssp=mode == "ssp")
-            else:
-                extra = (mode_ops or sync_ops)(shared)
+        with v1.device(shard_setter(v1, device, cluster)):
+            f = _forward(tf, v1, spec, opts, index, shards, with_delay)
+            c = _coordination(tf, v1, mode, n, index, shards, incarnation)
+            shared = GraphParts(tf, v1, n, index, opts.backup, opts.steps if updates is None else updates,
+                                f.global_step, f.g_read, f.grads, f.model_vars, [g for g in f.grads if g is not None],
+                                c.claimed, c.clock, c.want, tf_optimizer(v1, opts.optimizer, lr),
+                                opts.lr_staleness == "inverse", c.fence, f.x, f.y, f.dc,
+                                count_on_ps0=device if shards > 1 and mode == "async" and f.dc is None
+                                and incarnation is None else None, read_stamp=f.read_stamp)
+            extra = _free_ops(shared, ssp=mode == "ssp") if mode in ("async", "ssp") else (mode_ops or sync_ops)(shared)
             init = v1.variables_initializer(v1.global_variables())
             slots = {} if mode_ops is not None else optimizer_variables(shared.opt)  # local: inner slots, private
-            saver = v1.train.Saver(var_list={**{v.name.split(":")[0]: v for v in model_vars}, **slots}, sharded=False)
+            saver = v1.train.Saver(var_list={**{v.name.split(":")[0]: v for v in f.model_vars}, **slots},
+                                   sharded=False)
             with v1.device(PS):
-                go = _claim(shared, go_q.dequeue()) if claimed is not None else go_q.dequeue()
+                go = _claim(shared, c.go.dequeue()) if c.claimed is not None else c.go.dequeue()
             return PSGraph(
-                graph=graph, x=x, y=y, loss=loss, accuracy=accuracy, g_read=g_read, init=init, saver=saver,
-                model_vars=model_vars, arrive=arrive_q.enqueue(index), arrivals=arrive_q.dequeue_many(n - 1),
-                release=go_q.enqueue_many([tf.zeros([n], tf.int32)]), go=go, rejoin=_rejoin(shared),
-                claim=_claim(shared) if claimed is not None else None,
-                done=done_q.enqueue(index),
-                dones=done_q.dequeue_many(n - 1), run_over=over_q.enqueue_many([tf.ones([shards], tf.int32)]),
-                slots=tuple(slots.values()), **({"delay": delay} | extra))
+                graph=graph, x=f.x, y=f.y, loss=f.loss, accuracy=f.accuracy, g_read=f.g_read, init=init, saver=saver,
+                model_vars=f.model_vars, arrive=c.arrive.enqueue(index), arrivals=c.arrive.dequeue_many(n - 1),
+                release=c.go.enqueue_many([tf.zeros([n], tf.int32)]), go=go, rejoin=_rejoin(shared),
+                claim=_claim(shared) if c.claimed is not None else None, done=c.done.enqueue(index),
+                dones=c.done.dequeue_many(n - 1), run_over=c.over.enqueue_many([tf.ones([shards], tf.int32)]),
+                slots=tuple(slots.values()), **({"delay": f.delay} | extra))
 
 
 def _run_over_queue(tf: Any, v1: Any, shards: int) -> Any:

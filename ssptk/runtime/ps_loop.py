@@ -2,7 +2,7 @@
 
 - ``async``: every step's update is applied as soon as it is computed.
 - ``ssp``: after each step the worker knows every worker's clock (read in the same run as its own
-  tick, so no extra round trip). Only when it is more than ``staleness`` steps ahead does it block,
+  tick, so no extra round trip). Only when it is more than ``bound`` S steps ahead does it block,
   in one run: it registers the clock it needs in ``want[i]``, re-reads the clocks (so a wake-up cannot
   be lost) and blocks on its own wake queue. Whichever worker's step run ticks the clock that satisfies
   it enqueues the token, inside that same run.
@@ -24,7 +24,6 @@ import numpy as np
 from ssptk.core.delays import DelayModel
 from ssptk.core.errors import DiskFull, UsageError, check_loss
 from ssptk.core.models import ModelSpec, data_source, eval_batch
-from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
@@ -85,12 +84,8 @@ class Trainer:
     def _build(self, cluster: dict[str, list[str]], container: str, with_delay: bool, gpu: int | None,
                incarnation: int | None) -> ps_graph.PSGraph:
         """This worker's graph (a subclass for another mode builds its own)."""
-        spec, opts = self.spec, self.opts
-        lr = opts.update_lr(learning_rate(opts.lr, spec, opts.optimizer))  # applied to an update's (mean) gradient
-        return ps_graph.build(spec, opts.mode, cluster, self.index, lr, opts.staleness, opts.backup, opts.seed,
-                              container, with_delay, updates=opts.steps, gpu=gpu, incarnation=incarnation,
-                              inverse_staleness=opts.lr_staleness == "inverse", delay_comp=opts.delay_comp,
-                              optimizer=opts.optimizer)
+        return ps_graph.build(self.spec, self.opts, cluster, self.index, container, with_delay=with_delay, gpu=gpu,
+                              incarnation=incarnation)
 
     # -- shared pieces -------------------------------------------------------------------------
     def _make_step(self, fetches: list[Any], extra_feeds: tuple[Any, ...] = (), traced: bool = False) -> Any:
@@ -234,7 +229,7 @@ class Trainer:
         # A restarted worker goes on counting its steps, and first clears the SSP want it may have
         # registered before it died.
         step, wait_s, clear, n = self.step_offset, 0.0, ssp and rejoined, self.n
-        staleness = self.opts.staleness or 0
+        bound = self.opts.bound or 0
         while claim <= budget:
             mb = self._in_flight = claim - 1
             inputs, delay = self._inputs(mb)
@@ -253,11 +248,11 @@ class Trainer:
             self._maybe_evaluate(g_after)
             wait_s, clear = 0.0, False
             # The step's own run woke the peers its tick satisfied; this worker blocks only when it is
-            # more than `staleness` steps ahead of the slowest.
+            # more than `bound` steps ahead of the slowest.
             if ssp and claim <= budget:
                 clocks = meta[5:5 + n]
-                if clocks[self.index] - clocks.min() > staleness:
-                    wait_s = self._ssp_wait(int(clocks[self.index]) - staleness)
+                if clocks[self.index] - clocks.min() > bound:
+                    wait_s = self._ssp_wait(int(clocks[self.index]) - bound)
         if ssp:
             s.run(g.finish)
         return step

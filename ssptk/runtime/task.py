@@ -18,7 +18,8 @@ from typing import Any
 from ssptk.core.errors import UsageError
 from ssptk.core.labels import parse_mode
 from ssptk.core.network import task_view
-from ssptk.core.options import RunOptions, add_run_arguments, from_namespace
+from ssptk.core.option_args import add_run_arguments, from_namespace
+from ssptk.core.options import RunOptions
 from ssptk.rundir import RunDir
 from ssptk.rundir.contract import MAX_JSON_BYTES, NotRegular, open_regular
 from ssptk.rundir.space import is_disk_full
@@ -193,20 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.task == "predict":  # no cluster: one process replays simulated runs (ssptk.runtime.predict_task)
         return _predict(args.jobs)
     try:
-        cluster, args.task, started_by = _cluster_and_task(args)
-        job, index = parse_task(args.task, cluster)
-        if args.workers is not None and args.workers != len(cluster["worker"]):
-            raise UsageError(f"--workers {args.workers} does not match the cluster's {len(cluster['worker'])} workers: "
-                             "drop --workers (the cluster says how many)")
-        opts = from_namespace(args, workers=len(cluster["worker"]))
-        if job == "shared" and opts.mode == "allreduce":
-            raise UsageError("allreduce needs a process per worker: it cannot run with --task shared")
-        from ssptk.core.models import load_model
-
-        spec = load_model(opts.model)
+        cluster, started_by, opts, spec = _resolve(args)
     except UsageError as e:
         print(f"ssptk worker: error: {e}", file=sys.stderr)
         return 2
+    job, index = parse_task(args.task, cluster)
     _watch_parent()
     run_dir = opts.out or "."
     identity = run_identity(cluster, args.run_id, opts) if own else None
@@ -220,16 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if job == "shared":
         return _shared(args, cluster, opts, spec)
     if opts.mode == "allreduce":
-        if job != "worker":
-            print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
-            return 2
-        _ready(args.task)
-        from ssptk.runtime import allreduce
-
-        view = task_view(cluster, args.task, os.environ)
-        run_guarded(lambda: allreduce.run(spec, opts, view, index, run_dir), run_dir, index, cluster=cluster)
-        report_end(args.task, DONE)
-        exit_with_descendants(0)  # skips TF's slow teardown
+        return _allreduce(args.task, cluster, opts, spec, run_dir)
     import tensorflow as tf
 
     for gpu in tf.config.list_physical_devices("GPU"):
@@ -242,6 +225,38 @@ def main(argv: list[str] | None = None) -> int:
         _ps(server, args.run_id, index, cluster)
         return 0
     _worker(args, cluster, index, server.target, opts, spec, run_dir)
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> tuple[dict[str, list[str]], str | None, RunOptions, Any]:
+    """The task's cluster (``args.task`` set to its canonical name), how it was given, the run options and the model,
+    or :class:`UsageError`."""
+    cluster, args.task, started_by = _cluster_and_task(args)
+    job, _ = parse_task(args.task, cluster)
+    if args.workers is not None and args.workers != len(cluster["worker"]):
+        raise UsageError(f"--workers {args.workers} does not match the cluster's {len(cluster['worker'])} workers: "
+                         "drop --workers (the cluster says how many)")
+    opts = from_namespace(args, workers=len(cluster["worker"]))
+    if job == "shared" and opts.mode == "allreduce":
+        raise UsageError("allreduce needs a process per worker: it cannot run with --task shared")
+    from ssptk.core.models import load_model
+
+    return cluster, started_by, opts, load_model(opts.model)
+
+
+def _allreduce(task: str, cluster: dict[str, list[str]], opts: RunOptions, spec: Any, run_dir: str) -> int:
+    """An allreduce worker, to its end (allreduce has no PS task)."""
+    job, index = parse_task(task, cluster)
+    if job != "worker":
+        print("ssptk worker: error: allreduce has no PS task", file=sys.stderr)
+        return 2
+    _ready(task)
+    from ssptk.runtime import allreduce
+
+    view = task_view(cluster, task, os.environ)
+    run_guarded(lambda: allreduce.train_worker(spec, opts, view, index, run_dir), run_dir, index, cluster=cluster)
+    report_end(task, DONE)
+    exit_with_descendants(0)  # skips TF's slow teardown
     return 0
 
 
@@ -322,9 +337,10 @@ def _predict(jobs: str | None) -> int:
 
 
 def _shared(args: argparse.Namespace, cluster: dict[str, list[str]], opts: RunOptions, spec: Any) -> int:
-    """``--task shared``: every task's server in this process, the workers as threads (:mod:`ssptk.runtime.shared`)."""
+    """``--task shared``: every task's server in this process, the workers as threads
+    (:mod:`ssptk.runtime.shared_layout`)."""
     from ssptk.core.models import load_model
-    from ssptk.runtime.shared import SharedTasks
+    from ssptk.runtime.shared_layout import SharedTasks
 
     gpus = [None if g in ("", "-") else int(g) for g in args.worker_gpus.split(",")] if args.worker_gpus else []
     tasks = SharedTasks(cluster, gpus)

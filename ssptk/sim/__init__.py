@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ssptk.sim.calibrate import calibrate_gap, calibrate_overhead
 from ssptk.sim.schedule import COLUMNS
-from ssptk.sim.simulator import SimResult, expected_sync_update_time, harmonic, ideal_for, simulate
+from ssptk.sim.simulator import SimResult, expected_sync_update_time, harmonic, ideal_for, simulate, simulate_spec
+from ssptk.sim.spec import SimSpec
 
-__all__ = ["COLUMNS", "SimResult", "calibrate_gap", "calibrate_overhead", "expected_sync_update_time", "harmonic",
-           "ideal_for", "simulate"]
+__all__ = ["COLUMNS", "SimResult", "SimSpec", "calibrate_gap", "calibrate_overhead", "expected_sync_update_time",
+           "harmonic", "ideal_for", "simulate", "simulate_spec"]

@@ -2,7 +2,7 @@
 
 Each loop takes one :class:`~ssptk.core.delays.DelayModel` per worker and a fixed per-step cost ``base``
 (overhead + compute); worker ``i``'s k-th computed step lasts ``base + models[i].next()``. A worker's
-:class:`Step` goes through the network (an :class:`InFlight`: :class:`Free`, or :class:`ssptk.sim.links.Links`)
+:class:`Step` goes through the network (an :class:`InFlight`: :class:`Free`, or :class:`ssptk.sim.link_model.LinkModel`)
 and lands at a time; the loop then does what the mode does with it and writes its
 :class:`~ssptk.sim.schedule.Record` to a :class:`~ssptk.sim.schedule.Schedule`, in the order things happen, so
 record times never decrease. ``sync`` (and local SGD's rounds, :mod:`ssptk.sim.local`) apply an update by one
@@ -40,7 +40,7 @@ class InFlight(Protocol):
     """The steps in flight: :meth:`start` one (by its worker's index); :meth:`landings` gives each as it lands,
     ``(when, work[worker])``, until none is in flight (the caller starts more meanwhile).
 
-    :class:`Free` (no network: a step lands when its compute ends) or :class:`ssptk.sim.links.Links` (the pull
+    :class:`Free` (no network: a step lands when its compute ends) or :class:`ssptk.sim.link_model.LinkModel` (the pull
     and the push through the links it crosses)."""
 
     def start(self, worker: int, t: float, compute: float) -> None: ...
@@ -147,17 +147,17 @@ class Quorum(Generic[W]):
 
 class FreeRun:
     """``async`` and ``ssp``: the workers share ``total`` minibatches, claimed in order, and each update is applied
-    as it lands. With ``staleness`` S (ssp), a worker that completed ``c`` steps starts its next one only while
+    as it lands. With ``bound`` S (ssp), a worker that completed ``c`` steps starts its next one only while
     ``c - min(unfinished counts) <= S``; until then it is blocked. ``gap_reads``: a step reads the parameters when
     its flight says (:meth:`InFlight.read_at`), not as it starts."""
 
-    def __init__(self, workers: Workers, schedule: Schedule, total: int, staleness: int | None,
+    def __init__(self, workers: Workers, schedule: Schedule, total: int, bound: int | None,
                  gap_reads: bool) -> None:
         self.workers = workers
         self.schedule = schedule
         self.counts = schedule.counts
         self.total = total
-        self.staleness = staleness
+        self.bound = bound
         self.claimed = 0
         self.version = 0
         self.blocked: list[int] = []
@@ -170,7 +170,7 @@ class FreeRun:
         if self.claimed >= self.total:
             self.schedule.finish(Finish(t, i))
             return True
-        if self.staleness is not None and self.counts.c[i] - self.counts.lo > self.staleness:
+        if self.bound is not None and self.counts.c[i] - self.counts.lo > self.bound:
             return False
         step = self.workers.start(i, t, self.version, self.claimed)
         step.wait = t - step.ready
@@ -214,14 +214,14 @@ class FreeRun:
         self.lo_tried = self.counts.lo
 
 
-def run_free(n: int, total: int, staleness: int | None, models: Sequence[DelayModel], base: float,
+def run_free(n: int, total: int, bound: int | None, models: Sequence[DelayModel], base: float,
              flight: InFlight | None = None, gap: float = 0.0) -> tuple[Schedule, int]:
-    """``async`` (``staleness=None``) or ``ssp`` (:class:`FreeRun`). With ``gap`` > 0 a step reads the parameters
+    """``async`` (``bound=None``) or ``ssp`` (:class:`FreeRun`). With ``gap`` > 0 a step reads the parameters
     ``gap`` seconds into it, and through links (``flight``) when its pull starts: the updates landed by then are
     not stale. Returns the schedule and the number of updates."""
     schedule = Schedule(n)
     workers = Workers(models, base, Free(n, gap) if flight is None else flight)
-    updates = FreeRun(workers, schedule, total, staleness, gap > 0 or flight is not None).run()
+    updates = FreeRun(workers, schedule, total, bound, gap > 0 or flight is not None).run()
     return schedule, updates
 
 

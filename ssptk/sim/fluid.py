@@ -1,5 +1,5 @@
 """Transfers sharing links of fixed rates, as TCP flows share them (weighted max-min fairness): the fluid model
-under :class:`ssptk.sim.links.Links`, which says which links a pull or a push crosses and how each weighs."""
+under :class:`ssptk.sim.link_model.LinkModel`, which says which links a pull or a push crosses and how each weighs."""
 from __future__ import annotations
 
 import heapq

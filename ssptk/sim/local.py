@@ -6,13 +6,14 @@ models[i].next()`` seconds, no traffic), then pushes its delta. The round's aver
 a round here is a sync step there, its compute ``H`` steps long); a late delta is dropped
 and its worker starts the next round at once on the current parameters. ``steps=K`` is ``K`` local steps per
 worker: ``ceil(K / H)`` rounds, the last one ``K - (rounds - 1) * H`` steps long. Through
-:class:`ssptk.sim.links.Links` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
+:class:`ssptk.sim.link_model.LinkModel` a round is one pull and one push, so local SGD makes ``H`` times fewer transfers
 than sync.
 
 Records, one per local step, as :mod:`ssptk.runtime.local_loop` logs them: ``local_round`` the round the step's
 delta was computed for (1-based: it started from version ``local_round - 1``), ``global_step`` the same, except on
 a dropped delta's last step, where it is the version when the delta arrived (as a late sync gradient's);
-``staleness`` the local steps since the last average (``0 .. H-1``), ``wait_s`` the wait for the average (the
+``local_step`` the local steps since the last average (``0 .. H-1``), ``staleness`` the rounds the delta missed (0;
+a dropped delta's: the rounds applied since its own began), ``wait_s`` the wait for the average (the
 round's last step; 0 elsewhere), ``minibatch`` ``(round * H + j) * N + i`` for the ``j``-th step of round
 ``round`` (0-based; ``local:1`` numbers them as sync does), ``applied`` False on the last step of a delta that
 came too late for its round (its earlier steps, logged before anyone knew, say True, as the runtime's do). The
@@ -76,9 +77,10 @@ class Rounds(Flight[Round]):
             c += base + d
             minibatch = (r * self.h + j) * n + i
             if j < len(ds) - 1:
-                out.append(Record(min(c, landed), i, r + 1, 0.0, j, minibatch, d, True, r + 1))
+                out.append(Record(min(c, landed), i, r + 1, 0.0, 0, minibatch, d, True, r + 1, j))
             else:
-                out.append(Record(end, i, r + 1 if applied else version, wait, j, minibatch, d, applied, r + 1))
+                out.append(Record(end, i, r + 1 if applied else version, wait, 0 if applied else version - r,
+                                  minibatch, d, applied, r + 1, j))
         return out
 
 

@@ -41,7 +41,8 @@ from ssptk.core.errors import loss_not_finite
 from ssptk.core.labels import DelayComp
 from ssptk.core.optimizers import Optimizer, SlotState, apply, new_state, parse_optimizer
 
-__all__ = ["GradientOracle", "Params", "Replayed", "compensated", "dca_lambdas", "finish", "read_versions", "replay"]
+__all__ = ["GradientOracle", "Params", "ReplayEnd", "Replayed", "compensated", "dca_lambdas", "finish", "read_versions",
+           "replay"]
 
 Params = list[np.ndarray]
 Batch = tuple[np.ndarray, np.ndarray]
@@ -231,40 +232,59 @@ class _Replay:
         return out
 
     def result(self) -> Replayed:
-        out = finish(self.records, self.losses, self.computed, self.stop_at, self.oracle, self.versions[self.current],
-                     self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
-                     lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None, dc_correction=self.dc_share)
+        out = finish(ReplayEnd(self.records, self.losses, self.computed, self.stop_at, self.versions[self.current],
+                               self.current, float(self.landed[self.current]), self.evals, self.every, self.calls,
+                               lr_scale=1.0 / (self.stale + 1.0) if self.inverse else None,
+                               dc_correction=self.dc_share), self.oracle)
         out.versions = self.history
         return out
 
 
-def finish(records: pd.DataFrame, losses: np.ndarray, computed: np.ndarray, stop_at: float | None,
-           oracle: GradientOracle, final: Params, updates: int, landed: float,
-           evals: list[tuple[int, float, float, float | None]], every: int, calls: int,
-           lr_scale: np.ndarray | None = None, dc_correction: np.ndarray | None = None) -> Replayed:
-    """A replay's :class:`Replayed`: ``records`` with their ``losses`` (cut after ``stop_at``, the first non-finite
-    loss's time, where the real run would have stopped), the final held-out evaluation of ``final`` (version
-    ``updates``, applied at ``landed``) and the last of ``evals`` every ``every`` updates."""
-    n = len(records)
-    t = records["t"].to_numpy(float)
-    keep = np.ones(n, bool) if stop_at is None else (t <= stop_at) & computed
-    out = records[keep].copy()
-    out["loss"] = losses[keep]
-    if lr_scale is not None:
-        out["lr_scale"] = lr_scale[keep]
-    if dc_correction is not None:
-        out["dc_correction"] = dc_correction[keep]
+@dataclass
+class ReplayEnd:
+    """Where a replay ended: the schedule's ``records`` with their ``losses`` (``computed``: which were; cut after
+    ``stop_at``, the first non-finite loss's time, where the real run would have stopped), the ``final``
+    parameters (version ``updates``, applied at ``landed``), the held-out ``evals`` every ``every`` updates so far,
+    the oracle's ``calls``, and per record ``lr_scale`` (``--lr-staleness inverse``) and ``dc_correction`` (``dc``,
+    ``dca``) where the mode has them."""
+
+    records: pd.DataFrame
+    losses: np.ndarray
+    computed: np.ndarray
+    stop_at: float | None
+    final: Params
+    updates: int
+    landed: float
+    evals: list[tuple[int, float, float, float | None]]
+    every: int
+    calls: int
+    lr_scale: np.ndarray | None = None
+    dc_correction: np.ndarray | None = None
+
+
+def finish(end: ReplayEnd, oracle: GradientOracle) -> Replayed:
+    """A replay's :class:`Replayed` from where it ``end``-ed: its records with their losses, the final held-out
+    evaluation (by ``oracle``) and the last of the evaluations every ``end.every`` updates."""
+    t = end.records["t"].to_numpy(float)
+    keep = np.ones(len(end.records), bool) if end.stop_at is None else (t <= end.stop_at) & end.computed
+    out = end.records[keep].copy()
+    out["loss"] = end.losses[keep]
+    if end.lr_scale is not None:
+        out["lr_scale"] = end.lr_scale[keep]
+    if end.dc_correction is not None:
+        out["dc_correction"] = end.dc_correction[keep]
     stopped = None
-    if stop_at is not None:
+    if end.stop_at is not None:
         first = out[~np.isfinite(out["loss"].to_numpy(float))].sort_values("t").iloc[0]
         stopped = loss_not_finite(float(first["loss"]), int(first["step"]), int(first["worker"]),
                                   int(first["global_step"]))
-    final_loss, final_acc = oracle.evaluate(final)
-    if every and (not evals or evals[-1][0] != updates) and stop_at is None:
-        evals.append((updates, landed, final_loss, final_acc))
+    final_loss, final_acc = oracle.evaluate(end.final)
+    evals = end.evals
+    if end.every and (not evals or evals[-1][0] != end.updates) and end.stop_at is None:
+        evals.append((end.updates, end.landed, final_loss, final_acc))
     ev = pd.DataFrame(evals, columns=["global_step", "t", "eval_loss", "eval_accuracy"])
-    return Replayed(steps=out, evals=ev, params=final, final_loss=final_loss, final_accuracy=final_acc,
-                    updates=updates, stopped=stopped, oracle_calls=calls, gradients=int(computed.sum()))
+    return Replayed(steps=out, evals=ev, params=end.final, final_loss=final_loss, final_accuracy=final_acc,
+                    updates=end.updates, stopped=stopped, oracle_calls=end.calls, gradients=int(end.computed.sum()))
 
 
 def compensated(grad: Params, now: Params, read: Params, lam: float | Params) -> Params:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ssptk.core.optimizers import SlotState, apply, new_state, parse_optimizer
-from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, finish
+from ssptk.sim.replay import Batch, GradientOracle, Params, Replayed, ReplayEnd, finish
 
 __all__ = ["replay_local"]
 
@@ -40,7 +40,7 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
     records = steps.reset_index(drop=True)
     n = len(records)
     g = records["local_round" if "local_round" in records else "global_step"].to_numpy(np.int64)
-    position = records["staleness"].to_numpy(np.int64)
+    position = records["local_step" if "local_step" in records else "staleness"].to_numpy(np.int64)  # v1: staleness
     workers = records["worker"].to_numpy(np.int64)
     minibatches = records["minibatch"].to_numpy(np.int64)
     applied = records["applied"].to_numpy(bool)
@@ -88,7 +88,8 @@ def replay_local(steps: pd.DataFrame, oracle: GradientOracle, data: Callable[[in
             if eval_every and r % eval_every == 0:
                 loss_r, acc = oracle.evaluate(version)
                 evals.append((r, landed, loss_r, acc))
-    return finish(records, losses, computed, stop_at, oracle, version, updates, landed, evals, eval_every, calls)
+    return finish(ReplayEnd(records, losses, computed, stop_at, version, updates, landed, evals, eval_every, calls),
+                  oracle)
 
 
 def _outer(version: Params, copies: list[Params], scale: float, mu: float, buf: Params | None

@@ -22,8 +22,8 @@ COLUMNS = STEP_COLUMNS
 class Record(NamedTuple):
     """One step record: worker ``worker``'s step landed at ``t`` as update ``global_step`` (or was dropped,
     ``applied`` False) after waiting ``wait_s``, ``staleness`` updates behind, on ``minibatch``, its injected delay
-    ``delay_s``. ``local_round``: local SGD's round (``None`` elsewhere). Its ``step`` is counted by the
-    :class:`Schedule`; no loss is modelled."""
+    ``delay_s``. ``local_round``, ``local_step``: local SGD's round and the local steps since its last average
+    (``None`` elsewhere). Its ``step`` is counted by the :class:`Schedule`; no loss is modelled."""
 
     t: float
     worker: int
@@ -34,6 +34,7 @@ class Record(NamedTuple):
     delay_s: float
     applied: bool
     local_round: int | None = None
+    local_step: int | None = None
 
 
 class Finish(NamedTuple):
@@ -131,7 +132,8 @@ class Schedule:
         return max(self.tl_skew, default=0)
 
     def frame(self) -> pd.DataFrame:
-        """The step records as a DataFrame with :data:`COLUMNS` (then ``local_round``) and fixed dtypes."""
+        """The step records as a DataFrame with :data:`COLUMNS` (then ``local_round``, ``local_step``) and fixed
+        dtypes."""
         n = len(self.records)
         values: dict[str, tuple[Any, ...]] = (dict(zip(Record._fields, zip(*self.records))) if n
                                               else dict.fromkeys(Record._fields, ()))
@@ -140,8 +142,9 @@ class Schedule:
                 for c in COLUMNS if c != "loss"}
         data["loss"] = np.full(n, np.nan)
         df = pd.DataFrame(data, columns=list(COLUMNS))
-        if self.local:  # the runtime's local SGD records carry it
+        if self.local:  # the runtime's local SGD records carry them
             df["local_round"] = np.fromiter(values["local_round"], np.int64, n)
+            df["local_step"] = np.fromiter(values["local_step"], np.int64, n)
         return df
 
     def timeline(self) -> pd.DataFrame:

@@ -7,7 +7,7 @@ link max-min (:class:`~ssptk.sim.fluid.Fluid`), by weights: the transfer longest
 log-normal draw of :data:`SHARE_SIGMA`. A transfer carries its tensors' float32 bytes times
 :data:`PROTOCOL_OVERHEAD` and takes the one-way ``delay`` twice (its request and its reply).
 
-A step of worker ``i`` (:class:`Links`):
+A step of worker ``i`` (:class:`LinkModel`):
 
 1. **pull**: from each PS shard the bytes it holds (:func:`ssptk.core.shards.shard_bytes`: the engine's placement),
    through the shard's link out and worker ``i``'s link in; the step computes once the last piece has arrived;
@@ -23,7 +23,7 @@ link (a ring all-reduce). With ``cores`` (a laptop's cluster: the workers on a f
 work, shared by the workers computing at that moment as the kernel shares cores (each at most one; a
 :class:`~ssptk.sim.fluid.Fluid` link in core-seconds), and its injected delay a sleep; the fixed seconds a caller
 gives are what a free run measured a step to take, made CPU work here once (:func:`cpu_seconds`). Without
-``cores`` each worker has a CPU of its own. :func:`shared_cores` resolves a ``--cores`` value.
+``cores`` each worker has a CPU of its own (:func:`ssptk.sim.spec.shared_cores` resolves a ``--cores`` value).
 
 Where the model and its constants come from (TCP measured on shaped links, shaped runs predicted, the rules tried
 and left): ``benchmarks/experiments/`` and ``benchmarks/FINDINGS.md`` ("Moved from module docstrings").
@@ -31,27 +31,27 @@ and left): ``benchmarks/experiments/`` and ``benchmarks/FINDINGS.md`` ("Moved fr
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from itertools import count
 from typing import TypeVar
 
+import numpy as np
+
 from ssptk.core.errors import UsageError
-from ssptk.core.network import Network
-from ssptk.core.options import check_cores
 from ssptk.core.shards import shard_bytes
 from ssptk.sim.fluid import Fluid
+from ssptk.sim.spec import SimSpec
 
-__all__ = ["ARRIVAL_FACTOR", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "Links", "cpu_seconds",
-           "shared_cores"]
+__all__ = ["ARRIVAL_FACTOR", "HEAD_SHARE", "PROTOCOL_OVERHEAD", "SHARE_SIGMA", "LinkFit", "LinkModel", "cpu_seconds"]
 
 #: Bytes on the wire per byte of tensor, measured on ssptk's links (``docs/tf-notes.md``).
 PROTOCOL_OVERHEAD = 1.05
 #: How unevenly TCP shares a link: each transfer's weight is log-normal with this sigma
 #: (``benchmarks/experiments/exp_tcp_share.py``).
 SHARE_SIGMA = 0.3
-#: ``Links(arrival_factor=...)``, for comparisons: each transfer keeps this much more of a link than the one that
+#: ``LinkFit(arrival_factor=...)``, for comparisons: each transfer keeps this much more of a link than the one that
 #: entered after it. It fits 4 raw TCP transfers, not 16 (``exp_tcp_share.py``), so it is not the default.
 ARRIVAL_FACTOR = 1.5
 #: The default sharing: the transfer longest on a link takes this much of it against each other one
@@ -67,40 +67,47 @@ def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
     return float(step_s) * min(1.0, float(cores) / max(1, int(workers)))
 
 
-def shared_cores(given: object, default: float | None) -> float | None:
-    """The cores a prediction lets its workers share (``None``: each worker its own machine) from ``--cores``'s
-    value: ``None`` (not given) takes ``default`` (the cores the run had, or
-    :func:`ssptk.core.resources.machine_cores`), 0 means each its own, a number > 0 that many. Raises
-    :class:`UsageError` on anything else."""
-    value = check_cores(given)
-    if value is None:
-        if default is not None and not (isinstance(default, (int, float)) and not isinstance(default, bool)
-                                        and 0 < default < math.inf):
-            raise UsageError(f"the recorded cores must be a number > 0, got {default!r}")
-        return None if default is None else float(default)
-    return value or None
+def _model_bytes(spec: SimSpec) -> float | list[float]:
+    """What a pull and a push carry: the model's bytes, or each variable's (placed on the shards as ``--ps``
+    places them); a :class:`UsageError` where the spec has none."""
+    given = spec.model_bytes
+    sizes = np.atleast_1d(np.asarray(given if given is not None else np.nan, dtype=float))
+    if not len(sizes) or not np.isfinite(sizes).all() or (sizes < 0).any():
+        raise UsageError(f"a simulated --network {spec.network} needs the model's size: give --model (a built-in "
+                         "model, or model_bytes= in Python)")
+    return float(sizes[0]) if isinstance(given, (int, float, np.number)) else [float(b) for b in sizes]
 
 
-class Links:
-    """Every link of a simulated cluster (``shards`` PS tasks, 0 for ``allreduce``, and ``workers`` workers under
-    ``network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events` :meth:`start`
-    a step and take the next to land with :meth:`next`. ``model_bytes``: the model's bytes, or its variables'.
-    ``share_sigma``: how unevenly transfers share a link (each one's weight log-normal, drawn from ``seed``; 0:
-    exactly evenly); ``head``: how much of a link the transfer longest on it takes against each other one (the
-    default :data:`HEAD_SHARE`, as raw TCP measured; 1: none), ``arrival_factor``: how much more of it each transfer
-    keeps than the one that entered after it (default 1: none; :data:`ARRIVAL_FACTOR` fits 4 transfers); transfers
-    that enter at once are ranked in the order the simulator takes them. ``cores``: the CPU the workers share
-    (``None``: each its own), and ``cpu_s`` how much of the seconds a step computes (:meth:`start`'s ``compute``) is
-    its fixed cost (``None``: all of it), as a free run of these workers on these cores measures it:
-    :func:`cpu_seconds` of it is the CPU work that shares them; the rest of a step's seconds (its injected delay) is
-    a sleep after its CPU work. ``mode``: the simulated mode; in ``async`` and ``ssp`` (with a PS) a step's update
-    counts and its result comes back as the module docstring says (points 3 and 4), elsewhere it lands with its
-    last piece."""
+@dataclass(frozen=True)
+class LinkFit:
+    """How transfers share a link, as fitted (``benchmarks/experiments/``): ``share_sigma``, how unevenly (each
+    one's weight log-normal, drawn from the run's seed; 0: exactly evenly); ``head``, how much of a link the transfer
+    longest on it takes against each other one (1: none); ``arrival_factor``, how much more of it each transfer keeps
+    than the one that entered after it (1: none; :data:`ARRIVAL_FACTOR` fits 4 transfers)."""
 
-    def __init__(self, network: Network, workers: int, shards: int, model_bytes: float | Sequence[float],
-                 share_sigma: float = SHARE_SIGMA, seed: int = 0, cores: float | None = None,
-                 cpu_s: float | None = None, arrival_factor: float = 1.0, head: float = HEAD_SHARE,
-                 gap: float = 0.0, mode: str = "async") -> None:
+    share_sigma: float = SHARE_SIGMA
+    head: float = HEAD_SHARE
+    arrival_factor: float = 1.0
+
+
+class LinkModel:
+    """Every link of a simulated cluster (``spec.shards`` PS tasks, 0 for ``allreduce``, and ``spec.workers`` workers
+    under ``spec.network``) and the steps in flight through them: the event loops of :mod:`ssptk.sim.events`
+    :meth:`start` a step and take the next to land with :meth:`next`. ``spec.model_bytes``: the model's bytes, or
+    its variables'. ``fit``: how transfers share a link (:class:`LinkFit`); transfers that enter at once are ranked in
+    the order the simulator takes them. ``spec.cores``: the CPU the workers share (``None``: each its own); a step's
+    fixed seconds (``spec.base``, a local round's H of them) are what a free run of these workers on these cores
+    measures: :func:`cpu_seconds` of them is the CPU work that shares them; the rest of a step's seconds (its
+    injected delay) is a sleep after its CPU work. In ``async`` and ``ssp`` (with a PS) a step's update counts and
+    its result comes back as the module docstring says (points 3 and 4), elsewhere it lands with its last piece."""
+
+    def __init__(self, spec: SimSpec, fit: LinkFit = LinkFit()) -> None:
+        network, workers, shards, mode = spec.network, spec.workers, spec.shards, spec.mode
+        if network is None:
+            raise UsageError("simulated links need a --network")
+        model_bytes = _model_bytes(spec)
+        cores, cpu_s, gap = spec.cores, spec.base * (spec.local_steps or 1), spec.read_gap
+        share_sigma, arrival_factor, head, seed = fit.share_sigma, fit.arrival_factor, fit.head, spec.seed
         self.delay = network.delay_s
         self.free = mode in ("async", "ssp") and shards > 0  # a step's result comes back behind the queues out
         self.early = mode == "async" and shards > 1  # the update counts once ps:0's part is in
