@@ -16,6 +16,7 @@ from conftest import assert_gone, cluster_processes
 from helpers import records
 
 import ssptk
+from ssptk.experiment.predicted_runs import predict_run
 from ssptk.render.style import run_title
 from ssptk.render.text import format_summary
 
@@ -60,7 +61,7 @@ def test_a_predicted_sync_run_with_momentum_or_adam_is_the_real_run(tmp_path: Pa
     so every step's loss and the final model match the real run's to float precision."""
     common = dict(mode="sync", model="digits", workers=3, steps=25, seed=4, batch=16, lr=0.02, optimizer=optimizer)
     real = ssptk.run(out=str(tmp_path / "real"), gpus="none", **common)
-    pred = ssptk.simulate(out=str(tmp_path / "pred"), **common)
+    pred = predict_run(out=str(tmp_path / "pred"), **common)
     assert pred.summary["predicted"] and pred.ok and pred.summary["optimizer"] == optimizer
     assert pred.summary["final_loss"] == pytest.approx(real.summary["final_loss"], rel=1e-4)
     assert pred.summary["final_accuracy"] == pytest.approx(real.summary["final_accuracy"], abs=1e-6)
@@ -71,7 +72,7 @@ def test_a_predicted_sync_run_with_momentum_or_adam_is_the_real_run(tmp_path: Pa
     assert (merged["global_step_real"] == merged["global_step_pred"]).all()
     np.testing.assert_allclose(merged["loss_pred"], merged["loss_real"], rtol=1e-4)
     # the same run with plain SGD is another run: the optimizer is what made these losses
-    sgd = ssptk.simulate(out=str(tmp_path / "sgd"), **{**common, "optimizer": "sgd"})
+    sgd = predict_run(out=str(tmp_path / "sgd"), **{**common, "optimizer": "sgd"})
     assert abs(sgd.summary["final_loss"] - real.summary["final_loss"]) > 1e-3
     assert_gone(str(tmp_path))
 

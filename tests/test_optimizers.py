@@ -11,7 +11,8 @@ from conftest import ssptk_cmd
 import ssptk
 from ssptk.core.labels import canonical_label, label_dir, label_options
 from ssptk.core.optimizers import Optimizer, apply, learning_rate, new_state, parse_optimizer
-from ssptk.core.options import check_memory, resolve
+from ssptk.core.option_checks import check_memory
+from ssptk.core.options import resolve
 from ssptk.core.resources import run_estimate, slot_part
 from ssptk.experiment.compare import parse_labels
 
