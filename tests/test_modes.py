@@ -137,8 +137,12 @@ def test_sync_backup_drops_late_gradients(run_dir: Path) -> None:
     late ones are logged and dropped. Checked as properties of the records, whatever schedule a loaded machine
     makes, not as counts: every logged loss is the loss at a version its worker could have read, and the final
     parameters are exactly those of the applied gradients alone, not those with the dropped ones kept."""
-    # a 0.1 s step of the straggler spans many updates of the other two: nearly all its pushes come late
-    r = ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["2:0.1"], out=str(run_dir), warm=True)
+    # a 0.2 s step of the straggler spans many updates of the other two, whose steps take at least 20 ms: nearly all
+    # its pushes come late, the first (read at version 0) mid-run. The fast workers' own floor is what keeps it so on
+    # a loaded machine: with only the straggler held (0.1 s), busy cores slowed the others to its pace, its pushes came
+    # in time, and the one late push of a CI run was the last (keeping it would have changed no loss: 3e-7)
+    r = ssptk.run(mode="sync", backup=1, workers=3, steps=80, straggler=["0:0.02", "1:0.02", "2:0.2"],
+                  out=str(run_dir), warm=True)
     df, _ = records(run_dir)
     applied, late = df[df["applied"]], df[~df["applied"]]
     counts = applied.groupby("global_step")["worker"].agg(list)

@@ -77,7 +77,7 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
 def _assert_local_rejoined(df: pd.DataFrame, restart: pd.Series, worker: int, steps: int, h: int) -> None:
     """local:H: every round applied once, each from distinct workers; the restarted worker redid the round it joined
     from its first local step, and its log holds every one of its minibatches (the lost local steps twice)."""
-    ends = df[df["applied"] & (df["staleness"] == h - 1)]  # a round's last local step: its delta pushed, applied
+    ends = df[df["applied"] & (df["local_step"] == h - 1)]  # a round's last local step: its delta pushed, applied
     applied = ends.groupby("local_round")["worker"].agg(list)
     assert list(applied.index) == list(range(1, steps // h + 1))
     # the dead worker's delta for at most one round is missing from the logs (pushed, applied, not logged)
@@ -87,7 +87,7 @@ def _assert_local_rejoined(df: pd.DataFrame, restart: pd.Series, worker: int, st
     joined = int(restart["local_round"])
     assert int(restart["global_step"]) == joined - 1 and before["local_round"].max() <= joined
     assert restart["lost_local_steps"] == (before["local_round"] == joined).sum()
-    assert list(after[["local_round", "staleness"]].iloc[0]) == [joined, 0]
+    assert list(after[["local_round", "local_step"]].iloc[0]) == [joined, 0]
     assert after["step"].iloc[0] == restart["after_step"] + 1
     unlogged = restart["unlogged"]
     assert not isinstance(unlogged, dict) or unlogged["minibatch"] not in set(before["minibatch"])
