@@ -174,6 +174,24 @@ def test_case_3_a_held_out_blow_up_is_diverged_in_the_summary_the_table_and_ever
     assert "× diverged (held-out)" in figure and "× not reached" not in figure
 
 
+def test_a_comparison_figure_drawn_without_a_verdict_marks_what_the_table_would(tmp_path: Path) -> None:
+    """``comparison_figure(runs)`` called by hand (the custom_keras notebook) has no verdict to word: it used to decide
+    divergence itself, by the training loss alone, and left a held-out blow-up unmarked beside a table that says
+    DIVERGED. It now words the verdict of the table the report would show."""
+    from ssptk.render import comparison_figure
+    from ssptk.rundir.logs import read_run
+
+    evals = [(40, 0.9, 0.7), (80, 0.75, 0.78), (120, 1.53, 0.55), (160, 1.88, 0.45), (240, 3.73, 0.31)]
+    local16 = write_run(tmp_path, "local:16", workers=4, per_worker=60, loss=falling(100), rate=25.0, evals=evals)
+    good = [(40, 1.2, 0.6), (80, 0.8, 0.75), (120, 0.6, 0.8), (160, 0.5, 0.85), (240, 0.45, 0.87)]
+    sync = write_run(tmp_path, "sync", workers=4, per_worker=60, loss=falling(100), rate=8.0, evals=good)
+    runs = {"local:16": read_run(local16), "sync": read_run(sync)}
+    fig = comparison_figure(runs)
+    legend = [t.get_text() for ax in fig.axes for lg in [ax.get_legend()] if lg for t in lg.get_texts()]
+    assert any(t.startswith("local:16 (DIVERGED, held-out)") for t in legend), legend
+    assert not any("sync (" in t and "DIVERGED" in t for t in legend), legend
+
+
 def test_case_4_no_best_line_beside_no_winner(tmp_path: Path) -> None:
     """sync_ssp_async printed 'best: ssp:32' (the raw first to the target) beside the report's 'no winner: within
     noise'. The notebook now prints the verdict's line, and it says there is no winner."""

@@ -14,6 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from ssptk import analysis as an
+from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.outcomes import Outcome
 from ssptk.analysis.run_view import view_of_run
 from ssptk.analysis.verdict import Verdict
@@ -168,15 +169,28 @@ def _outcome(verdict: Verdict, label: str) -> Outcome | None:
     return next((o for o in verdict.outcomes if o.label == label), None)
 
 
-def _diverged_mark(drawn: list[tuple[pd.DataFrame, Any]]) -> str:
-    """Runs without a verdict: whether they diverged by the training rule, as a legend says it."""
-    diverged = sum(an.divergence(s, an.smoothing_window(s["worker"].nunique()))["diverged"] for s, _ in drawn)
-    return " (DIVERGED)" if diverged == len(drawn) else (f" ({diverged} of {len(drawn)} DIVERGED)" if diverged else "")
+def _run_tuple(value: pd.DataFrame | Sequence[Any]) -> RunTuple:
+    """``value`` as the analysis layer's ``(steps, events, config, summary)``; what it lacks is empty."""
+    steps, events = _as_run(value)
+    stored = value[3] if not isinstance(value, pd.DataFrame) and len(value) > 3 else None
+    return (steps, pd.DataFrame() if events is None else events, _config_of(value) or {},
+            stored if isinstance(stored, Mapping) else {})
+
+
+def comparison_tables(runs: Mapping[str, Any], target: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The comparison table of the runs a :func:`comparison_figure` or a report draws, whose ``attrs["verdict"]``
+    every view words, and with :class:`Repeats`, the table of every repetition it aggregates
+    (:func:`ssptk.analysis.repeat_table`; ``None`` without repeats)."""
+    if any(isinstance(v, Repeats) for v in runs.values()):
+        each = an.repeat_table({label: Repeats.of(v) for label, v in runs.items()}, target)
+        return an.aggregate_repeats(each), each
+    return an.compare_table({label: _run_tuple(v) for label, v in runs.items()}, target), None
 
 
 def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict: Verdict | None = None) -> Figure:
-    """Several runs overlaid in six axes, one colour per run (a run that diverged says so in the legend: as the
-    comparison's ``verdict`` has it, on the training or the held-out loss; without one, by the training loss).
+    """Several runs overlaid in six axes, one colour per run (a run that diverged says so in the legend, as the
+    comparison's ``verdict`` has it, on the training or the held-out loss; without one, as the verdict of
+    :func:`comparison_tables` has it: the table a report shows beside the figure).
 
     Panels (in ``fig.axes`` order): smoothed loss against wall time; smoothed loss against minibatches
     processed; step skew against wall time (a symmetric-log axis once one run's skew dwarfs the others, so
@@ -189,6 +203,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     is drawn), or :class:`Repeats` of those: every repetition is drawn, thinner, in the label's colour.
     Smoothing uses each run's :func:`ssptk.analysis.smoothing_window`.
     """
+    if verdict is None:
+        verdict = an.verdict_of(comparison_tables(runs)[0])
     fig = NotebookFigure(figsize=FIGSIZE, layout="constrained")
     grid = fig.add_gridspec(2, 3)
     ax_t, ax_s = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
@@ -208,8 +224,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
             continue
-        shown = str(label) + (legend_mark(_outcome(verdict, str(label))) if verdict is not None
-                              else _diverged_mark(drawn))
+        shown = str(label) + legend_mark(_outcome(verdict, str(label)))
         config = _config_of(values[0])
         bound = an.staleness_bound(config)
         if bound is not None:

@@ -6,7 +6,6 @@ import html
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import cast
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -14,7 +13,7 @@ from matplotlib.figure import Figure
 from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
 from ssptk.render.cells import KEY_FIGURES, shown_cells
-from ssptk.render.figures import Repeats, comparison_figure, run_figure
+from ssptk.render.figures import Repeats, comparison_figure, comparison_tables, run_figure
 from ssptk.render.held_out import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
@@ -141,12 +140,7 @@ def build_report(runs: Mapping[str, RunTuple | Repeats], title: str = "ssptk com
     says in words, and a figure of the predictions drawn over the measured runs.
     """
     repeated = any(isinstance(v, Repeats) for v in runs.values())
-    runs_table = None
-    if repeated:
-        runs_table = an.repeat_table({label: Repeats.of(v) for label, v in runs.items()}, target)
-        table = an.aggregate_repeats(runs_table)
-    else:
-        table = an.compare_table(cast(Mapping[str, RunTuple], runs), target)
+    table, runs_table = comparison_tables(runs, target)
     options = [an.run_options(r[2]) for v in runs.values() for r in Repeats.of(v)
                if isinstance(r, tuple) and len(r) > 2]
     table.attrs["eval_every"] = [o.eval_every for o in options]  # what "every K updates" says
