@@ -14,10 +14,13 @@ import pytest
 from conftest import assert_gone
 
 import ssptk
+from ssptk import analysis as an
 from ssptk.analysis.step_split import step_split
 from ssptk.notebook.dashboard import LiveDashboard
+from ssptk.render.overlay import summary_line
 from ssptk.render.text import format_summary
 from ssptk.render.traffic import network_section, split_text, split_words
+from ssptk.rundir.logs import read_run
 
 pytestmark = pytest.mark.slow
 MODES = [("sync", 3), ("ssp:2", 3), ("async", 3), ("local:4", 2), ("allreduce", 2)]
@@ -84,6 +87,12 @@ def test_every_mode_splits_a_step_into_parts_that_add_up_and_agree_with_its_reco
     assert sum(percents(line)) == 100 and line in format_summary(r.summary)
     assert split_words(split) in text_of(network_section({mode: r.summary}))
     assert line in text_of(dash._progress_html())
+    # the wait every view shows is the split's (allreduce's raw wait_fraction holds the collective's transfer)
+    waiting = re.search(r"waiting ([\d.]+)% of worker time", format_summary(r.summary))
+    assert waiting and float(waiting.group(1)) == pytest.approx(100 * shares["wait"], abs=0.051)
+    assert f"wait {shares['wait']:.0%}" in summary_line(mode, r.summary)
+    table = an.compare_table({mode: (*read_run(out), json.loads((out / "config.json").read_text()), r.summary)})
+    assert table["wait_fraction"].iloc[0] == pytest.approx(shares["wait"])
 
     steps, events = records(out)
     n, step_s = len(steps), t["step_ms"] / 1000.0

@@ -11,7 +11,7 @@ import pandas as pd
 from ssptk.analysis.delay_comp import dc_correction_summary
 from ssptk.analysis.held_out import held_out_curve, held_out_divergence, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
-from ssptk.analysis.step_split import step_split
+from ssptk.analysis.step_split import blocked_share, step_split
 from ssptk.analysis.values import clean
 from ssptk.analysis.verdict import comparison_verdict
 from ssptk.rundir import RunConfig, StoredOptions, Summary, TrafficSection
@@ -166,7 +166,7 @@ def _row(label: str, steps: pd.DataFrame | None, summary: Summary, logs: Summary
         "final_loss": clean(summary.final_loss), "final_accuracy": clean(summary.final_accuracy),
         "time_to_target_s": None, "steps_to_target": None,
         "max_skew": _either(summary.max_skew, logs.max_skew),
-        "wait_fraction": _either(summary.wait_fraction, logs.wait_fraction),
+        "wait_fraction": blocked_share(summary, _either(summary.wait_fraction, logs.wait_fraction)),
         "mean_staleness": _either(summary.mean_staleness, logs.mean_staleness),
         "max_staleness": _either(summary.max_staleness, logs.max_staleness),
         **_traffic_columns(summary.traffic), **_dc_columns(summary, steps, opts),

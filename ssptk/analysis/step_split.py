@@ -36,9 +36,9 @@ from typing import Any
 
 import pandas as pd
 
-from ssptk.rundir import TrafficSection
+from ssptk.rundir import Summary, TrafficSection
 
-__all__ = ["PARTS", "StepSplit", "partition", "split_of", "step_split", "unblocked_transfer"]
+__all__ = ["PARTS", "StepSplit", "blocked_share", "partition", "split_of", "step_split", "unblocked_transfer"]
 
 #: The parts of a worker's step, in the order each takes its time.
 PARTS: tuple[str, ...] = ("transfer", "wait", "compute", "other")
@@ -116,6 +116,19 @@ def unblocked_transfer(steps: pd.DataFrame | None) -> float | None:
     unblocked = (dt[ok] - df.loc[ok, "wait_s"].fillna(0.0)).clip(lower=x[ok])
     total = float(unblocked.sum())
     return float(x[ok].sum()) / total if total > 0 else None
+
+
+def blocked_share(summary: Summary, wait_fraction: float | None = None) -> float | None:
+    """The share of a worker's time the mode blocked it, as every view shows it (the table's ``wait``, a run's
+    summary lines, the report's cost panel): the step split's ``wait`` where the run has one (``summary.json``'s
+    ``traffic.split``; it differs from the measured ``wait_fraction`` in allreduce only, whose all-reduce call holds
+    the collective's transfer, which the split counts as transfer), else the measured ``wait_fraction`` (default:
+    the summary's)."""
+    split = summary.traffic.split if summary.traffic else None
+    wait = split.get("wait") if split else None
+    if wait is not None:
+        return float(wait)
+    return summary.wait_fraction if wait_fraction is None else wait_fraction
 
 
 def split_of(traffic: TrafficSection, unblocked: float | None) -> dict[str, float | None]:

@@ -17,6 +17,7 @@ from ssptk import analysis as an
 from ssptk.analysis.compare import RunTuple
 from ssptk.analysis.outcomes import Outcome
 from ssptk.analysis.run_view import view_of_run
+from ssptk.analysis.step_split import blocked_share
 from ssptk.analysis.verdict import Verdict
 from ssptk.render.fit import LEGEND_INSIDE, legend_below, wrap_title
 from ssptk.render.run_panels import RunPanels, panel_titles
@@ -33,6 +34,7 @@ from ssptk.render.style import (
     skew_bound,
 )
 from ssptk.render.verdict import legend_mark
+from ssptk.rundir import Summary
 
 __all__ = ["FIGSIZE", "PREDICTED_TITLE", "Repeats", "comparison_figure", "run_figure"]
 
@@ -219,8 +221,8 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
-        reps = [_as_run(v) for v in values]
-        drawn = [(steps, events) for steps, events in reps if steps is not None and not steps.empty]
+        reps = [(*_as_run(v), Summary.of(_run_tuple(v)[3])) for v in values]
+        drawn = [(steps, events, stored) for steps, events, stored in reps if steps is not None and not steps.empty]
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
             continue
@@ -230,12 +232,13 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
         if bound is not None:
             skew_bound_max = max(skew_bound_max, skew_bound(bound))
             draw_bound(ax_skew, bound, color=run_color, lw=1.0, label=f"{label} {bound_label(bound)}")
-        paid = []
-        for r, (steps, events) in enumerate(drawn):
+        paid, blocked = [], []
+        for r, (steps, events, stored) in enumerate(drawn):
             df = _draw_one(axes, steps, events, run_color, (lw, lw_prog), shown if r == 0 else None, repeated)
             paid.append(an.summarize(df, events, config))
+            blocked.append(blocked_share(stored, paid[-1].wait_fraction))
             skew_max = max(skew_max, int(paid[-1].max_skew or 0))
-        _cost_point(ax_cost, label, [p.wait_fraction for p in paid], [p.mean_staleness for p in paid], run_color)
+        _cost_point(ax_cost, label, blocked, [p.mean_staleness for p in paid], run_color)
     if skew_max > 4 * max(skew_bound_max, 2):  # async's hundreds would flatten every bound onto the axis
         ax_skew.set_yscale("symlog", linthresh=max(2 * skew_bound_max, 4), linscale=1.5)
         ax_skew.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ssptk import analysis as an
+from ssptk.analysis.step_split import blocked_share
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
 from ssptk.render.verdict import legend_mark
@@ -126,7 +127,7 @@ def summary_line(label: str, summary: Mapping[str, Any] | None) -> str:
         return "-" if value is None else format(value, fmt)
 
     return (f"{label}: {num(s.steps_per_s, '.1f')} steps/s, max skew {num(s.max_skew, 'g')}, "
-            f"final loss {num(s.final_loss, '.4g')}, wait {num(s.wait_fraction, '.0%')}")
+            f"final loss {num(s.final_loss, '.4g')}, wait {num(blocked_share(s), '.0%')}")
 
 
 def notes_html(notes: Sequence[str]) -> str:

@@ -7,6 +7,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ssptk.analysis.step_split import blocked_share
 from ssptk.analysis.verdict_facts import dc_fact
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
 from ssptk.core.labels import label_of
@@ -111,7 +112,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         f"loss      final (eval) {_fmt(s.final_loss)}   last train {_fmt(s.train_loss_last)}"
         + (f"   accuracy (held out) {_fmt(s.final_accuracy)}" if s.final_accuracy is not None else ""),
         f"skew      max {_fmt(s.max_skew)} steps{_bound_note(s)}   "
-        f"waiting {_fmt(100 * (s.wait_fraction or 0), '.1f')}% of worker time",
+        f"waiting {_fmt(100 * (blocked_share(s) or 0), '.1f')}% of worker time",
         f"staleness mean {_fmt(s.mean_staleness, '.2f')}   max {_fmt(s.max_staleness)}",
     ]
     compensated = dc_fact("this run", s)
