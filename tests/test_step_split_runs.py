@@ -17,7 +17,7 @@ import ssptk
 from ssptk.analysis.step_split import step_split
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.render.text import format_summary
-from ssptk.render.traffic import network_section, split_text, split_words
+from ssptk.render.traffic_words import network_section, split_text, split_words
 
 pytestmark = pytest.mark.slow
 MODES = [("sync", 3), ("ssp:2", 3), ("async", 3), ("local:4", 2), ("allreduce", 2)]
