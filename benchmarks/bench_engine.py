@@ -64,12 +64,12 @@ def bench_warm_rerun(ctx: Context) -> list[Row]:
     cold, hot = [], []
     for r in range(ctx.repeat):
         print(f"  round {r + 1}/{ctx.repeat}", flush=True)
-        warm.shutdown()
+        warm.shutdown_warm()
         cold.append(ctx.run("cold", mode="ssp", staleness=2, **common))
         hot.append(ctx.run("warm-first", mode="ssp", staleness=2, warm=True, **common))  # starts the warm cluster
         for s in (0, 4, 8):
             hot.append(ctx.run(f"warm-ssp:{s}", mode="ssp", staleness=s, warm=True, **common))
-        warm.shutdown()
+        warm.shutdown_warm()
     cold_t = rates(cold, "first_step_s")
     warm_t = rates([h for h in hot if h.get("warm_reused")], "first_step_s")
     ctx.note(f"Options: {opts_text(common)}. Per round: one cold run, then one warm run that starts the warm "

@@ -41,9 +41,9 @@ def dispatch(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["worker"]:
-        from ssptk.worker import main as worker_main
+        from ssptk.worker import task_main
 
-        return worker_main(argv[1:])
+        return task_main(argv[1:])
     args = build_parser().parse_args(argv)
     claimed: list[str] = []  # the directories the command claims: what a signal's message says it left
     try:
@@ -183,7 +183,7 @@ def _compare(args: argparse.Namespace) -> int:
         # one warm cluster serves every run (as %dtrain's do): its tasks start once, not once per label, and
         # each run's state is cleared from them before the next; it stops when this process exits
         # (ssptk.launch.warm stops warm clusters at exit)
-        result = commands.compare(plan, progress=bars, warm=True)
+        result = commands.run_comparison(plan, progress=bars, warm=True)
     finally:
         bars.close()
     _show(result)

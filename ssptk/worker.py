@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ssptk.runtime.task import main
+from ssptk.runtime.task import task_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(task_main())

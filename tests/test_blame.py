@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ssptk.analysis.blame import endings, first_failure
-from ssptk.rundir.task_status import FAILED, READY_STATE, STOPPED, TaskError, TaskStatus
+from ssptk.rundir.task_status import FAILED_STATE, READY_STATE, STOPPED, TaskError, TaskStatus
 
 
 def _frames(steps: list[tuple[int, int, float]], events: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -85,7 +85,7 @@ def test_a_ps_killed_outright_is_named_not_the_worker_that_lost_it_first() -> No
 
 def test_a_failed_ps_gives_its_error_and_a_worker_that_failed_before_it_is_named() -> None:
     steps, events = _lost_frames([_lost(0, 11.0), _lost(1, 11.1)])
-    f = first_failure(steps, events, 2, {"ps:0": _status("ps:0", FAILED, 10.5, "OSError: disk gone")})
+    f = first_failure(steps, events, 2, {"ps:0": _status("ps:0", FAILED_STATE, 10.5, "OSError: disk gone")})
     assert f is not None and f.task == "ps:0" and f.reason.startswith("error: OSError: disk gone; after it:")
     # worker:1 died silently (its last record at 10.0), then the PS was killed: worker:1 is named
     steps, events = _lost_frames([_lost(0, 12.0)])

@@ -416,7 +416,7 @@ def test_the_report_fits_a_900px_window(tmp_path: Path) -> None:
 
     from ssptk.analysis import COMPARE_COLUMNS
     from ssptk.render import Report
-    from ssptk.render.traffic import network_section
+    from ssptk.render.traffic_words import network_section
 
     labels = ("sync", "ssp:2", "async+inverse")
     table = pd.DataFrame([{c: (label if c == "label" else 123.456) for c in COMPARE_COLUMNS} for label in labels])

@@ -355,10 +355,10 @@ def test_the_largest_correction_decides_whether_it_was_negligible() -> None:
     its most stale updates by up to 39%, and its held-out loss moved 4.7% (0.2947 -> 0.3086). Repeats: the largest
     of any run decides. The table shows the mean as a share, tiny ones too."""
     from ssptk.analysis import aggregate_repeats
-    from ssptk.analysis.compare import COMPARE_COLUMNS
+    from ssptk.analysis.comparison_table import COMPARE_COLUMNS
     from ssptk.analysis.verdict import comparison_verdict
     from ssptk.render.terminal_table import terminal_text
-    from ssptk.render.verdict import fact_lines
+    from ssptk.render.verdict_words import fact_lines
 
     def row(label: str, lr_staleness: str, mean: float | None, largest: float | None, rep: int = 1) -> dict:
         r = {c: None for c in COMPARE_COLUMNS}

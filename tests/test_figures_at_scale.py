@@ -19,11 +19,11 @@ from matplotlib.text import Text
 
 from ssptk import analysis as an
 from ssptk.render.figures import comparison_figure, run_figure
-from ssptk.render.held_out import held_out_figure
+from ssptk.render.held_out_plot import held_out_figure
 from ssptk.render.overlay import overlay_figure
 from ssptk.render.predicted_overlay import predicted_figure
 from ssptk.render.report import build_report
-from ssptk.render.tradeoff import tradeoff_figure
+from ssptk.render.tradeoff_plot import tradeoff_figure
 
 LABELS = (2, 7, 12)
 WORKERS = (3, 8, 32)
@@ -105,14 +105,14 @@ def test_the_staleness_explorers_figure_is_readable_with_many_runs(tmp_path: Pat
     pytest.importorskip("ipywidgets")
     from test_widgets import FakeRunner
 
-    from ssptk.notebook import explorer, slider_predictions, widgets
+    from ssptk.notebook import explorer, slider_predictions, staleness_widgets
 
     monkeypatch.setattr(explorer, "_RUNS", {})
     monkeypatch.setattr(explorer, "PREDICTED", {})
     monkeypatch.setattr(slider_predictions, "PREDICTED", explorer.PREDICTED)
     values = [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 32]
     runner = FakeRunner(tmp_path / "runs")
-    ex = widgets.staleness_explorer(workers=8, staleness=values, runner=runner, steps=12, straggler=0.01)
+    ex = staleness_widgets.staleness_explorer(workers=8, staleness=values, runner=runner, steps=12, straggler=0.01)
     made = {ex.key(s): runner(**ex.options(s)) for s in values}  # what Run would have made, without a redraw each
     for n in LABELS:
         ex.results = dict(list(made.items())[:n])

@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ssptk.analysis import aggregate_repeats
-from ssptk.analysis.compare import COMPARE_COLUMNS
+from ssptk.analysis.comparison_table import COMPARE_COLUMNS
 from ssptk.render.figures import comparison_figure, run_figure
 from ssptk.render.overlay import overlay_figure
 from ssptk.render.skew import SKEW_BUCKETS, SKEW_RANGE_LABEL, skew_envelope

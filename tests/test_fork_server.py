@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def own_server(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about a process's own fork server: not the one the test session shares (conftest.py)."""
-    monkeypatch.delenv(forking.ENV, raising=False)
+    monkeypatch.delenv(forking.FORK_SERVER_ENV, raising=False)
 
 
 def _servers() -> list[psutil.Process]:
@@ -123,7 +123,7 @@ def r_isolated(run_dir: Path) -> bool:
 
 def test_without_the_fork_server_each_task_is_started_by_itself(run_dir: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(forking.ENV, "0")
+    monkeypatch.setenv(forking.FORK_SERVER_ENV, "0")
     ssptk.shutdown()  # an earlier test's idle server
     parents: set[int] = set()
 
@@ -253,7 +253,7 @@ _PID_REUSE = r"""
 import os, subprocess, sys
 from ssptk.launch import fork_client, forking
 
-env = {k: v for k, v in os.environ.items() if k != forking.ENV}
+env = {k: v for k, v in os.environ.items() if k != forking.FORK_SERVER_ENV}
 server = fork_client.ForkServer(sys.executable, env)
 server.start(lambda argv, fds: subprocess.Popen(argv, pass_fds=fds, env=env, start_new_session=True))
 log = open(os.devnull, "wb")

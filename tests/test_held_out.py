@@ -137,7 +137,7 @@ def test_a_label_split_run_logs_held_out_evaluations(tmp_path: Path) -> None:
 
 
 def test_the_report_draws_the_held_out_loss_it_measured_the_target_on(tmp_path: Path) -> None:
-    from ssptk.render.held_out import held_out_figure
+    from ssptk.render.held_out_plot import held_out_figure
     from ssptk.render.report import build_report
 
     runs = {"good": _eval_run(tmp_path, "good", [2.0, 1.0, 0.3, 0.2], final=0.2),

@@ -63,7 +63,7 @@ def reachable_inside(ns: netns.Namespace, port: int) -> bool:
 def fresh_state(monkeypatch: pytest.MonkeyPatch) -> None:
     """This test's own per-process cache of whether namespaces work (and of the warning)."""
     monkeypatch.setattr(netns, "_state", netns._State())
-    monkeypatch.delenv(netns.ENV_OFF, raising=False)
+    monkeypatch.delenv(netns.NETNS_OFF_ENV, raising=False)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def _needs_netns() -> None:
 
 def test_helper_ready_line_matches() -> None:
     src = Path(netns.HELPER).read_text()
-    assert f'READY = "{netns.READY}"' in src
+    assert f'NETNS_READY = "{netns.NETNS_READY}"' in src
 
 
 def test_namespace_has_its_own_working_loopback(fresh_state: None) -> None:
@@ -108,7 +108,7 @@ def test_namespace_has_its_own_working_loopback(fresh_state: None) -> None:
 
 def test_opt_out_and_non_loopback_hosts_start_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                       fresh_state: None, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setenv(netns.ENV_OFF, "1")
+    monkeypatch.setenv(netns.NETNS_OFF_ENV, "1")
     with caplog.at_level(logging.WARNING, logger="ssptk"):
         assert netns.isolate() == (None, "none (SSPTK_NO_NETNS=1)")
         assert netns.isolate() == (None, "none (SSPTK_NO_NETNS=1)")
@@ -117,7 +117,7 @@ def test_opt_out_and_non_loopback_hosts_start_nothing(monkeypatch: pytest.Monkey
     assert said[0].startswith("ssptk: SSPTK_NO_NETNS=1: local clusters run without network isolation, as asked")
     c = LocalCluster(1, str(tmp_path), {}, with_ps=False)
     assert c.namespace is None and c.isolation == "none (SSPTK_NO_NETNS=1)"
-    monkeypatch.delenv(netns.ENV_OFF)
+    monkeypatch.delenv(netns.NETNS_OFF_ENV)
     c = LocalCluster(1, str(tmp_path), {}, with_ps=False, host="0.0.0.0")
     assert c.namespace is None and c.isolation == "none (host 0.0.0.0 is not a loopback address)"
 
@@ -132,7 +132,7 @@ def test_refusal_warns_once_per_process_and_is_remembered(refusing_unshare: None
     assert first.namespace is None and second.namespace is None
     warnings = [r for r in caplog.records if r.name == "ssptk"]
     assert len(warnings) == 1 and "\n" not in warnings[0].getMessage()
-    assert "without network isolation" in warnings[0].getMessage() and netns.ENV_OFF in warnings[0].getMessage()
+    assert "without network isolation" in warnings[0].getMessage() and netns.NETNS_OFF_ENV in warnings[0].getMessage()
 
 
 def test_missing_nsenter_falls_back(monkeypatch: pytest.MonkeyPatch, fresh_state: None,
@@ -208,7 +208,7 @@ def test_cold_run_is_isolated_while_it_trains_and_its_files_are_ours(tmp_path: P
 def test_opting_out_makes_the_ports_reachable(tmp_path: Path, warm_pool: None, fresh_state: None,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The same probe finds the ports open without the namespace (so the checks above can fail)."""
-    monkeypatch.setenv(netns.ENV_OFF, "1")
+    monkeypatch.setenv(netns.NETNS_OFF_ENV, "1")
     addr = host_address()
     r = ssptk.run(out=str(tmp_path / "a"), warm=True, steps=20, **COMMON)
     assert r.ok and r.config["tasks"]["isolation"] == "none (SSPTK_NO_NETNS=1)"
@@ -240,7 +240,7 @@ def test_cli_where_the_kernel_refuses_user_namespaces(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     cmd = " ".join(f"'{a}'" for a in [*ssptk_cmd(), "compare", "sync", "async", "--workers", "2", "--steps", "10",
                                       "--out", str(out)])
-    env = {k: v for k, v in os.environ.items() if k != netns.ENV_OFF}
+    env = {k: v for k, v in os.environ.items() if k != netns.NETNS_OFF_ENV}
     p = subprocess.run([unshare, "--user", "--map-root-user", "sh", "-c",
                         f"echo 0 > /proc/sys/user/max_user_namespaces && exec {cmd}"],
                        capture_output=True, text=True, timeout=400, env=env)

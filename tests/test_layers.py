@@ -1,6 +1,6 @@
 """The package layout stays true: imports read with ``ast`` follow the layer order of CONTRIBUTING.md, form
-no cycle, and never reach for another module's private names. Every import counts, also those inside
-functions (a late import is still a dependency)."""
+no cycle, and never reach for another module's private names; one name means one thing. Every import counts, also
+those inside functions (a late import is still a dependency)."""
 from __future__ import annotations
 
 import ast
@@ -210,6 +210,79 @@ def test_the_size_and_package_checks_see_violations(tmp_path: Path, monkeypatch:
     assert size_problems("ssptk.core.long") == ["ssptk.core.long: f has 71 lines (at most 70)"]
     assert package_problems(pkg) == ["ssptk/core/__init__.py has no docstring saying what the package holds",
                                      "ssptk/loose has no __init__.py (a namespace package hides its role)"]
+
+
+#: Public top-level names more than one module may define: IPython looks for a notebook extension's hooks by these
+#: names in the package it loads (``%load_ext ssptk``), so ``ssptk/__init__.py`` defines them as thin wrappers of
+#: ``ssptk/notebook/magics.py``'s (which import IPython only when called). A re-export (``from m import name``) is not
+#: a definition and needs no entry here.
+SHARED_NAMES = frozenset({"load_ipython_extension", "unload_ipython_extension"})
+
+
+def top_level_names(tree: ast.Module) -> Iterator[str]:
+    """The public names a module defines at its top level (also under a top-level ``if``, ``try`` or ``with``):
+    functions, classes and assigned names; imports are not definitions."""
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        else:
+            names = []
+            if isinstance(node, (ast.If, ast.Try, ast.With)):
+                todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                         *(s for h in getattr(node, "handlers", []) for s in h.body)]
+        yield from (n for n in names if not n.startswith("_"))
+
+
+def name_problems() -> list[str]:
+    """One name, one thing: a file name two modules share (``__init__.py`` aside: ``ssptk/widgets.py``, the documented
+    ``ssptk.widgets``, is the only one of its name), and a public top-level name two modules define."""
+    by_file: dict[str, list[str]] = {}
+    by_name: dict[str, list[str]] = {}
+    for m, path in sorted(MODULES.items()):
+        if path.name != "__init__.py":
+            by_file.setdefault(path.name, []).append(m)
+        for name in sorted(set(top_level_names(ast.parse(path.read_text()))) - SHARED_NAMES):
+            by_name.setdefault(name, []).append(m)
+    return ([f"{', '.join(ms)} share the file name {f}: name each for what it holds in its layer"
+             for f, ms in sorted(by_file.items()) if len(ms) > 1]
+            + [f"{name} is defined in {', '.join(ms)}: one owner that the others import, or a name for each thing"
+               for name, ms in sorted(by_name.items()) if len(ms) > 1])
+
+
+def test_one_name_one_thing() -> None:
+    problems = name_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_name_check_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted file name in two layers and a public name defined twice (once under an ``if``) are found; a private
+    name, a re-export, the IPython hooks and two ``__init__.py`` are not."""
+    planted = {"ssptk.render.numbers": "class Outcome:\n    pass\n_cache = {}\ndef load_ipython_extension(ip):\n    pass\n",
+               "ssptk.analysis.numbers": "if True:\n    Outcome = tuple\n_cache = {}\n",
+               "ssptk.analysis.table": "from ssptk.analysis.numbers import Outcome\nLIMIT: int = 4\n",
+               "ssptk.notebook.magics": "def load_ipython_extension(ip):\n    pass\nLIMIT = 5\n",
+               "ssptk.render": "", "ssptk.analysis": ""}
+    modules = {}
+    for name, text in planted.items():
+        parts = name.split(".")
+        path = (tmp_path.joinpath(*parts) / "__init__.py" if len(parts) == 2
+                else tmp_path.joinpath(*parts).with_suffix(".py"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f'"""doc"""\n{text}')
+        modules[name] = path
+    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+    assert name_problems() == [
+        "ssptk.analysis.numbers, ssptk.render.numbers share the file name numbers.py: name each for what it holds in "
+        "its layer",
+        "LIMIT is defined in ssptk.analysis.table, ssptk.notebook.magics: one owner that the others import, or a name "
+        "for each thing",
+        "Outcome is defined in ssptk.analysis.numbers, ssptk.render.numbers: one owner that the others import, or a "
+        "name for each thing"]
 
 
 #: A string that names a file of a run or comparison directory (``summary.json``, ``{label}/metrics.csv``,

@@ -23,7 +23,7 @@ from ssptk.commands import build_parser, compare_plan
 from ssptk.core.errors import UsageError
 from ssptk.experiment.sweep import label_knob, local_steps_values, sweep_labels
 from ssptk.notebook import slider_predictions as predictions
-from ssptk.notebook import widgets
+from ssptk.notebook import staleness_widgets
 from ssptk.render.figures import comparison_figure, run_figure
 from ssptk.render.overlay import BOUND_GID
 from ssptk.render.table_notes import takeaway_line
@@ -68,7 +68,7 @@ def test_sweep_command_takes_exactly_one_of_staleness_and_local_steps(notebook: 
 
 
 def test_a_local_sweep_scrubs_over_h(fake: FakeRunner, tmp_path: Path) -> None:
-    sw = widgets.sweep(local_steps="2,1", runner=fake, workers=2, steps=8, outer_lr=0.7, out=str(tmp_path / "sw"))
+    sw = staleness_widgets.sweep(local_steps="2,1", runner=fake, workers=2, steps=8, outer_lr=0.7, out=str(tmp_path / "sw"))
     assert list(sw.results) == ["local:1", "local:2"]
     assert [(c["mode"], c["local_steps"], c["outer_lr"]) for c in fake.calls] == [("local", 1, 0.7), ("local", 2, 0.7)]
     assert fake.calls[1]["out"] == str(tmp_path / "sw" / "local-2")
@@ -77,13 +77,13 @@ def test_a_local_sweep_scrubs_over_h(fake: FakeRunner, tmp_path: Path) -> None:
     assert sw.title.startswith("ssptk local SGD sweep")
     assert not [ln for ln in sw.figure().axes[1].get_lines() if str(ln.get_gid()).startswith(BOUND_GID)]
     with pytest.raises(UsageError, match="a local-steps sweep runs mode local only, not 'ssp'"):
-        widgets.sweep(local_steps=[1], runner=fake, mode="ssp")
+        staleness_widgets.sweep(local_steps=[1], runner=fake, mode="ssp")
     with pytest.raises(UsageError, match="not both"):
-        widgets.sweep([0], runner=fake, local_steps=[1])
-    ssp = widgets.from_runs({f"ssp:{s}": make_run(tmp_path / f"s{s}", staleness=s, workers=2) for s in (0, 2)})
+        staleness_widgets.sweep([0], runner=fake, local_steps=[1])
+    ssp = staleness_widgets.from_runs({f"ssp:{s}": make_run(tmp_path / f"s{s}", staleness=s, workers=2) for s in (0, 2)})
     ssp.widget
     assert ssp.slider.description == "staleness S"
-    mixed = widgets.from_runs({"sync": make_run(tmp_path / "y", mode="sync", workers=2), "local:2": sw.results["local:2"]})
+    mixed = staleness_widgets.from_runs({"sync": make_run(tmp_path / "y", mode="sync", workers=2), "local:2": sw.results["local:2"]})
     mixed.widget
     assert mixed.slider.description == "run" and mixed.title == "ssptk runs"
 
@@ -97,12 +97,12 @@ def test_the_explorer_slides_over_h(fake: FakeRunner, tmp_path: Path, monkeypatc
         asked.append({"mode": options["mode"], "values": list(values)})
         made = {}
         for h in values:
-            key = widgets.cache_key({**options, "local_steps": h})
+            key = staleness_widgets.cache_key({**options, "local_steps": h})
             made[key] = predictions.PREDICTED[key] = make_run(tmp_path / f"pred-{h}", **{**options, "local_steps": h})
         return made
 
     monkeypatch.setattr(predictions, "predict_staleness", predict_staleness)
-    ex = widgets.staleness_explorer(mode="local", local_steps=[4, 1, 2], workers=2, runner=fake, steps=8,
+    ex = staleness_widgets.staleness_explorer(mode="local", local_steps=[4, 1, 2], workers=2, runner=fake, steps=8,
                                     outer_momentum=0.9)
     assert ex.staleness_slider.description == "local steps H" and ex.staleness_slider.options == (1, 2, 4)
     assert ex.predict_button.description == "Predict every H" and ex.title == "ssptk local SGD explorer"
@@ -120,15 +120,15 @@ def test_the_explorer_slides_over_h(fake: FakeRunner, tmp_path: Path, monkeypatc
     assert bytes(ex.predicted_image.value).startswith(b"\x89PNG")
     with pytest.raises(UsageError, match=r"local steps H = 3 is not on the slider"):
         ex.select(3)
-    assert widgets.staleness_explorer(local_steps=[2], runner=fake).knob.mode == "local"  # local_steps alone: local
+    assert staleness_widgets.staleness_explorer(local_steps=[2], runner=fake).knob.mode == "local"  # local_steps alone: local
     with pytest.raises(UsageError, match="local SGD has no staleness bound"):
-        widgets.staleness_explorer(mode="local", staleness=[0, 1], runner=fake)
+        staleness_widgets.staleness_explorer(mode="local", staleness=[0, 1], runner=fake)
     with pytest.raises(UsageError, match="add mode='local'"):
-        widgets.staleness_explorer(mode="ssp", local_steps=[1], runner=fake)
+        staleness_widgets.staleness_explorer(mode="ssp", local_steps=[1], runner=fake)
     with pytest.raises(UsageError, match=r"local steps H must be integers >= 1"):
-        widgets.staleness_explorer(mode="local", local_steps=[0], runner=fake)
+        staleness_widgets.staleness_explorer(mode="local", local_steps=[0], runner=fake)
     with pytest.raises(UsageError, match="--lr-staleness applies to async and ssp"):
-        widgets.staleness_explorer(mode="local", runner=fake, lr_staleness="inverse")
+        staleness_widgets.staleness_explorer(mode="local", runner=fake, lr_staleness="inverse")
 
 
 # --- what the displays say ---------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def test_dtrain_sweep_over_h_in_a_kernel(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_local_explorer_with_real_runs_and_predictions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    ex = widgets.staleness_explorer(mode="local", local_steps=[1, 4], workers=2, steps=24, gpus="none")
+    ex = staleness_widgets.staleness_explorer(mode="local", local_steps=[1, 4], workers=2, steps=24, gpus="none")
     try:
         assert ex.run(4) is not None, ex.status
         result = ex.results[ex.key()]

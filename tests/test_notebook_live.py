@@ -15,7 +15,7 @@ import pytest
 from test_dashboard import FakeClock, Sink, batches, event, feed, opts, synthetic
 from test_widgets import FakeRunner
 
-from ssptk.notebook import explorer, widgets
+from ssptk.notebook import explorer, staleness_widgets
 from ssptk.notebook import slider_predictions as predictions
 from ssptk.notebook.background import BackgroundRun
 from ssptk.notebook.dashboard import LiveDashboard
@@ -97,7 +97,7 @@ def test_while_a_run_goes_the_status_and_the_figure_say_the_same_count(tmp_path:
             seen.append((ex.status, ex._running))
         return fake(**{k: v for k, v in kwargs.items() if k != "progress"})
 
-    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=6)
+    ex = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=6)
     ex.run(0)
     (s0, f0), (s5, f5), (s9, f9) = seen
     assert s0 == "S=0: starting" and f0 is not None and "starting" in f0  # no count drawn before one is done

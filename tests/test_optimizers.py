@@ -157,18 +157,18 @@ def test_the_sweep_command_slides_over_momentum_in_any_mode() -> None:
 def test_the_api_sweep_and_the_explorer_slide_over_momentum(tmp_path, monkeypatch) -> None:
     from test_widgets import FakeRunner
 
-    from ssptk.notebook import widgets
+    from ssptk.notebook import staleness_widgets
 
     monkeypatch.chdir(tmp_path)
     fake = FakeRunner(tmp_path / "runs")
-    sw = widgets.sweep(momentum=[0.9, 0.0], runner=fake, workers=2, steps=5, mode="sync")
+    sw = staleness_widgets.sweep(momentum=[0.9, 0.0], runner=fake, workers=2, steps=5, mode="sync")
     assert list(sw.results) == ["sync", "sync\u00b7momentum:0.9"]
     assert [(c["mode"], c.get("optimizer", "sgd")) for c in fake.calls] == [("sync", "sgd"), ("sync", "momentum:0.9")]
     sw.widget
     assert sw.slider.description == "momentum \u03b2" and sw.title.startswith("ssptk momentum sweep")
     with pytest.raises(ssptk.UsageError, match="a momentum sweep sets --optimizer"):
-        widgets.sweep(momentum=[0.5], runner=fake, optimizer="adam")
-    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], momentum=[0, 0.9], runner=fake, steps=5)
+        staleness_widgets.sweep(momentum=[0.5], runner=fake, optimizer="adam")
+    ex = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], momentum=[0, 0.9], runner=fake, steps=5)
     assert ex.momentum_slider is not None and ex.momentum_slider.description == "momentum \u03b2"
     ex.run(2)
     ex.momentum_slider.value = 0.9
@@ -177,4 +177,4 @@ def test_the_api_sweep_and_the_explorer_slide_over_momentum(tmp_path, monkeypatc
     assert [c["staleness"] for c in fake.calls[-2:]] == [2, 2]
     assert sorted(ex._labels(list(ex.results)).values()) == ["S=2 \u03b2=0", "S=2 \u03b2=0.9"]
     with pytest.raises(ssptk.UsageError, match="drop optimizer"):
-        widgets.staleness_explorer(momentum=[0.5], optimizer="adam", runner=fake)
+        staleness_widgets.staleness_explorer(momentum=[0.5], optimizer="adam", runner=fake)

@@ -27,9 +27,9 @@ ORPHANS = str(FIXTURES / "orphans.py")
 def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test both ways: a cgroup per task (where this machine allows one), and /proc (``SSPTK_NO_CGROUP``)."""
     if request.param == "proc":
-        monkeypatch.setenv(tracking.ENV_OFF, "1")
+        monkeypatch.setenv(tracking.CGROUP_OFF_ENV, "1")
     else:
-        monkeypatch.delenv(tracking.ENV_OFF, raising=False)
+        monkeypatch.delenv(tracking.CGROUP_OFF_ENV, raising=False)
         probe = tracking.tracker("probe")
         probe.close()
         if not isinstance(probe, tracking.CgroupTracker):
@@ -111,7 +111,7 @@ def test_a_restart_and_a_stop_kill_what_the_task_started(way: str, tmp_path: Pat
         assert_dead(first, within=0.5)
         second = sleepers(marker, 4)[2:]
         cgroup = getattr(t.tracker, "path", "")
-        assert t.tracker is not None and t.tracker.how == ("cgroup" if way == "cgroup" else f"none ({tracking.ENV_OFF}=1)")
+        assert t.tracker is not None and t.tracker.how == ("cgroup" if way == "cgroup" else f"none ({tracking.CGROUP_OFF_ENV}=1)")
         t.kill()  # the launcher's stop: TERM/KILL the group, then what the tracker holds
         assert_dead([t.proc.pid, *second], within=0.5)
         assert not cgroup or not os.path.exists(cgroup), "the task's cgroup should be removed"
@@ -122,7 +122,7 @@ def test_a_restart_and_a_stop_kill_what_the_task_started(way: str, tmp_path: Pat
 
 def test_without_a_cgroup_the_proc_way_is_used_and_said_once(monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.delenv(tracking.ENV_OFF, raising=False)
+    monkeypatch.delenv(tracking.CGROUP_OFF_ENV, raising=False)
     monkeypatch.setattr(tracking, "_state", type(tracking._state)())
 
     def no_cgroup() -> str:
@@ -153,7 +153,7 @@ def test_the_cgroups_of_a_launcher_that_is_gone_are_emptied_and_removed(tmp_path
     try:
         with open(os.path.join(stale, "cgroup.procs"), "w") as f:
             f.write(str(left.pid))
-        assert tracking.sweep_stale(base) == [stale]
+        assert tracking.sweep_stale_cgroups(base) == [stale]
         assert left.wait(5.0) == -signal.SIGKILL and not os.path.exists(stale)
         assert isinstance(mine, tracking.CgroupTracker) and os.path.isdir(mine.path), "a live launcher's is kept"
     finally:

@@ -268,7 +268,7 @@ def test_report_on_a_run_without_summary_computes_one_in_memory(tmp_path: Path) 
 # --- nothing left in the temp directory -----------------------------------------------------------
 
 def test_stale_launcher_directories_are_swept(tmp_path: Path) -> None:
-    from ssptk.launch.tempdirs import sweep_stale
+    from ssptk.launch.tempdirs import sweep_stale_dirs
 
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -276,7 +276,7 @@ def test_stale_launcher_directories_are_swept(tmp_path: Path) -> None:
     kept = [tmp_path / f"ssptk-warm-{os.getpid()}-live", tmp_path / "ssptk-warm-oldstyle", tmp_path / "other-1-2"]
     for d in stale + kept:
         (d / "logs").mkdir(parents=True)
-    assert sorted(sweep_stale(str(tmp_path))) == sorted(str(d) for d in stale)
+    assert sorted(sweep_stale_dirs(str(tmp_path))) == sorted(str(d) for d in stale)
     assert all(d.exists() for d in kept) and not any(d.exists() for d in stale)
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ssptk.analysis.step_split import PARTS, partition, step_split, unblocked_transfer
 from ssptk.analysis.traffic import traffic_summary
-from ssptk.render.traffic import network_section, split_text, split_words
+from ssptk.render.traffic_words import network_section, split_text, split_words
 
 share = st.one_of(st.none(), st.floats(0.0, 2.0))
 

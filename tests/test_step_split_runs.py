@@ -19,7 +19,7 @@ from ssptk.analysis.step_split import step_split
 from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.render.overlay import summary_line
 from ssptk.render.text import format_summary
-from ssptk.render.traffic import network_section, split_text, split_words
+from ssptk.render.traffic_words import network_section, split_text, split_words
 from ssptk.rundir.logs import read_run
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 from ssptk.launch.cluster import LocalCluster
 from ssptk.launch.process import TaskProcess
 from ssptk.rundir.task_status import (
-    FAILED,
+    FAILED_STATE,
     READY_STATE,
     STATUS_DIR_ENV,
     TaskError,
@@ -34,7 +34,7 @@ PRELUDE = ("import sys, time\nfrom ssptk.rundir.task_status import TaskError\n"
 
 def test_a_status_round_trips_and_is_written_whole(tmp_path: Path) -> None:
     error = TaskError("ValueError", "ValueError: boom", ("Traceback (most recent call last):", "ValueError: boom"))
-    status = TaskStatus("worker:1", 4711, FAILED, 1.7e9, "run1", error, "slurm-7.0:0123456789ab")
+    status = TaskStatus("worker:1", 4711, FAILED_STATE, 1.7e9, "run1", error, "slurm-7.0:0123456789ab")
     write_status(str(tmp_path), status)
     assert os.listdir(tmp_path) == ["worker-1.json"]  # no temporary file left
     assert read_status(str(tmp_path), "worker:1") == status
@@ -80,7 +80,7 @@ def test_a_process_reports_its_first_failure_only(tmp_path: Path) -> None:
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["worker:1", "worker:1"]  # the first failure is the one named
     first, other = read_status(str(tmp_path), "worker:1"), read_status(str(tmp_path), "worker:0")
-    assert first is not None and first.state == FAILED and first.run == "run7"
+    assert first is not None and first.state == FAILED_STATE and first.run == "run7"
     assert first.error == TaskError("KeyError", "KeyError: 'x'")
     assert other is not None and other.state == READY_STATE and other.run == "run7"
 

@@ -10,13 +10,13 @@ import pytest
 from matplotlib.text import Text
 
 from ssptk.analysis import aggregate_repeats
-from ssptk.analysis.compare import COMPARE_COLUMNS
+from ssptk.analysis.comparison_table import COMPARE_COLUMNS
 from ssptk.analysis.outcomes import EARLY_SHARE
 from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.verdict import comparison_verdict as tradeoff_verdict
 from ssptk.render.terminal_table import terminal_text
-from ssptk.render.tradeoff import tradeoff_figure, tradeoff_lines
-from ssptk.render.verdict import why_no_winner
+from ssptk.render.tradeoff_plot import tradeoff_figure, tradeoff_lines
+from ssptk.render.verdict_words import why_no_winner
 
 _MODES = {"sync": ("sync", None), "ssp:4": ("ssp", 4), "ssp:8": ("ssp", 8), "async": ("async", None)}
 

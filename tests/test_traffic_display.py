@@ -17,7 +17,7 @@ from ssptk.notebook.dashboard import LiveDashboard
 from ssptk.render.report import Report, build_report
 from ssptk.render.terminal_table import terminal_table
 from ssptk.render.text import format_summary
-from ssptk.render.traffic import CAPACITY_SENTENCE, network_section, split_text, status_text
+from ssptk.render.traffic_words import CAPACITY_SENTENCE, network_section, split_text, status_text
 from ssptk.rundir import load_run
 
 RECORDED = Path(__file__).resolve().parent / "fixtures" / "recorded" / "ssp2-straggler"

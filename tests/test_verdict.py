@@ -207,7 +207,7 @@ def test_case_4_no_best_line_beside_no_winner(tmp_path: Path) -> None:
     assert "best_line()" in code["sync_ssp_async.ipynb"]
     for name, text in code.items():  # no notebook names a winner from the raw first to the target
         assert "first_to_target" not in text, name
-    from ssptk.render.verdict import best_line
+    from ssptk.render.verdict_words import best_line
 
     assert report.verdict is not None and report.verdict.fastest == "ssp:32" and report.verdict.winner is None
     line = best_line(report.verdict)

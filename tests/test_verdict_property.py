@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from matplotlib.text import Annotation, Text
 
 from ssptk.analysis import aggregate_repeats
-from ssptk.analysis.compare import COMPARE_COLUMNS
+from ssptk.analysis.comparison_table import COMPARE_COLUMNS
 from ssptk.analysis.outcomes import DIVERGED, FAILED, NEVER, REACHED, SOME
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.labels import label_options
@@ -24,8 +24,8 @@ from ssptk.notebook.views import StaticView
 from ssptk.render.report import Report, comparison_notes
 from ssptk.render.tables import table_html
 from ssptk.render.terminal_table import terminal_text
-from ssptk.render.tradeoff import tradeoff_figure
-from ssptk.render.verdict import best_line, legend_mark
+from ssptk.render.tradeoff_plot import tradeoff_figure
+from ssptk.render.verdict_words import best_line, legend_mark
 
 LABELS = ("sync", "allreduce", "ssp:1", "ssp:4", "ssp:8", "ssp:32", "async", "async+dc", "local:4", "local:16")
 STATES = ("reached", "reached", "reached", "never", "diverged", "diverged-held-out", "failed")

@@ -1,4 +1,4 @@
-"""Tests of ssptk.notebook.widgets and ssptk.render.overlay: caching, keys, status lines, overlays, display, a real kernel,
+"""Tests of ssptk.notebook.staleness_widgets and ssptk.render.overlay: caching, keys, status lines, overlays, display, a real kernel,
 and (slow) real TensorFlow runs. Fast tests use run directories written on disk per docs/run-directory.md."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ssptk import api
 from ssptk.api import RunResult
 from ssptk.core.errors import RunFailed, TaskFailure, UsageError
 from ssptk.core.options import OPTIONS, resolve
-from ssptk.notebook import explorer, widgets
+from ssptk.notebook import explorer, staleness_widgets
 from ssptk.notebook import slider_predictions as predictions
 from ssptk.render import figure_png
 from ssptk.render.overlay import BOUND_GID, LOSS_GID, SKEW_GID, overlay_figure, summary_line
@@ -102,17 +102,17 @@ def _rc_snapshot() -> dict:
 # --- keys and caching -------------------------------------------------------------------------------
 
 def test_cache_key_ignores_out_and_normalises_options() -> None:
-    a = widgets.cache_key({"mode": "ssp", "staleness": 2, "straggler": ["1:0.05"], "workers": 2, "out": "x"})
-    b = widgets.cache_key({"mode": "ssp:2", "straggler": [(1, 0.05)], "workers": 2, "out": "y"})
+    a = staleness_widgets.cache_key({"mode": "ssp", "staleness": 2, "straggler": ["1:0.05"], "workers": 2, "out": "x"})
+    b = staleness_widgets.cache_key({"mode": "ssp:2", "straggler": [(1, 0.05)], "workers": 2, "out": "y"})
     assert a == b and hash(a) == hash(b)
     assert "out" not in dict(a)
-    assert a != widgets.cache_key({"mode": "ssp", "staleness": 2, "straggler": ["1:0.05"], "workers": 3})
+    assert a != staleness_widgets.cache_key({"mode": "ssp", "staleness": 2, "straggler": ["1:0.05"], "workers": 3})
     with pytest.raises(UsageError, match="straggler index 2"):
-        widgets.cache_key({"mode": "ssp", "straggler": ["2:0.1"], "workers": 2})
+        staleness_widgets.cache_key({"mode": "ssp", "straggler": ["2:0.1"], "workers": 2})
 
 
 def test_selecting_a_cached_value_does_not_run_again(fake: FakeRunner) -> None:
-    ex = widgets.staleness_explorer(workers=3, straggler=0.02, staleness=[0, 2, 4], runner=fake, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=3, straggler=0.02, staleness=[0, 2, 4], runner=fake, steps=10)
     assert ex.staleness_slider.value == 2 and "not run yet: press Run" in ex.status
     assert ex.run(0) is not None and len(fake.calls) == 1
     assert fake.calls[0]["straggler"] == ["2:0.02"] and fake.calls[0]["out"] is None
@@ -144,7 +144,7 @@ def test_selecting_a_cached_value_does_not_run_again(fake: FakeRunner) -> None:
 
 
 def test_workers_and_straggler_change_the_key(fake: FakeRunner) -> None:
-    ex = widgets.staleness_explorer(workers=3, straggler=0.02, staleness=range(0, 4), runner=fake, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=3, straggler=0.02, staleness=range(0, 4), runner=fake, steps=10)
     k0 = ex.key()
     ex.run()
     ex.workers_slider.value = 4
@@ -181,7 +181,7 @@ def test_the_explorer_draws_the_run_in_progress(fake: FakeRunner) -> None:
         seen["title"] = fig.get_suptitle()
         return fake(**kwargs)
 
-    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
     ex.run(2)
     assert seen["loss"]["S=2"] == 12  # its loss curve, one point per step so far
     assert ex._live is None and len(loss_lines(ex.figure())) == 1  # afterwards: the finished run, from the cache
@@ -195,37 +195,37 @@ def test_running_the_cell_again_keeps_the_runs_and_the_figure_says_what_runs(fak
         seen.append((ex._running, ex.image.value))  # what the figure said then, and the image it showed
         return result
 
-    ex = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=runner, steps=10)
     before = ex.image.value
     ex.run(0)
     (note, image), = seen
     assert note is not None and note.startswith("S=0: running, 3/6 minibatches") and image != before
     assert ex._running is None and "S=0" in ex.status and "running" not in ex.status
-    again = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=10)  # the cell again
+    again = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=10)  # the cell again
     assert list(again.results) == list(ex.results) and again.run(0) is ex.results[again.key()]
     assert len(fake.calls) == 1  # shown from the cache, not trained again
-    other = widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=20)  # other options
+    other = staleness_widgets.staleness_explorer(workers=2, staleness=[0, 2], runner=fake, steps=20)  # other options
     assert not other.results
 
 
 def test_no_straggler_slider_without_straggler_and_fixed_straggler_is_an_option(fake: FakeRunner) -> None:
-    ex = widgets.staleness_explorer(workers=3, staleness=[1, 5], runner=fake)
+    ex = staleness_widgets.staleness_explorer(workers=3, staleness=[1, 5], runner=fake)
     assert ex.straggler_slider is None and ex.staleness_slider.value == 1
-    ex = widgets.staleness_explorer(workers=3, straggler="1:0.03", staleness=[1], runner=fake)
+    ex = staleness_widgets.staleness_explorer(workers=3, straggler="1:0.03", staleness=[1], runner=fake)
     assert ex.straggler_slider is None and dict(ex.key())["straggler"] == ((1, 0.03),)
     assert ex.workers_slider.min == 2  # worker 1 must exist
     with pytest.raises(UsageError, match="ssp only"):
-        widgets.staleness_explorer(mode="async", runner=fake)
+        staleness_widgets.staleness_explorer(mode="async", runner=fake)
     with pytest.raises(UsageError, match="unknown option 'stpes'"):
-        widgets.staleness_explorer(stpes=3, runner=fake)
+        staleness_widgets.staleness_explorer(stpes=3, runner=fake)
     with pytest.raises(UsageError, match="integers >= 0"):
-        widgets.staleness_explorer(staleness=[0, -1], runner=fake)
+        staleness_widgets.staleness_explorer(staleness=[0, -1], runner=fake)
 
 
 def test_runner_errors_become_one_status_line(tmp_path: Path) -> None:
     failure = TaskFailure("worker:1", "exited", exit_code=1, log_tail=["Traceback ...", "boom"])
     runner = FakeRunner(tmp_path, fail=RunFailed(failure))
-    ex = widgets.staleness_explorer(workers=2, staleness=[1, 3], runner=runner)
+    ex = staleness_widgets.staleness_explorer(workers=2, staleness=[1, 3], runner=runner)
     ex.run_button.click()
     assert ex.status == "S=1: run failed: worker:1 (exit code 1): exited"
     assert ex.results == {} and not ex.run_button.disabled and not ex.staleness_slider.disabled
@@ -254,10 +254,10 @@ def test_default_runner_out_none_and_warm_only_when_supported(monkeypatch: pytes
         seen.append({**options, "warm": warm})
 
     monkeypatch.setattr(api, "run", run_plain)
-    widgets.default_runner(mode="ssp", staleness=1)
+    staleness_widgets.default_runner(mode="ssp", staleness=1)
     assert seen[-1] == {"mode": "ssp", "staleness": 1, "out": None}
     monkeypatch.setattr(api, "run", run_warm)
-    widgets.default_runner(mode="ssp", staleness=1)
+    staleness_widgets.default_runner(mode="ssp", staleness=1)
     assert seen[-1] == {"mode": "ssp", "staleness": 1, "out": None, "warm": True}
 
 
@@ -295,7 +295,7 @@ def test_summary_line() -> None:
 def test_predictions_are_drawn_dashed_beside_the_runs(tmp_path: Path) -> None:
     """%dtrain sweep --predict: each label's prediction in its colour, dashed, on the same slider view."""
     runs = {f"ssp:{s}": make_run(tmp_path / f"r{s}", staleness=s, workers=2) for s in (0, 4)}
-    view = widgets.from_runs(runs, predicted={"ssp:0": make_run(tmp_path / "p0", staleness=0, workers=2)})
+    view = staleness_widgets.from_runs(runs, predicted={"ssp:0": make_run(tmp_path / "p0", staleness=0, workers=2)})
     lines = {ln.get_label(): ln for ln in loss_lines(view.figure())}
     assert set(lines) == {"ssp:0", "ssp:4", "ssp:0 predicted"}
     assert lines["ssp:0 predicted"].get_linestyle() == "--" and lines["ssp:0"].get_linestyle() == "-"
@@ -311,13 +311,13 @@ def test_the_explorer_predicts_every_staleness_and_marks_what_was_run(fake: Fake
         asked.append({"values": list(values), "overhead": overhead, "gap": gap})
         made = {}
         for s in values:
-            key = widgets.cache_key({**options, "staleness": s})
+            key = staleness_widgets.cache_key({**options, "staleness": s})
             made[key] = predictions.PREDICTED[key] = make_run(tmp_path / f"pred-{len(asked)}-{s}",
                                                               **{**options, "staleness": s})
         return made
 
     monkeypatch.setattr(predictions, "predict_staleness", predict_staleness)
-    ex = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
     assert ex.predicted_image.layout.display == "none"
     ex.run(2)
     made = ex.predict()
@@ -329,14 +329,14 @@ def test_the_explorer_predicts_every_staleness_and_marks_what_was_run(fake: Fake
     assert all(lines[name].get_linestyle() == "--" for name in lines if "predicted" in name)
     ex.workers_slider.value = 4  # another cluster size: its predictions are not drawn for this one
     assert not [ln for ln in loss_lines(ex.figure()) if "predicted" in ln.get_label()]
-    again = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    again = staleness_widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
     assert len(again.predicted) == 3  # the cell run again keeps the kernel's predictions
 
 
 def test_sweep_scrubs_without_training(fake: FakeRunner) -> None:
     observers: list[str] = []
     progress: list[tuple] = []
-    sw = widgets.sweep(staleness="4,0,2", runner=fake, workers=2, steps=5,
+    sw = staleness_widgets.sweep(staleness="4,0,2", runner=fake, workers=2, steps=5,
                        observer_factory=lambda label: observers.append(label) or f"obs-{label}",
                        progress=lambda *a: progress.append(a))
     assert list(sw.results) == ["ssp:0", "ssp:2", "ssp:4"] and observers == list(sw.results)
@@ -359,11 +359,11 @@ def test_sweep_scrubs_without_training(fake: FakeRunner) -> None:
 
 def test_sweep_checks_everything_first_and_keeps_failed_runs(fake: FakeRunner, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="ssp only"):
-        widgets.sweep([0, 1], runner=fake, mode="sync")
+        staleness_widgets.sweep([0, 1], runner=fake, mode="sync")
     with pytest.raises(UsageError, match="integers >= 0"):
-        widgets.sweep("0,x", runner=fake)
+        staleness_widgets.sweep("0,x", runner=fake)
     with pytest.raises(UsageError, match="straggler index 5"):
-        widgets.sweep([0, 1], runner=fake, workers=2, straggler=["5:0.1"])
+        staleness_widgets.sweep([0, 1], runner=fake, workers=2, straggler=["5:0.1"])
     assert fake.calls == []
     failed = make_run(tmp_path / "failed", staleness=1, workers=2)
     failed.summary.update(status="failed", reason="worker:0 exited")
@@ -373,7 +373,7 @@ def test_sweep_checks_everything_first_and_keeps_failed_runs(fake: FakeRunner, t
             raise RunFailed(TaskFailure("worker:0", "exited"), failed)
         return fake(**kw)
 
-    sw = widgets.sweep([0, 1, 2], runner=runner, workers=2, out=str(tmp_path / "sweep"))
+    sw = staleness_widgets.sweep([0, 1, 2], runner=runner, workers=2, out=str(tmp_path / "sweep"))
     assert list(sw.results) == ["ssp:0", "ssp:1", "ssp:2"]
     assert list(sw.table()["status"]) == ["ok", "failed", "ok"]
     assert sw.summary("ssp:1") == "ssp:1: failed: worker:0 exited"
@@ -381,10 +381,10 @@ def test_sweep_checks_everything_first_and_keeps_failed_runs(fake: FakeRunner, t
 
 
 def test_without_ipywidgets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake: FakeRunner) -> None:
-    view = widgets.from_runs({"a": make_run(tmp_path / "a", staleness=0, workers=2)})
+    view = staleness_widgets.from_runs({"a": make_run(tmp_path / "a", staleness=0, workers=2)})
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import fails
     with pytest.raises(UsageError, match=r"pip install 'ssptk\[notebook\]'"):
-        widgets.staleness_explorer(runner=fake)
+        staleness_widgets.staleness_explorer(runner=fake)
     with pytest.raises(UsageError, match="ipywidgets"):
         view.widget
     bundle = view._repr_mimebundle_()
@@ -404,7 +404,7 @@ def test_notebook_displays_widget_and_static_image(tmp_path: Path) -> None:
         f"import sys; sys.path.insert(0, {tests_dir!r})\n"
         "from test_widgets import FakeRunner, make_run\n"
         "from pathlib import Path\n"
-        "from ssptk.notebook.widgets import from_runs, staleness_explorer, sweep",
+        "from ssptk.notebook.staleness_widgets import from_runs, staleness_explorer, sweep",
         "view = from_runs({f'ssp:{s}': make_run(Path('runs') / f'ssp-{s}', staleness=s, workers=2) for s in (0, 4)})\n"
         "view.select('ssp:4')\nview",
         "sw = sweep([1, 2], runner=FakeRunner(Path('sweep')), workers=2)\nsw",
@@ -436,7 +436,7 @@ def test_notebook_displays_widget_and_static_image(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_explorer_with_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # the default runner writes runs/<timestamp>-ssp here
-    ex = widgets.staleness_explorer(model="linear", workers=2, staleness=[0, 3], steps=40, gpus="none")
+    ex = staleness_widgets.staleness_explorer(model="linear", workers=2, staleness=[0, 3], steps=40, gpus="none")
     try:
         assert ex.run(0) is not None, ex.status
         assert ex.run(3) is not None, ex.status
@@ -473,7 +473,7 @@ def test_explorer_with_real_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_the_explorer_shows_what_staleness_costs_and_buys(fake: FakeRunner) -> None:
     """Part of the error-runtime view: after two runs the explorer adds the cost-and-gain figure under the
     overlay, and redraws it as more slider values are run."""
-    ex = widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=3, staleness=[0, 2, 4], runner=fake, steps=10)
     assert ex.tradeoff_image.layout.display == "none" and ex.tradeoff_png() == b""
     ex.run(0)
     assert ex.tradeoff_image.layout.display == "none"
@@ -494,7 +494,7 @@ def test_the_explorer_says_how_far_and_why_a_predicted_pace_is_from_the_real_run
                           progress: Any = None, gap: Any = None) -> dict:
         made = {}
         for s in values:
-            key = widgets.cache_key({**options, "staleness": s})
+            key = staleness_widgets.cache_key({**options, "staleness": s})
             run = make_run(tmp_path / f"pred-{s}", **{**options, "staleness": s})
             run.summary.update(steps_per_s=120.0 if s == 2 else 100.0, overhead_ms=4.0,
                                predicted={"overhead_s": 0.004, "cores": None})
@@ -502,7 +502,7 @@ def test_the_explorer_says_how_far_and_why_a_predicted_pace_is_from_the_real_run
         return made
 
     monkeypatch.setattr(predictions, "predict_staleness", predict_staleness)
-    ex = widgets.staleness_explorer(workers=3, staleness=[0, 2], runner=fake, steps=10)
+    ex = staleness_widgets.staleness_explorer(workers=3, staleness=[0, 2], runner=fake, steps=10)
     ex.run(2)
     ex.run(0)
     for s in (0, 2):

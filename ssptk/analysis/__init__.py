@@ -6,7 +6,7 @@ import analysis as an`` gives every public name of its modules.
 """
 from __future__ import annotations
 
-from ssptk.analysis.compare import (
+from ssptk.analysis.comparison_table import (
     COMPARE_COLUMNS,
     FIGURE_COLUMNS,
     SPREAD_SUFFIXES,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from ssptk.core.errors import TaskFailure
-from ssptk.rundir.task_status import FAILED, READY_STATE, STOPPED, TaskStatus
+from ssptk.rundir.task_status import FAILED_STATE, READY_STATE, STOPPED, TaskStatus
 
 __all__ = ["Ending", "endings", "first_failure"]
 
@@ -104,8 +104,8 @@ def _ps_failure(ends: list[Ending], tasks: Mapping[str, TaskStatus]) -> TaskFail
     for ps in sorted({t for t in tasks if t.startswith("ps:")} | {str(e.lost) for e in lost}, key=_index):
         status, seen = tasks.get(ps), [e.t for e in lost if e.lost == ps]
         state = status.state if status is not None else None
-        if state in (FAILED, STOPPED) and status is not None:
-            if state == FAILED or seen:
+        if state in (FAILED_STATE, STOPPED) and status is not None:
+            if state == FAILED_STATE or seen:
                 found.append((status.time, ps, status))
         elif seen or (state == READY_STATE and all(e.kind == "stopped" for e in ends)):
             found.append((min(seen, default=math.inf), ps, status))
@@ -122,7 +122,7 @@ def _ps_failure(ends: list[Ending], tasks: Mapping[str, TaskStatus]) -> TaskFail
     elif status.state == STOPPED:
         failure = TaskFailure.of(ps, f"stopped by SIGTERM{after}")
         return failure if own else replace(failure, status="interrupted", signal="SIGTERM")
-    elif status.state == FAILED:
+    elif status.state == FAILED_STATE:
         why = f"error: {status.error.message if status.error else 'its status says it failed'}"
     else:
         why = ("ended without finishing or saying why (killed: SIGKILL, the out-of-memory killer or its host going "

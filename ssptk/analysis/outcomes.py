@@ -1,4 +1,4 @@
-"""How each setting of a comparison ended against its target (:class:`Outcome`): reached it (when, in seconds, in
+"""How each setting of a comparison ended against its target (:class:`SettingOutcome`): reached it (when, in seconds, in
 minibatches and as a share of its run), reached it in only some repeats, never reached it, diverged (on the training
 or the held-out loss) or failed. Read from a comparison table's columns, and for repeats from the counts
 :func:`ssptk.analysis.aggregate_repeats` keeps in ``attrs["counts"]``."""
@@ -12,9 +12,9 @@ from typing import Any
 import pandas as pd
 
 __all__ = ["DIVERGED", "EARLY_PER_WORKER", "EARLY_SHARE", "FAILED", "NEVER", "REACHED", "SINGLE_RUN_SPREAD", "SOME",
-           "Outcome", "run_counts", "outcomes_of"]
+           "SettingOutcome", "run_counts", "outcomes_of"]
 
-#: A setting's :attr:`Outcome.reach`: every run reached the target; only some did; none did, and at least one
+#: A setting's :attr:`SettingOutcome.reach`: every run reached the target; only some did; none did, and at least one
 #: diverged; every run failed; none reached it in its whole run (the rest).
 REACHED, SOME, DIVERGED, FAILED, NEVER = "reached", "some", "diverged", "failed", "never"
 #: A target reached within this share of a run's minibatches measures its start, not what staleness costs per
@@ -31,7 +31,7 @@ SINGLE_RUN_SPREAD = 0.25
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SettingOutcome:
     """How one setting ended. ``reach``: :data:`REACHED`, :data:`SOME`, :data:`DIVERGED`, :data:`FAILED` or
     :data:`NEVER`; ``runs`` (repeats, 1 without) and how many of them reached the target, diverged, failed;
     ``diverged_on``: ``"training"`` or ``"held-out"`` when it diverged; ``time_s`` (mean over the runs that reached
@@ -145,8 +145,8 @@ def _reach(c: Mapping[str, int]) -> str:
     return FAILED if c["failed"] >= c["runs"] else NEVER
 
 
-def outcomes_of(table: pd.DataFrame) -> tuple[Outcome, ...]:
-    """One :class:`Outcome` per row of a comparison table (or its repeats' aggregate), in order."""
+def outcomes_of(table: pd.DataFrame) -> tuple[SettingOutcome, ...]:
+    """One :class:`SettingOutcome` per row of a comparison table (or its repeats' aggregate), in order."""
     given = table.attrs.get("counts") or {}
     reached_given = table.attrs.get("reached") or {}
     out = []
@@ -159,7 +159,7 @@ def outcomes_of(table: pd.DataFrame) -> tuple[Outcome, ...]:
         workers = _num(row.get("workers"))
         lo, hi = _num(row.get("time_to_target_s_min")), _num(row.get("time_to_target_s_max"))
         on = row.get("diverged_on")
-        o = Outcome(label=str(row["label"]), reach=_reach(c), runs=c["runs"], reached_runs=c["reached"],
+        o = SettingOutcome(label=str(row["label"]), reach=_reach(c), runs=c["runs"], reached_runs=c["reached"],
                     diverged_runs=c["diverged"], failed_runs=c["failed"],
                     diverged_on=str(on) if isinstance(on, str) else ("training" if c["diverged"] else None),
                     time_s=time, time_lo=time if lo is None else lo, time_hi=time if hi is None else hi,
@@ -167,5 +167,5 @@ def outcomes_of(table: pd.DataFrame) -> tuple[Outcome, ...]:
         share, per_worker = o.share, o.per_worker
         early = share is not None and share < EARLY_SHARE
         short = not early and per_worker is not None and per_worker < EARLY_PER_WORKER
-        out.append(Outcome(**{**o.__dict__, "early": early, "short": short}))
+        out.append(SettingOutcome(**{**o.__dict__, "early": early, "short": short}))
     return tuple(out)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import RunTuple, compare_table
+from ssptk.analysis.comparison_table import RunTuple, compare_table
 from ssptk.analysis.metrics import ALL_WORKERS, loss_curves, prepare_steps, smoothing_window, start_time
 from ssptk.analysis.verdict import verdict_of
 from ssptk.analysis.verdict_facts import pace_gaps

@@ -1,6 +1,6 @@
 """Repeated runs of a comparison (``--repeat R``): one row per run, and the spread per label.
 
-Pure functions to pandas, built on :func:`ssptk.analysis.compare.compare_table`.
+Pure functions to pandas, built on :func:`ssptk.analysis.comparison_table.compare_table`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import (
+from ssptk.analysis.comparison_table import (
     COMPARE_COLUMNS,
     FIGURE_COLUMNS,
     SPREAD_SUFFIXES,

@@ -5,8 +5,8 @@ from typing import Any
 
 import pandas as pd
 
-from ssptk.analysis.compare import RunTuple
-from ssptk.analysis.delay_comp import dc_correction_summary
+from ssptk.analysis.comparison_table import RunTuple
+from ssptk.analysis.delay_comp_summary import dc_correction_summary
 from ssptk.analysis.held_out import held_out_curve, held_out_divergence
 from ssptk.analysis.metrics import smoothing_window, summarize
 from ssptk.analysis.traffic import traffic_summary, worker_cpu_s

@@ -29,7 +29,7 @@ def _order(mode: object, staleness: object) -> float:
 
 
 def tradeoff_table(table: pd.DataFrame, verdict: Verdict | None = None) -> pd.DataFrame:
-    """From a comparison table (:func:`ssptk.analysis.compare.compare_table` or its repeats' aggregate): one
+    """From a comparison table (:func:`ssptk.analysis.comparison_table.compare_table` or its repeats' aggregate): one
     row per setting in :data:`TRADEOFF_COLUMNS`, most synchronous first. ``time_lo``/``time_hi``: the repeats'
     min–max time to target (the time itself for one run); ``share_at_target``: the share of the run's
     minibatches spent before reaching it. ``best`` marks the verdict's winner (``verdict``: the table's own,

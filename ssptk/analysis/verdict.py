@@ -22,7 +22,7 @@ from ssptk.analysis.outcomes import (
     EARLY_SHARE,
     REACHED,
     SINGLE_RUN_SPREAD,
-    Outcome,
+    SettingOutcome,
     outcomes_of,
 )
 from ssptk.analysis.verdict_facts import Fact, StalenessCost, dc_facts, skew_facts, staleness_cost
@@ -63,7 +63,7 @@ class Verdict:
     ``noise``: how noise was judged; ``cost``: what staleness cost per update; ``facts``: explanations owed to the
     reader (:mod:`ssptk.analysis.verdict_facts`)."""
 
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[SettingOutcome, ...]
     fastest: str | None
     winner: str | None
     kind: str
@@ -77,7 +77,7 @@ class Verdict:
     target_auto: bool = True
     predicted: bool = False
 
-    def outcome(self, label: str) -> Outcome:
+    def outcome(self, label: str) -> SettingOutcome:
         """The outcome of setting ``label`` (``KeyError`` for a label the comparison lacks)."""
         for o in self.outcomes:
             if o.label == label:
@@ -91,16 +91,16 @@ class Verdict:
         return self.kind in ("early", "short", "tie", "noise") and self.cost.kind == "same"
 
     @property
-    def diverged(self) -> tuple[Outcome, ...]:
+    def diverged(self) -> tuple[SettingOutcome, ...]:
         """The settings that diverged in some run (on the training or the held-out loss)."""
         return tuple(o for o in self.outcomes if o.diverged_runs)
 
 
-def _time(o: Outcome) -> float:
+def _time(o: SettingOutcome) -> float:
     return float("inf") if o.time_s is None else o.time_s
 
 
-def _fastest(outcomes: tuple[Outcome, ...]) -> tuple[Outcome | None, tuple[str, ...]]:
+def _fastest(outcomes: tuple[SettingOutcome, ...]) -> tuple[SettingOutcome | None, tuple[str, ...]]:
     """The setting with the least time to the target (the first in order on equal times) and those tied with it."""
     timed = [o for o in outcomes if o.time_s is not None]
     if not timed:
@@ -111,7 +111,8 @@ def _fastest(outcomes: tuple[Outcome, ...]) -> tuple[Outcome | None, tuple[str, 
     return best, tied
 
 
-def _close(outcomes: tuple[Outcome, ...], best: Outcome, tied: tuple[str, ...], noise: Noise) -> tuple[str, ...]:
+def _close(outcomes: tuple[SettingOutcome, ...], best: SettingOutcome, tied: tuple[str, ...],
+           noise: Noise) -> tuple[str, ...]:
     """The settings (other than ``best`` and its ties) whose time is within noise of ``best``'s."""
     out = []
     for o in outcomes:
@@ -127,7 +128,7 @@ def _close(outcomes: tuple[Outcome, ...], best: Outcome, tied: tuple[str, ...], 
     return tuple(out)
 
 
-def _kind(outcomes: tuple[Outcome, ...], best: Outcome | None, tied: tuple[str, ...],
+def _kind(outcomes: tuple[SettingOutcome, ...], best: SettingOutcome | None, tied: tuple[str, ...],
           close: tuple[str, ...]) -> str:
     """One of :data:`KINDS` (see :class:`Verdict`), checked in that order."""
     if len(outcomes) < 2:

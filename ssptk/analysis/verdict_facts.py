@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from ssptk.analysis.outcomes import FAILED, SINGLE_RUN_SPREAD, Outcome
+from ssptk.analysis.outcomes import FAILED, SINGLE_RUN_SPREAD, SettingOutcome
 from ssptk.core.labels import LabelError, label_of, parse_dc
 from ssptk.rundir import Summary
 
@@ -51,7 +51,7 @@ class StalenessCost:
     order: tuple[str, ...] = ()
 
 
-def staleness_cost(outcomes: tuple[Outcome, ...]) -> StalenessCost:
+def staleness_cost(outcomes: tuple[SettingOutcome, ...]) -> StalenessCost:
     """:class:`StalenessCost` of a comparison's outcomes."""
     failed = tuple(o.label for o in outcomes if o.reach == FAILED)
     known = [o for o in outcomes if o.reach != FAILED]

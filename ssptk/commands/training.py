@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ssptk.experiment.compare import CompareResult
     from ssptk.experiment.result import RunResult
 
-__all__ = ["ComparePlan", "compare", "compare_plan", "run_one"]
+__all__ = ["ComparePlan", "compare_plan", "run_comparison", "run_one"]
 
 
 def run_one(args: argparse.Namespace, **front: Any) -> RunResult:
@@ -55,7 +55,7 @@ def compare_plan(args: argparse.Namespace) -> ComparePlan:
                        args.predict)
 
 
-def compare(plan: ComparePlan, **front: Any) -> CompareResult:
+def run_comparison(plan: ComparePlan, **front: Any) -> CompareResult:
     """``compare`` and ``sweep``: the planned runs, their table and report (:func:`ssptk.api.compare`, of the
     plan's options as resolved). ``front``: what the front end adds (``progress``, ``observer``, ``warm``)."""
     from ssptk.experiment.compare import compare_resolved

@@ -5,7 +5,7 @@ rule in NumPy.
 ``a = BETA * a + g``, ``w -= lr * a``, Nesterov ``w -= lr * (g + BETA * a)``; ``BETA`` 0.9 when left out) and ``adam``
 or ``adam:B1,B2,EPS`` (TensorFlow's ``AdamOptimizer``, defaults 0.9, 0.999, 1e-8, its bias correction from each
 variable's own ``B1^t``, ``B2^t``). The runtime applies them where each mode applies its update
-(:mod:`ssptk.runtime.optimizers`); the simulator's replay applies :func:`apply` here, the same arithmetic in the
+(:mod:`ssptk.runtime.tf_optimizers`); the simulator's replay applies :func:`apply` here, the same arithmetic in the
 parameters' own precision, so a predicted run follows the real one. Imports nothing above core.
 """
 from __future__ import annotations

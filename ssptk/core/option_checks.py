@@ -14,7 +14,7 @@ from ssptk.core.optimizers import parse_optimizer
 from ssptk.core.resources import check_fits, example_bytes, run_estimate, sim_estimate, slot_part
 
 #: a :class:`ssptk.core.options.RunOptions` (not imported: options imports this module)
-RunOptions = Any
+_RunOptions = Any
 
 __all__ = ["LAYOUTS", "LR_STALENESS", "DATA_SPLITS", "LR_CONVENTIONS", "MAX_PS", "check_cores", "check_memory",
            "check_target", "stall_timeout_floor", "validate"]
@@ -28,7 +28,7 @@ MAX_PS = 16
 _LOCAL_DEFAULTS = {"local_steps": None, "outer_lr": None, "outer_momentum": 0.0}
 
 
-def validate(o: RunOptions) -> None:
+def validate(o: _RunOptions) -> None:
     """Raise :class:`UsageError` (one line) for anything wrong in ``o``; fills in canonical forms (``dc:0.04``,
     ``dca:2.0``, ``momentum:0.9``, the network spec)."""
     if o.bound is not None:
@@ -93,7 +93,7 @@ def validate(o: RunOptions) -> None:
         raise UsageError(f"unknown model {o.model!r}: {MODEL_HINT}")
 
 
-def _check_lr_staleness(o: RunOptions) -> None:
+def _check_lr_staleness(o: _RunOptions) -> None:
     """``--lr-staleness`` is one of :data:`LR_STALENESS` (``dc`` kept as ``dc:LAMBDA``, ``dca`` as ``dca:LAMBDA0``,
     the lambda filled in)."""
     try:
@@ -107,7 +107,7 @@ def _check_lr_staleness(o: RunOptions) -> None:
                          f"got {o.lr_staleness!r}")
 
 
-def _check_local(o: RunOptions) -> None:
+def _check_local(o: _RunOptions) -> None:
     """``--local-steps``, ``--outer-lr`` and ``--outer-momentum`` belong to local SGD, with values it can take."""
     if o.mode != "local":
         given = [f for f in _LOCAL_DEFAULTS if getattr(o, f) != _LOCAL_DEFAULTS[f]]
@@ -123,7 +123,7 @@ def _check_local(o: RunOptions) -> None:
         raise UsageError(f"--outer-momentum must be >= 0 and < 1, got {o.outer_momentum}")
 
 
-def _check_network(o: RunOptions) -> None:
+def _check_network(o: _RunOptions) -> None:
     """``--network`` parses (and is kept in its canonical form), names only roles the mode has and at most
     :data:`~ssptk.core.network.MAX_TASKS` links; ``--ps`` is a shard count the mode has."""
     net = parse_network(o.network)
@@ -142,14 +142,14 @@ def _check_network(o: RunOptions) -> None:
     o.network = None if net is None else str(net)
 
 
-def stall_timeout_floor(o: RunOptions) -> float:
+def stall_timeout_floor(o: _RunOptions) -> float:
     """The shortest ``stall_timeout`` the injected delays allow (0 without delays): a worker logs a
     step only after its delay, so the watchdog must wait longer than the longest one, plus a margin."""
     d = o.max_delay
     return 1.25 * d + 1.0 if d > 0 else 0.0
 
 
-def _check_stall_timeout(o: RunOptions) -> None:
+def _check_stall_timeout(o: _RunOptions) -> None:
     t = o.stall_timeout
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         try:
@@ -165,7 +165,7 @@ def _check_stall_timeout(o: RunOptions) -> None:
                          f"stall watchdog off")
 
 
-def check_memory(o: RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
+def check_memory(o: _RunOptions, predicted: bool = False, available: int | None = None, sized: bool = True) -> None:
     """Refuse before anything starts (:class:`UsageError`, one line) a run, or with ``predicted`` a predicted run,
     whose memory (:mod:`ssptk.core.resources`) exceeds what this machine has available (or ``available`` bytes).
     ``sized``: the model may be loaded here to weigh an example (not a notebook cell's, saved only later)."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.comparison_table import RunTuple
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.core.errors import RunFailed, UsageError
 from ssptk.core.labels import canonical_label, label_dir, label_options
@@ -82,7 +82,7 @@ class CompareResult:
     def best_line(self) -> str:
         """``best: ssp:8 (...)``, or ``best: none (no winner: ...)``: the verdict's winner in one line, for a
         notebook to print (never the raw first to the target: a lead within noise or a tie has no winner)."""
-        from ssptk.render.verdict import best_line
+        from ssptk.render.verdict_words import best_line
 
         return best_line(self.verdict)
 
@@ -152,7 +152,7 @@ def compare(labels: list[str] | tuple[str, ...] = ("sync", "ssp:2", "async"), *,
     row per run, and ``progress`` and ``observer`` get ``"<label> #<k>"`` as the label.
     ``runner(**options)``: what does one run (default :func:`ssptk.experiment.single.run`). ``target``: the
     training loss time and minibatches to target are measured to (default: see
-    :func:`ssptk.analysis.compare.compare_table`). ``predict``: after the runs, predict each label with the
+    :func:`ssptk.analysis.comparison_table.compare_table`). ``predict``: after the runs, predict each label with the
     same options (:mod:`ssptk.experiment.predicted_runs`, its clock from the label's calibrated per-step overhead,
     its workers sharing the cores the runs had: ``cores``, else what their config.json recorded) into
     ``out/predicted/<label>/``; the report draws the predictions over the runs and holds them to the

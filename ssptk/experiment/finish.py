@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.comparison_table import RunTuple
 from ssptk.analysis.summary import run_summary
 from ssptk.core.errors import DiskFull, RunInterrupted, TaskFailure, UsageError
 from ssptk.core.options import RunOptions

@@ -315,7 +315,7 @@ def shutdown() -> Stopped:
     soon as that run ends; returns how many it stopped (an ``int``; :class:`~ssptk.launch.warm.Stopped`)."""
     from ssptk.launch import warm
 
-    return warm.shutdown()
+    return warm.shutdown_warm()
 
 
 def _port_taken(failure: TaskFailure) -> bool:

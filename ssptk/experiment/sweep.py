@@ -1,7 +1,7 @@
 """A sweep: SSP once per staleness value (``ssp:S``), local SGD once per number of local steps between
 averages (``local:H``), or any mode once per explicit momentum (``async·momentum:0.9``), as a comparison
 (``ssptk sweep --staleness ...`` / ``--local-steps ...`` / ``--momentum ...``, ``%dtrain sweep``,
-:func:`ssptk.notebook.widgets.sweep`). The one sweep all front ends share, and :class:`Knob`: what a sweep, a
+:func:`ssptk.notebook.staleness_widgets.sweep`). The one sweep all front ends share, and :class:`Knob`: what a sweep, a
 slider and a title say about the number they vary."""
 from __future__ import annotations
 

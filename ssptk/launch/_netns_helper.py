@@ -13,7 +13,8 @@ import fcntl
 import struct
 import sys
 
-READY = "SSPTK_NETNS_READY"
+#: the line it prints once the namespace is up (ssptk.launch.netns reads it from here: this script imports no ssptk)
+NETNS_READY = "SSPTK_NETNS_READY"
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -30,7 +31,7 @@ def loopback_up():
 
 def hold():
     loopback_up()
-    sys.stdout.write(READY + "\n")
+    sys.stdout.write(NETNS_READY + "\n")
     sys.stdout.flush()
     sys.stdin.buffer.read()
     return 0

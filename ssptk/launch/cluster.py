@@ -193,7 +193,7 @@ class LocalCluster:
 
         def start(server: ForkServer) -> None:  # outside the namespace: each task enters its cluster's own
             server.start(lambda argv, fds: start_helper(argv, server.env, log, None, fds), log)
-        return forking.acquire(sys.executable, env, start)
+        return forking.acquire_server(sys.executable, env, start)
 
     def _launch(self, name: str, env: dict[str, str], args: list[str], hosts: tuple[str, ...] = ()) -> None:
         """Start the process ``name`` (``logs/<name>.log``): ``python -m ssptk.worker --cluster SPEC *args``;
@@ -367,7 +367,7 @@ class LocalCluster:
         for t in self.tasks:
             t.kill()  # and what it started (its tracker)
         if self.forks is not None:  # the next cluster's, if it is still up
-            forking.release(self.forks)
+            forking.release_server(self.forks)
             self.forks = None
         if self.namespace is not None:  # the namespace goes with its last task
             self.namespace.close()

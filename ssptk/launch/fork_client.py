@@ -19,11 +19,11 @@ from ssptk.launch.fork_trust import NotATask, shared_server, task_start, warn_on
 from ssptk.runtime.fork_server import FORK_SERVER_FLAG, MAX_MESSAGE
 from ssptk.runtime.reaper import proc_stat
 
-__all__ = ["ENV", "FORK_SERVER_TASK", "START_TIMEOUT_S", "ForkServer", "ForkedProcess", "address"]
+__all__ = ["FORK_SERVER_ENV", "FORK_SERVER_TASK", "SERVER_START_TIMEOUT_S", "ForkServer", "ForkedProcess", "address"]
 
-ENV = "SSPTK_FORK_SERVER"
+FORK_SERVER_ENV = "SSPTK_FORK_SERVER"
 #: how long the first task may wait for the server to have imported TensorFlow (a crowded 2-core machine: ~10 s)
-START_TIMEOUT_S = 120.0
+SERVER_START_TIMEOUT_S = 120.0
 #: the name a failure takes when a fork server's end ended the run's tasks (``failed_task`` in summary.json)
 FORK_SERVER_TASK = "fork server"
 
@@ -31,7 +31,7 @@ FORK_SERVER_TASK = "fork server"
 def address() -> str | None:
     """The socket of a running server to use (``SSPTK_FORK_SERVER=PATH``: ``python -m ssptk.worker --fork-server
     --listen PATH``, which several processes share), or ``None``: this process starts its own."""
-    value = os.environ.get(ENV, "").strip()
+    value = os.environ.get(FORK_SERVER_ENV, "").strip()
     return value if os.sep in value else None
 
 
@@ -168,7 +168,7 @@ class ForkServer:
                 if len(message) > MAX_MESSAGE:
                     raise OSError("request too large")
                 socket.send_fds(self.sock, [message], fds)
-                reply = self._next_reply(START_TIMEOUT_S)
+                reply = self._next_reply(SERVER_START_TIMEOUT_S)
         except OSError:
             reply = None
         finally:

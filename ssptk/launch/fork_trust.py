@@ -32,7 +32,7 @@ __all__ = ["CONNECT_TIMEOUT_S", "NotATask", "shared_server", "suits", "task_star
 
 #: how long connecting to a shared server may take
 CONNECT_TIMEOUT_S = 10.0
-log = logging.getLogger("ssptk")
+_log = logging.getLogger("ssptk")
 _said: set[str] = set()
 _said_lock = threading.Lock()
 _SHOWN = 60  # characters of a setting's value a warning shows
@@ -49,7 +49,7 @@ def warn_once(text: str) -> None:
         if text in _said:
             return
         _said.add(text)
-    log.warning("ssptk: %s", text)
+    _log.warning("ssptk: %s", text)
 
 
 def unsuitable(path: str, env: dict[str, str]) -> str | None:

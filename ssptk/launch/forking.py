@@ -1,13 +1,13 @@
 """Starting clusters' tasks from a fork server, so that TensorFlow is imported once per process, not per task: which
-clusters share which server (:func:`acquire`, :func:`release`, :func:`shutdown`); the server as this process talks to
-it is :mod:`ssptk.launch.fork_client`'s.
+clusters share which server (:func:`acquire_server`, :func:`release_server`, :func:`shutdown_servers`); the server as
+this process talks to it is :mod:`ssptk.launch.fork_client`'s.
 
 :class:`ForkServer` starts ``python -m ssptk.worker --fork-server FD`` (:mod:`ssptk.runtime.fork_server`) the way
 a task is started (its own session, the tasks' shared environment, a death signal) and asks it for each task,
 which enters its cluster's network namespace as ``nsenter`` would; :class:`ForkedProcess` is what
 :class:`~ssptk.launch.process.TaskProcess` then holds in place of a :class:`subprocess.Popen`: the same ``pid``,
 ``stdin``, ``poll()``, ``wait()`` and ``returncode``. A process's clusters share one server as long as their tasks'
-environment (but for :data:`PER_CLUSTER_ENV`) and working directory are the same (:func:`acquire`): a cluster's
+environment (but for :data:`PER_CLUSTER_ENV`) and working directory are the same (:func:`acquire_server`): a cluster's
 start then costs no TensorFlow import at all (3-4 s of CPU here). It stays up between clusters, ends with
 ``ssptk.shutdown()`` (at once if no cluster holds it, else as soon as the last one that does ends) or the process
 (it reads its end from the socket), and is replaced when it broke. ``SSPTK_FORK_SERVER=PATH`` uses a server several
@@ -30,11 +30,12 @@ import time
 from collections.abc import Callable
 
 from ssptk.core.network import LINKS_ENV
-from ssptk.launch.fork_client import ENV, ForkServer, address
+from ssptk.launch.fork_client import FORK_SERVER_ENV, ForkServer, address
 from ssptk.launch.fork_trust import suits
 from ssptk.rundir.task_status import STATUS_DIR_ENV
 
-__all__ = ["ENV", "ForkServer", "acquire", "address", "enabled", "release", "running", "shutdown", "suits"]
+__all__ = ["FORK_SERVER_ENV", "ForkServer", "acquire_server", "address", "enabled", "release_server", "running",
+           "shutdown_servers", "suits"]
 
 #: what a cluster's environment holds for itself alone, which its tasks get with each fork request: clusters that
 #: differ only in these share a server
@@ -43,17 +44,18 @@ PER_CLUSTER_ENV = ("TMPDIR", STATUS_DIR_ENV, LINKS_ENV)
 
 def enabled() -> bool:
     """Whether clusters start their tasks from a fork server (``SSPTK_FORK_SERVER=0``: one process each)."""
-    return os.environ.get(ENV, "").strip().lower() not in ("0", "false", "no")
+    return os.environ.get(FORK_SERVER_ENV, "").strip().lower() not in ("0", "false", "no")
 
 
 class _Shared:
     """The process's fork servers, one per environment and working directory its clusters have, each used by the
-    clusters that hold it (:func:`acquire`, :func:`release`)."""
+    clusters that hold it (:func:`acquire_server`, :func:`release_server`)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.servers: dict[tuple[str, ...], tuple[ForkServer, int]] = {}  # key -> (server, clusters using it)
-        #: servers :func:`shutdown` found in use: id -> (server, clusters using it); each ends with its last cluster
+        #: servers :func:`shutdown_servers` found in use: id -> (server, clusters using it); each ends with its last
+        #: cluster
         self.retiring: dict[int, tuple[ForkServer, int]] = {}
 
 
@@ -70,12 +72,12 @@ def _key(env: dict[str, str]) -> tuple[str, ...]:
     return (cwd, *sorted(f"{k}={v}" for k, v in env.items() if k not in PER_CLUSTER_ENV))
 
 
-def acquire(python: str, env: dict[str, str],
+def acquire_server(python: str, env: dict[str, str],
             start: Callable[[ForkServer], None]) -> ForkServer:
     """The fork server for a cluster whose tasks share ``env``: the process's server for that environment and
-    working directory if one is up, else a new one, ``start``-ed here. Hold it until :func:`release`. A server no
+    working directory if one is up, else a new one, ``start``-ed here. Hold it until :func:`release_server`. A server no
     cluster holds stays up for the next cluster (its TensorFlow import is what it saves) until one with another
-    environment comes, :func:`shutdown`, or the process ends."""
+    environment comes, :func:`shutdown_servers`, or the process ends."""
     key = _key(env)
     with _SHARED.lock:
         stale = [k for k, (server, users) in _SHARED.servers.items()
@@ -99,9 +101,9 @@ def running(env: dict[str, str]) -> bool:
         return held is not None and not held[0].broken
 
 
-def release(server: ForkServer) -> None:
+def release_server(server: ForkServer) -> None:
     """A cluster is done with ``server`` (its tasks have ended); a broken one no cluster holds ends now, and so does
-    one :func:`shutdown` asked to end."""
+    one :func:`shutdown_servers` asked to end."""
     with _SHARED.lock:
         for key, (held, users) in list(_SHARED.servers.items()):
             if held is server:
@@ -118,7 +120,7 @@ def release(server: ForkServer) -> None:
     server.close()  # retiring, or replaced after it broke while this cluster held it: no other cluster has it
 
 
-def shutdown() -> None:
+def shutdown_servers() -> None:
     """End the fork servers no cluster holds now, and each one in use as soon as the last cluster holding it ends
     (``ssptk.shutdown()``, which lets a run in progress go on to its end; at exit, the servers end with the
     process). A cluster that starts meanwhile gets a new server."""

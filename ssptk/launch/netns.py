@@ -48,16 +48,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ssptk.launch import tools
+from ssptk.launch._netns_helper import NETNS_READY  # the helper's ready line: the helper, run by path, owns it
 
-ENV_OFF = "SSPTK_NO_NETNS"
+NETNS_OFF_ENV = "SSPTK_NO_NETNS"
 UNSHARE = "unshare"  # the commands (looked up by ssptk.launch.tools); tests point UNSHARE at a fake one
 NSENTER = "nsenter"
-READY = "SSPTK_NETNS_READY"  # the helper's ready line
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_netns_helper.py")
 ISOLATED = "netns"
-START_TIMEOUT_S = 10.0
+NETNS_TIMEOUT_S = 10.0
 
-log = logging.getLogger("ssptk")
+_log = logging.getLogger("ssptk")
 
 
 @dataclass
@@ -104,7 +104,7 @@ _state = _State()
 
 
 def enabled_by_env() -> bool:
-    return os.environ.get(ENV_OFF, "").strip().lower() in ("", "0", "false", "no")
+    return os.environ.get(NETNS_OFF_ENV, "").strip().lower() in ("", "0", "false", "no")
 
 
 def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None, str]:
@@ -114,11 +114,11 @@ def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None
     clusters fall back at once. ``preexec`` runs in the helper before exec (``PR_SET_PDEATHSIG``).
     """
     if not enabled_by_env():
-        setting = f"{ENV_OFF}={os.environ[ENV_OFF].strip()}"
+        setting = f"{NETNS_OFF_ENV}={os.environ[NETNS_OFF_ENV].strip()}"
         with _state.lock:
             said, _state.opted_out_said = _state.opted_out_said, True
         if not said:
-            log.warning("ssptk: %s: local clusters run without network isolation, as asked: every local user, "
+            _log.warning("ssptk: %s: local clusters run without network isolation, as asked: every local user, "
                         "and anyone who can reach this machine, can reach their unauthenticated TensorFlow ports",
                         setting)
         return None, f"none ({setting})"
@@ -140,9 +140,9 @@ def isolate(preexec: Callable[[], None] | None = None) -> tuple[Namespace | None
         if ns is not None:
             return ns, ISOLATED
         _state.refused = why
-    log.warning("ssptk: local clusters run without network isolation (%s): anyone who can reach this machine "
+    _log.warning("ssptk: local clusters run without network isolation (%s): anyone who can reach this machine "
                 "can reach their unauthenticated TensorFlow ports; %s=1 turns isolation off on purpose",
-                why, ENV_OFF)
+                why, NETNS_OFF_ENV)
     return None, f"none ({why})"
 
 
@@ -156,14 +156,14 @@ def _make(preexec: Callable[[], None] | None) -> tuple[Namespace | None, str]:
                               start_new_session=True, preexec_fn=preexec)
     ns: Namespace | None = None
     try:
-        line = _read_line(helper, START_TIMEOUT_S)
-        if line != READY:
+        line = _read_line(helper, NETNS_TIMEOUT_S)
+        if line != NETNS_READY:
             _reap(helper)
             err = _last_line(helper.stderr.read())  # type: ignore[union-attr]
             err = err[len("unshare: "):] if err.startswith("unshare: ") else err
             if not line and helper.returncode is not None and helper.returncode > 0:
                 return None, f"unshare not permitted: {err or f'exit code {helper.returncode}'}"
-            return None, f"unshare failed: {err or line or f'no ready line in {START_TIMEOUT_S:.0f} s'}"
+            return None, f"unshare failed: {err or line or f'no ready line in {NETNS_TIMEOUT_S:.0f} s'}"
         ns = Namespace(os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY), -1, nsenter, helper)
         ns.net_fd = os.open(f"/proc/{helper.pid}/ns/net", os.O_RDONLY)
         if os.fstat(ns.net_fd).st_ino == os.stat("/proc/self/ns/net").st_ino:
@@ -198,9 +198,9 @@ def _check(ns: Namespace) -> str | None:
     true = shutil.which("true") or "/bin/true"
     try:
         p = subprocess.run(ns.wrap([true]), stdin=subprocess.DEVNULL, capture_output=True, pass_fds=ns.fds,
-                           timeout=START_TIMEOUT_S)
+                           timeout=NETNS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return f"nsenter did not finish in {START_TIMEOUT_S:.0f} s"
+        return f"nsenter did not finish in {NETNS_TIMEOUT_S:.0f} s"
     if p.returncode != 0:
         return f"nsenter not permitted: {_last_line(p.stderr) or f'exit code {p.returncode}'}"
     return None

@@ -24,7 +24,7 @@ from typing import IO, Any
 from ssptk.core.errors import TaskFailure
 from ssptk.launch import netns, tracking
 from ssptk.launch.fork_client import FORK_SERVER_TASK, ForkedProcess, ForkServer
-from ssptk.rundir.task_status import FAILED, TaskStatus, read_status, status_path
+from ssptk.rundir.task_status import FAILED_STATE, TaskStatus, read_status, status_path
 
 __all__ = ["KILL_WAIT_S", "TaskProcess", "preexec", "start_helper"]
 
@@ -159,7 +159,7 @@ class TaskProcess:
 
     def failed_status(self) -> TaskStatus | None:
         """The failure this process reported (in the shared layout: the task whose failure ended it)."""
-        return next((s for s in map(self.status, self.hosts) if s is not None and s.state == FAILED), None)
+        return next((s for s in map(self.status, self.hosts) if s is not None and s.state == FAILED_STATE), None)
 
     def failure(self, task: str, reason: str, code: int | None = None) -> TaskFailure:
         """Task ``task`` of this process failed: ``reason`` and exit ``code``; the error its status file gives
@@ -170,7 +170,7 @@ class TaskProcess:
             return TaskFailure.of(FORK_SERVER_TASK, f"{ended}: it had forked {task}, which ended with it, as did the "
                                   "other tasks it had forked", None, self.forks.log_path or self.log_path)
         status = self.status(task)
-        error = status.error if status is not None and status.state == FAILED else None
+        error = status.error if status is not None and status.state == FAILED_STATE else None
         if error is not None:
             return TaskFailure.of(task, f"{reason}: {error.message}", code, self.log_path)
         return TaskFailure.of(task, reason, code, self.log_path, explain=True)

@@ -13,18 +13,18 @@ import re
 import shutil
 import tempfile
 
-__all__ = ["make_temp_dir", "sweep_stale"]
+__all__ = ["make_temp_dir", "sweep_stale_dirs"]
 
 _NAME = re.compile(r"^ssptk-(tasks|warm)-(\d+)-")
 
 
 def make_temp_dir(kind: str) -> str:
-    """A new ``ssptk-<kind>-<pid>-*`` directory in the system temp directory (after :func:`sweep_stale`)."""
-    sweep_stale()
+    """A new ``ssptk-<kind>-<pid>-*`` directory in the system temp directory (after :func:`sweep_stale_dirs`)."""
+    sweep_stale_dirs()
     return tempfile.mkdtemp(prefix=f"ssptk-{kind}-{os.getpid()}-")
 
 
-def sweep_stale(root: str | None = None) -> list[str]:
+def sweep_stale_dirs(root: str | None = None) -> list[str]:
     """Remove this user's ``ssptk-tasks-*`` / ``ssptk-warm-*`` directories whose launcher process is gone;
     the paths removed."""
     root = root or tempfile.gettempdir()

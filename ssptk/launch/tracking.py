@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 
 from ssptk.runtime.reaper import proc_stat  # one reader of /proc/<pid>/stat for the task and its launcher
 
-__all__ = ["ENV_OFF", "SNAPSHOT_S", "TAG_ENV", "CgroupTracker", "ProcTable", "TreeTracker", "Tracker",
-           "method", "proc_table", "sweep_stale", "tracker"]
+__all__ = ["CGROUP_OFF_ENV", "SNAPSHOT_S", "TAG_ENV", "CgroupTracker", "ProcTable", "TreeTracker", "Tracker",
+           "method", "proc_table", "sweep_stale_cgroups", "tracker"]
 
-ENV_OFF = "SSPTK_NO_CGROUP"
+CGROUP_OFF_ENV = "SSPTK_NO_CGROUP"
 TAG_ENV = "SSPTK_TASK_TAG"
 #: Seconds between two snapshots of a task's descendants (the /proc way only).
 SNAPSHOT_S = 0.5
@@ -51,7 +51,7 @@ SNAPSHOT_S = 0.5
 EMPTY_WAIT_S = 2.0
 _NAME = re.compile(r"^ssptk-(\d+)-(\d+)-\d+$")
 
-log = logging.getLogger("ssptk")
+_log = logging.getLogger("ssptk")
 #: pid -> (parent pid, start time): every process, read from /proc at one moment.
 ProcTable = dict[int, tuple[int, bytes]]
 
@@ -244,13 +244,13 @@ _state = _State()
 
 def _why_not() -> str:
     """Under the lock: why cgroups cannot follow the tasks (``""``: they can, below ``_state.base``)."""
-    off = os.environ.get(ENV_OFF, "").strip()
+    off = os.environ.get(CGROUP_OFF_ENV, "").strip()
     if off.lower() not in ("", "0", "false", "no"):
-        return f"{ENV_OFF}={off}"
+        return f"{CGROUP_OFF_ENV}={off}"
     if _state.refused is None and _state.base is None:
         try:
             _state.base = _own_cgroup()
-            sweep_stale(_state.base)
+            sweep_stale_cgroups(_state.base)
         except OSError as e:
             _state.refused = _why(e)
     return _state.refused or ""
@@ -300,11 +300,11 @@ def method() -> str:
 
 def _refused(tag: str, why: str) -> TreeTracker:
     with _state.lock:
-        if not why.startswith(ENV_OFF):
+        if not why.startswith(CGROUP_OFF_ENV):
             _state.refused = _state.refused or why
         said, _state.said = _state.said, True
     if not said:  # not a warning: it is no fault of the run, and config.json's tasks.tracking says it in every run
-        log.info("ssptk: no cgroup for the tasks (%s): what their code starts is followed through /proc instead, and "
+        _log.info("ssptk: no cgroup for the tasks (%s): what their code starts is followed through /proc instead, and "
                  "a process that replaced its environment within %g s of its task's end can outlive it", why,
                  SNAPSHOT_S)
     return TreeTracker(tag, how=f"none ({why})")
@@ -335,7 +335,7 @@ def _own_cgroup() -> str:
     return base
 
 
-def sweep_stale(base: str) -> list[str]:
+def sweep_stale_cgroups(base: str) -> list[str]:
     """Kill what is left in the task cgroups of launchers that are gone, and remove them; their paths."""
     removed: list[str] = []
     with contextlib.suppress(OSError):

@@ -6,7 +6,7 @@ start-up in every task. Each run's state lives in its own container on the PS, r
 ends (see ``ssptk.runtime.task``), so no run sees another's variables, counters or queues.
 
 A run that fails or is interrupted discards its cluster (a task may be stuck in a barrier); the next
-run starts a fresh one. :func:`shutdown` (also at interpreter exit) stops the idle ones at once, and a cluster
+run starts a fresh one. :func:`shutdown_warm` (also at interpreter exit) stops the idle ones at once, and a cluster
 serving a run (a background run, another thread's) as soon as that run ends, instead of pooling it: it says
 which (:class:`Stopped`). The tasks also die with their parent process, and exit when their stdin pipe closes.
 """
@@ -28,11 +28,11 @@ PoolKey = tuple[int, tuple[tuple[str, str], ...], bool, int, str]
 _lock = threading.Lock()
 _idle: dict[PoolKey, LocalCluster] = {}
 _busy: set[int] = set()
-_retiring: set[int] = set()  # busy clusters that shutdown() asked to stop: stopped when their runs end
+_retiring: set[int] = set()  # busy clusters that shutdown_warm() asked to stop: stopped when their runs end
 
 
 class Stopped(int):
-    """How many idle warm clusters :func:`shutdown` stopped (an ``int``), and in ``in_use`` how many that serve a
+    """How many idle warm clusters :func:`shutdown_warm` stopped (an ``int``), and in ``in_use`` how many that serve a
     run now, which stop as soon as their runs end; says so when a notebook shows it."""
 
     in_use: int
@@ -97,7 +97,7 @@ def acquire(workers: int, gpus: dict[str, str], cancel: threading.Event | None =
 
 
 def release(cluster: LocalCluster, ok: bool) -> None:
-    """Give a cluster back after a run: kept for the next run if the run went well (and :func:`shutdown` was not
+    """Give a cluster back after a run: kept for the next run if the run went well (and :func:`shutdown_warm` was not
     called while it ran), else stopped."""
     with _lock:
         _busy.discard(id(cluster))
@@ -118,7 +118,7 @@ def idle_clusters() -> list[LocalCluster]:
         return list(_idle.values())
 
 
-def shutdown() -> Stopped:
+def shutdown_warm() -> Stopped:
     """Stop every idle warm cluster now, and every cluster serving a run as soon as that run ends (the run itself
     goes on to its end); returns how many of each (:class:`Stopped`)."""
     with _lock:
@@ -128,7 +128,7 @@ def shutdown() -> Stopped:
         in_use = len(_busy)
     for cluster in clusters:
         _discard(cluster)
-    forking.shutdown()  # and the fork servers no cluster holds
+    forking.shutdown_servers()  # and the fork servers no cluster holds
     return Stopped(len(clusters), in_use)
 
 
@@ -137,4 +137,4 @@ def _discard(cluster: LocalCluster) -> None:
     shutil.rmtree(cluster.run_dir, ignore_errors=True)
 
 
-atexit.register(shutdown)
+atexit.register(shutdown_warm)

@@ -35,9 +35,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ssptk.notebook.live_figure import DPI, FIGSIZE, MAX_POINTS, LiveFigure, duration
+from ssptk.notebook.live_figure import DPI, LIVE_FIGSIZE, MAX_POINTS, LiveFigure, duration
 from ssptk.notebook.live_state import LiveRun
-from ssptk.render.traffic import split_html, status_text
+from ssptk.render.traffic_words import split_html, status_text
 from ssptk.rundir import Summary
 
 __all__ = ["LiveDashboard", "LiveFigure", "in_kernel", "MAX_POINTS", "RENDER_SHARE", "TICK_S"]
@@ -82,7 +82,7 @@ class LiveDashboard:
 
     def __init__(self, interval: float = 1.0, *, widget: bool = False, sink: Sink | None = None,
                  clock: Callable[[], float] = time.monotonic, dpi: float = DPI,
-                 figsize: tuple[float, float] = FIGSIZE, controls: Sequence[Any] = (),
+                 figsize: tuple[float, float] = LIVE_FIGSIZE, controls: Sequence[Any] = (),
                  tick: float | None = None) -> None:
         self.interval = max(0.0, float(interval))
         self.tick = tick
@@ -196,7 +196,7 @@ class LiveDashboard:
 
     def _progress_html(self) -> str:
         """The progress line as HTML; at the end of a run that measured its traffic, a worker's step under it as a
-        stacked bar with its parts in words (:func:`ssptk.render.traffic.split_html`)."""
+        stacked bar with its parts in words (:func:`ssptk.render.traffic_words.split_html`)."""
         panel = split_html(self.summary.traffic or {}, "16em", line=True) if self.status == "ok" else ""
         text = self.progress_text(split=not panel)
         bar = ""

@@ -1,5 +1,6 @@
-"""The staleness explorer widget, :class:`Explorer` (made by :func:`ssptk.notebook.widgets.staleness_explorer`): its
-sliders and buttons, the runs it keeps by their options, its overlay of them, and the Run button's run.
+"""The staleness explorer widget, :class:`Explorer` (made by
+:func:`ssptk.notebook.staleness_widgets.staleness_explorer`): its sliders and buttons, the runs it keeps by their
+options, its overlay of them, and the Run button's run.
 
 Runs execute in the kernel's main thread, inside the Run button's handler. ipykernel handles widget
 messages one at a time on that thread, so clicks and slider moves made during a run wait (the controls
@@ -24,7 +25,7 @@ from ssptk.core.options import DEFAULT_STALENESS, resolve
 from ssptk.experiment.compare import call_runner
 from ssptk.experiment.sweep import KNOBS, MOMENTUM, Knob
 from ssptk.notebook.explorer_predictions import ExplorerPredictions, error_line
-from ssptk.notebook.runner import Key, ObserverFactory, Runner, cache_key, default_runner, ipywidgets
+from ssptk.notebook.runner import CacheKey, ObserverFactory, Runner, cache_key, default_runner, ipywidgets
 from ssptk.notebook.slider_predictions import PREDICTED
 from ssptk.notebook.views import KeepRecords, StaticView
 from ssptk.render.overlay import notes_html, summary_line
@@ -39,12 +40,12 @@ __all__ = ["FIGURE_EVERY_S", "Explorer"]
 
 #: Every explorer's finished runs in this kernel, by :func:`cache_key`: a new explorer (the cell run again)
 #: starts with those of its options family (:func:`_family`).
-_RUNS: dict[Key, RunResult] = {}
+_RUNS: dict[CacheKey, RunResult] = {}
 #: While a run goes on, the explorer's figure (which says so) is redrawn at most this often.
 FIGURE_EVERY_S = 2.0
 
 
-def _family(key: Key) -> Key:
+def _family(key: CacheKey) -> CacheKey:
     """What an explorer fixes: a cache key without the options its sliders change."""
     return tuple((name, value) for name, value in key
                  if name not in ("staleness", "local_steps", "workers", "straggler", "optimizer"))
@@ -64,7 +65,7 @@ class Explorer(StaticView, ExplorerPredictions):
         self.knob = knob
         self.title = "ssptk staleness explorer" if knob.mode == "ssp" else "ssptk local SGD explorer"
         # runs made by an earlier explorer with the same options (re-running the cell keeps them)
-        self.results: dict[Key, RunResult] = {}
+        self.results: dict[CacheKey, RunResult] = {}
         self._running: str | None = None  # the status line of the run in progress, also shown in the figure
         self._live: KeepRecords | None = None  # the records of the run in progress, drawn as it goes
         self._drawn_at = -math.inf
@@ -94,7 +95,7 @@ class Explorer(StaticView, ExplorerPredictions):
                                                "cluster")
         #: Predicted runs (:func:`ssptk.notebook.slider_predictions.predict_staleness`), drawn dashed beside the
         #: real ones.
-        self.predicted: dict[Key, RunResult] = {}
+        self.predicted: dict[CacheKey, RunResult] = {}
         #: What staleness costs and buys, predicted for every staleness of the slider (after Predict).
         self.predicted_image = w.Image(format="png", layout=w.Layout(max_width="100%", display="none"))
         self.progress = w.IntProgress(value=0, min=0, max=1, layout=w.Layout(width="180px", visibility="hidden"))
@@ -136,7 +137,7 @@ class Explorer(StaticView, ExplorerPredictions):
             opts["straggler"] = [f"{opts['workers'] - 1}:{seconds!r}"] if seconds > 0 else []
         return opts
 
-    def key(self, staleness: int | None = None, strict: bool = True) -> Key | None:
+    def key(self, staleness: int | None = None, strict: bool = True) -> CacheKey | None:
         """The cache key of :meth:`options`; a bad combination raises :class:`UsageError` (gives ``None`` if not
         ``strict``)."""
         try:
@@ -152,7 +153,7 @@ class Explorer(StaticView, ExplorerPredictions):
             raise UsageError(f"{self.knob.slider} = {staleness!r} is not on the slider: choose one of {self._values}")
         self.staleness_slider.value = staleness
 
-    def _labels(self, keys: list[Key]) -> dict[Key, str]:
+    def _labels(self, keys: list[CacheKey]) -> dict[CacheKey, str]:
         """``S=2`` (``H=4``), plus ``N=..`` and the straggler seconds (``+0.05s``) where those differ among
         ``keys``."""
         dicts = {k: {**dict(k), "delay": sum(s for _, s in dict(k)["straggler"]),
@@ -164,11 +165,11 @@ class Explorer(StaticView, ExplorerPredictions):
                             + ([f"N={d['workers']}"] if "workers" in varies else [])
                             + ([f"+{d['delay']:g}s"] if "delay" in varies else [])) for k, d in dicts.items()}
 
-    def _value(self, key: Key) -> int:
+    def _value(self, key: CacheKey) -> int:
         """The main slider's value (S or H) of a run's key."""
         return int(dict(key)[self.knob.option])
 
-    def _shown(self) -> list[Key]:
+    def _shown(self) -> list[CacheKey]:
         return sorted(self.results, key=lambda k: (dict(k)["workers"], dict(k)["straggler"], self._value(k)))
 
     def _runs(self) -> dict[str, RunResult]:

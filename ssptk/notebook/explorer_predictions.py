@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ssptk import analysis as an
 from ssptk.core.errors import RunFailed, UsageError
-from ssptk.notebook.runner import Key
+from ssptk.notebook.runner import CacheKey
 from ssptk.notebook.slider_predictions import steady_straggler_note
-from ssptk.render.verdict import pace_lines
+from ssptk.render.verdict_words import pace_lines
 
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
@@ -32,8 +32,8 @@ class ExplorerPredictions:
     :meth:`predict`, :meth:`predicted_png`, :meth:`pace_lines`. The explorer provides the rest (its sliders, status
     line, runs and the cache of PNGs)."""
 
-    predicted: dict[Key, RunResult]
-    results: dict[Key, RunResult]
+    predicted: dict[CacheKey, RunResult]
+    results: dict[CacheKey, RunResult]
     knob: Any
     progress: Any
     _status: Any
@@ -42,15 +42,15 @@ class ExplorerPredictions:
     _png: dict[Any, bytes]
 
     # the explorer's methods
-    key: Callable[..., Key | None]
+    key: Callable[..., CacheKey | None]
     options: Callable[..., dict[str, Any]]
-    _value: Callable[[Key], int]
-    _labels: Callable[[list[Key]], dict[Key, str]]
+    _value: Callable[[CacheKey], int]
+    _labels: Callable[[list[CacheKey]], dict[CacheKey, str]]
     _busy: Callable[[bool], None]
     _refresh: Callable[[], None]
     _update_displays: Callable[[], None]
 
-    def _predicted_here(self) -> dict[Key, RunResult]:
+    def _predicted_here(self) -> dict[CacheKey, RunResult]:
         """The predictions made for the sliders' current workers and straggler, by staleness."""
         here = self.key(strict=False)
         if here is None:
@@ -59,12 +59,12 @@ class ExplorerPredictions:
         return dict(sorted(((k, r) for k, r in self.predicted.items()
                             if all(dict(k)[n] == v for n, v in same.items())), key=lambda kr: self._value(kr[0])))
 
-    def predict(self) -> dict[Key, RunResult]:
+    def predict(self) -> dict[CacheKey, RunResult]:
         """What the Predict button does: every value of the slider (S, or H for local), predicted for the current
         workers and straggler (cached), their clock from the real runs' calibrated overhead where there are any."""
         return self._predict_all(reraise=True)
 
-    def _predict_all(self, reraise: bool) -> dict[Key, RunResult]:
+    def _predict_all(self, reraise: bool) -> dict[CacheKey, RunResult]:
         from ssptk.notebook.slider_predictions import calibrated_gap, calibrated_overhead, predict_staleness
 
         def progress(done: int, total: int) -> None:
@@ -95,7 +95,7 @@ class ExplorerPredictions:
         key = ("predicted-tradeoff", tuple(runs))
         if key not in self._png:
             from ssptk.render.style import figure_png
-            from ssptk.render.tradeoff import tradeoff_figure
+            from ssptk.render.tradeoff_plot import tradeoff_figure
 
             self._png[key] = b""
             if len(runs) > 1:

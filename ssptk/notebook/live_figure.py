@@ -23,11 +23,11 @@ from ssptk.render.fit import legend_below, legend_columns, wrap_title
 from ssptk.render.run_panels import RunPanels
 from ssptk.render.style import run_title, skew_bound
 
-__all__ = ["LiveFigure", "MAX_POINTS", "FIGSIZE", "DPI"]
+__all__ = ["LiveFigure", "MAX_POINTS", "LIVE_FIGSIZE", "DPI"]
 
 #: Most points drawn per line (fewer on narrow axes: about three per pixel).
 MAX_POINTS = 2000
-FIGSIZE = (10.0, 5.5)
+LIVE_FIGSIZE = (10.0, 5.5)
 DPI = 96  # 960 x 528 px: sharp when the notebook scales it to its width
 PNG_LEVEL = 1  # zlib level: fast; each image is shown for a second
 #: While a run goes on, an axis reaches at most this many times the data so far (not the whole budget: at 1%
@@ -69,7 +69,7 @@ class LiveFigure:
     final drawing (``final=True``) fits the axes to the data as ``run_figure`` does.
     """
 
-    def __init__(self, view: RunView, figsize: tuple[float, float] = FIGSIZE, dpi: float = DPI) -> None:
+    def __init__(self, view: RunView, figsize: tuple[float, float] = LIVE_FIGSIZE, dpi: float = DPI) -> None:
         self.fig = Figure(figsize=figsize, dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
         self.axes = list(self.fig.subplots(2, 3).flat)

@@ -126,10 +126,10 @@ def _dtrain(line: str, cell: str | None) -> Any:
     dashboards = not args.no_dashboard
     if args.command == "run":
         return _run(args, cell, dashboards)
-    result = commands.compare(commands.compare_plan(args), warm=not args.cold,
+    result = commands.run_comparison(commands.compare_plan(args), warm=not args.cold,
                               observer=(lambda _label: _dashboard()) if dashboards else None)
     if args.command == "sweep":  # the same runs as `ssptk sweep`, then a slider over them
-        from ssptk.notebook.widgets import from_runs
+        from ssptk.notebook.staleness_widgets import from_runs
 
         return from_runs(result.all_runs, predicted=result.predicted)
     return result

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 from ssptk.core.errors import UsageError
 from ssptk.core.options import resolve
+from ssptk.experiment.compare import Runner
 from ssptk.experiment.sweep import ssp_only
 
 if TYPE_CHECKING:
     from ssptk.experiment.result import RunResult
 
-__all__ = ["RUNNER_OPTIONS", "Key", "ObserverFactory", "Runner", "cache_key", "default_runner", "ipywidgets",
+__all__ = ["RUNNER_OPTIONS", "CacheKey", "ObserverFactory", "Runner", "cache_key", "default_runner", "ipywidgets",
            "split_runner_options"]
 
-Key = tuple[tuple[str, Any], ...]
-Runner = Callable[..., "RunResult"]
+CacheKey = tuple[tuple[str, Any], ...]
 ObserverFactory = Callable[[str], Any]
 RUNNER_OPTIONS = ("warm", "model_source")  # passed to the runner as given; not in the cache key
 
@@ -31,7 +31,7 @@ def ipywidgets() -> Any:
     return w
 
 
-def cache_key(options: Mapping[str, Any]) -> Key:
+def cache_key(options: Mapping[str, Any]) -> CacheKey:
     """A run's cache key: ``resolve(**options).to_dict()`` without ``out``, as a hashable sorted tuple
     (raises :class:`UsageError` for bad options, like :func:`ssptk.core.options.resolve`)."""
     d = resolve(**{k: v for k, v in options.items() if k != "out"}).to_dict()

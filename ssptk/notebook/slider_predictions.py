@@ -13,7 +13,7 @@ import pandas as pd
 from ssptk.analysis.verdict_facts import STEADY_RATE_SPREAD, same_pace
 from ssptk.core.labels import label_of
 from ssptk.experiment.sweep import knob_of
-from ssptk.notebook.runner import Key, cache_key
+from ssptk.notebook.runner import CacheKey, cache_key
 from ssptk.rundir import ComparisonDir, RunDir
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ __all__ = ["PREDICTED", "STEADY_RATE_SPREAD", "calibrated_gap", "calibrated_over
 
 
 #: Every predicted run of this kernel's widgets, by :func:`ssptk.notebook.runner.cache_key` of its options.
-PREDICTED: dict[Key, RunResult] = {}
+PREDICTED: dict[CacheKey, RunResult] = {}
 
 
 def calibrated_overhead(runs: Iterable[RunResult]) -> float | None:
@@ -44,7 +44,7 @@ def calibrated_gap(runs: Iterable[RunResult]) -> float | None:
 
 def predict_staleness(options: Mapping[str, Any], values: Iterable[int], overhead: float | None = None,
                       out: str | None = None, progress: Callable[[int, int], None] | None = None,
-                      gap: float | None = None) -> dict[Key, RunResult]:
+                      gap: float | None = None) -> dict[CacheKey, RunResult]:
     """Predict ``options`` at every value of ``values`` not predicted yet: its staleness S (mode ssp, the default) or
     its local steps H (mode local); returns every prediction of those values, by cache key. Runs go to
     ``out/predicted-<n>/ssp-S`` (``local-H``; default under ``runs/``). ``progress(done, of)``: predicted runs

@@ -13,8 +13,8 @@ from ssptk.render.overlay import RunFrames, static_html
 from ssptk.render.style import figure_png
 from ssptk.render.table_notes import target_lines
 from ssptk.render.tables import ShownTable
-from ssptk.render.tradeoff import tradeoff_figure
-from ssptk.render.verdict import verdict_lines
+from ssptk.render.tradeoff_plot import tradeoff_figure
+from ssptk.render.verdict_words import verdict_lines
 
 __all__ = ["KeepRecords", "StaticView"]
 
@@ -50,7 +50,7 @@ class StaticView:
         return self._png[key]
 
     def tradeoff_png(self) -> bytes:
-        """The cost-and-gain figure of the runs so far (:func:`ssptk.render.tradeoff.tradeoff_figure`: minibatches,
+        """The cost-and-gain figure of the runs so far (:func:`ssptk.render.tradeoff_plot.tradeoff_figure`: minibatches,
         steps/s and time to the target per staleness); empty with fewer than two runs."""
         key = ("tradeoff", tuple(self._runs()))  # type: ignore[attr-defined]
         if key not in self._png:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ssptk.render.tables import format_table
     from ssptk.render.terminal_table import terminal_table
     from ssptk.render.text import ProgressBar, format_summary
-    from ssptk.render.tradeoff import tradeoff_figure
+    from ssptk.render.tradeoff_plot import tradeoff_figure
 
 #: Where each public name lives.
 _HOMES = {"Repeats": "figures", "comparison_figure": "figures", "run_figure": "figures",
@@ -29,7 +29,7 @@ _HOMES = {"Repeats": "figures", "comparison_figure": "figures", "run_figure": "f
           "Report": "report", "build_report": "report", "comparison_title": "report", "load_comparison": "report",
           "write_metrics_csv": "report", "figure_png": "style", "figure_to_png_base64": "style",
           "KEY_FIGURES": "cells", "format_table": "tables", "terminal_table": "terminal_table",
-          "ProgressBar": "text", "format_summary": "text", "tradeoff_figure": "tradeoff"}
+          "ProgressBar": "text", "format_summary": "text", "tradeoff_figure": "tradeoff_plot"}
 
 __all__ = ["KEY_FIGURES", "ProgressBar", "Repeats", "Report", "build_report", "comparison_figure", "comparison_title",
            "figure_png", "figure_to_png_base64", "format_summary", "format_table", "load_comparison",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
+from ssptk.analysis.comparison_table import FIGURE_COLUMNS, SPREAD_SUFFIXES
 
 __all__ = ["FIGURE_LEGEND", "KEY_FIGURES", "aligned", "cell", "megabytes", "missing", "percent", "shown_cells",
            "small_share"]

@@ -14,8 +14,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from ssptk import analysis as an
-from ssptk.analysis.compare import RunTuple
-from ssptk.analysis.outcomes import Outcome
+from ssptk.analysis.comparison_table import RunTuple
+from ssptk.analysis.outcomes import SettingOutcome
 from ssptk.analysis.run_view import view_of_run
 from ssptk.analysis.step_split import blocked_share
 from ssptk.analysis.verdict import Verdict
@@ -33,7 +33,7 @@ from ssptk.render.style import (
     set_loss_scale,
     skew_bound,
 )
-from ssptk.render.verdict import legend_mark
+from ssptk.render.verdict_words import legend_mark
 from ssptk.rundir import Summary
 
 __all__ = ["FIGSIZE", "PREDICTED_TITLE", "Repeats", "comparison_figure", "run_figure"]
@@ -167,7 +167,7 @@ def _cost_point(ax: Axes, label: str, waits: list[Any], stale: list[Any], run_co
     ax.scatter([x], [y], s=60, color=run_color, zorder=3, label=label)
 
 
-def _outcome(verdict: Verdict, label: str) -> Outcome | None:
+def _outcome(verdict: Verdict, label: str) -> SettingOutcome | None:
     return next((o for o in verdict.outcomes if o.label == label), None)
 
 

@@ -16,7 +16,7 @@ from ssptk import analysis as an
 from ssptk.analysis.step_split import blocked_share
 from ssptk.render.skew import draw_skew
 from ssptk.render.style import NotebookFigure, default_colors, draw_bound, palette, set_loss_scale
-from ssptk.render.verdict import legend_mark
+from ssptk.render.verdict_words import legend_mark
 from ssptk.rundir import Summary
 
 __all__ = ["RunFrames", "notes_html", "overlay_figure", "summary_line", "static_html", "staleness_looks",
@@ -27,8 +27,8 @@ RunFrames = tuple[pd.DataFrame, "pd.DataFrame | None", "Mapping[str, Any] | None
 #: ``gid`` prefixes of the drawn lines (``"loss:<label>"``, ``"skew:<label>"``), so tests and tools can find them.
 LOSS_GID, SKEW_GID, BOUND_GID = "loss:", "skew:", "bound:"
 
-#: Most entries a legend inside a panel lists; more go below the panels.
-LEGEND_INSIDE = 4
+#: Most entries a legend inside an overlay figure's panel lists; more go below the panels.
+OVERLAY_LEGEND_INSIDE = 4
 _FADED = {"lw": 1.0, "alpha": 0.3, "zorder": 2}
 _PLAIN = {"lw": 1.5, "alpha": 0.9, "zorder": 2}
 _HIGHLIGHT = {"lw": 2.4, "alpha": 1.0, "zorder": 4}
@@ -107,7 +107,7 @@ def _legend(fig: Figure, ax_loss: Any, ax_skew: Any) -> None:
             labels.append(lab)
     if not handles:
         return
-    if len(handles) <= LEGEND_INSIDE:
+    if len(handles) <= OVERLAY_LEGEND_INSIDE:
         ax_loss.legend(handles, labels, fontsize="small")
     else:
         fig.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 5), fontsize="small",

@@ -13,9 +13,9 @@ from matplotlib.lines import Line2D
 from ssptk import analysis as an
 from ssptk.render.figures import Repeats
 from ssptk.render.fit import LEGEND_INSIDE, foot_note, label_ticks, legend_below
-from ssptk.render.held_out import held_out_points
+from ssptk.render.held_out_plot import held_out_points
 from ssptk.render.style import NotebookFigure, color, draw_target, set_loss_scale
-from ssptk.render.verdict import marker, pace_lines, why_no_winner
+from ssptk.render.verdict_words import marker, pace_lines, why_no_winner
 
 __all__ = ["predicted_figure", "predicted_lines"]
 

@@ -11,17 +11,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ssptk import analysis as an
-from ssptk.analysis.compare import RunTuple
+from ssptk.analysis.comparison_table import RunTuple
 from ssptk.render.cells import KEY_FIGURES, shown_cells
 from ssptk.render.figures import Repeats, comparison_figure, comparison_tables, run_figure
-from ssptk.render.held_out import has_held_out, held_out_figure
+from ssptk.render.held_out_plot import has_held_out, held_out_figure
 from ssptk.render.predicted_overlay import predicted_figure, predicted_lines
 from ssptk.render.style import figure_to_png_base64
 from ssptk.render.table_notes import lr_lines, takeaway_line, target_lines
 from ssptk.render.tables import SHOWN_COLUMNS, format_table, table_html
-from ssptk.render.tradeoff import tradeoff_figure
-from ssptk.render.traffic import network_section
-from ssptk.render.verdict import verdict_lines
+from ssptk.render.tradeoff_plot import tradeoff_figure
+from ssptk.render.traffic_words import network_section
+from ssptk.render.verdict_words import verdict_lines
 from ssptk.rundir import Summary, load_run
 from ssptk.rundir.comparison import ComparisonDir, LabelRuns, write_metrics_csv
 from ssptk.rundir.space import write_whole
@@ -68,7 +68,8 @@ class Report:
         self.predicted = predicted
         self.figures: list[tuple[str, Figure]] = list(figures)
         self.notes: list[str] = list(notes)
-        #: HTML sections shown after the tables (the network section: :func:`ssptk.render.traffic.network_section`)
+        #: HTML sections shown after the tables (the network section:
+        #: :func:`ssptk.render.traffic_words.network_section`)
         self.sections: list[str] = []
         #: what the comparison says (:class:`ssptk.analysis.Verdict`), the one its notes and figures word
         self.verdict: an.Verdict | None = table.attrs.get("verdict")
@@ -201,7 +202,7 @@ def _ending_lines(runs: Mapping[str, RunTuple | Repeats]) -> list[str]:
 
 def comparison_notes(table: pd.DataFrame, verdict: an.Verdict) -> list[str]:
     """The sentences under a comparison's table: what differs between the runs, the target and who reached it,
-    the diverged runs, and the ``verdict`` in words (:func:`ssptk.render.verdict.verdict_lines`)."""
+    the diverged runs, and the ``verdict`` in words (:func:`ssptk.render.verdict_words.verdict_lines`)."""
     takeaway = takeaway_line(table)
     return ([takeaway] if takeaway else []) + target_lines(table, verdict) + verdict_lines(verdict)
 

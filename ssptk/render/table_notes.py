@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from ssptk.analysis.compare import TARGET_FACTOR
+from ssptk.analysis.comparison_table import TARGET_FACTOR
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.cells import cell, missing, percent
 from ssptk.render.text import evaluated_every
-from ssptk.render.verdict import diverged_line, first_phrase
+from ssptk.render.verdict_words import diverged_line, first_phrase
 from ssptk.rundir import StoredOptions
 
 __all__ = ["cores_phrase", "lr_lines", "takeaway_line", "target_lines"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ssptk.analysis.compare import FIGURE_COLUMNS, SPREAD_SUFFIXES
+from ssptk.analysis.comparison_table import FIGURE_COLUMNS, SPREAD_SUFFIXES
 from ssptk.render.cells import FIGURE_LEGEND, aligned, shown_cells
 
 __all__ = ["SHOWN_COLUMNS", "ShownTable", "format_table", "table_html", "table_text"]

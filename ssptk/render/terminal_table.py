@@ -9,7 +9,7 @@ import pandas as pd
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.cells import FIGURE_LEGEND, aligned, shown_cells
 from ssptk.render.table_notes import cores_phrase, takeaway_line, target_lines
-from ssptk.render.verdict import verdict_lines
+from ssptk.render.verdict_words import verdict_lines
 
 __all__ = ["TERMINAL_COLUMNS", "predicted_text", "terminal_table", "terminal_text", "unmeasured_lines"]
 
@@ -63,7 +63,7 @@ def unmeasured_lines(table: pd.DataFrame) -> list[str]:
 def terminal_text(table: pd.DataFrame, width: int = 100, predicted: pd.DataFrame | None = None,
                   verdict: Verdict | None = None) -> str:
     """What a terminal shows of a comparison: :func:`terminal_table`, then :func:`takeaway_line`,
-    :func:`target_lines` and the verdict in words (:func:`ssptk.render.verdict.verdict_lines`; ``verdict``: the
+    :func:`target_lines` and the verdict in words (:func:`ssptk.render.verdict_words.verdict_lines`; ``verdict``: the
     comparison's, else the one ``table`` carries), wrapped at ``width``; with ``predicted`` (``compare --predict``)
     its table of predicted against measured figures under them."""
     verdict = verdict_of(table) if verdict is None else verdict

@@ -12,8 +12,8 @@ from ssptk.analysis.verdict_facts import dc_fact
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
 from ssptk.core.labels import label_of
 from ssptk.core.options import skew_bound
-from ssptk.render.traffic import split_text
-from ssptk.render.verdict import dc_line
+from ssptk.render.traffic_words import split_text
+from ssptk.render.verdict_words import dc_line
 from ssptk.rundir import Summary, TrafficSection
 
 

@@ -14,28 +14,28 @@ from typing import Any, ClassVar, Generic, TypeVar, overload
 
 __all__ = ["JsonView", "Key"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 V = TypeVar("V", bound="JsonView")
 
 
-class Key(Generic[T]):
+class Key(Generic[_T]):
     """One documented key of a :class:`JsonView`, read as the attribute of the same name (or of the name the code
     gives it, where the file's ``key`` says less: ``staleness``, the bound, read as ``bound``): the value the object
     holds, through ``read`` where given (a section as its own view), else ``default``."""
 
-    def __init__(self, read: Callable[[Any], T] | None = None, default: Any = None, key: str | None = None) -> None:
+    def __init__(self, read: Callable[[Any], _T] | None = None, default: Any = None, key: str | None = None) -> None:
         self.read, self.default, self.name = read, default, key or ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = self.name or name
 
     @overload
-    def __get__(self, obj: None, owner: type | None = None) -> Key[T]: ...
+    def __get__(self, obj: None, owner: type | None = None) -> Key[_T]: ...
 
     @overload
-    def __get__(self, obj: JsonView, owner: type | None = None) -> T: ...
+    def __get__(self, obj: JsonView, owner: type | None = None) -> _T: ...
 
-    def __get__(self, obj: JsonView | None, owner: type | None = None) -> Key[T] | T:
+    def __get__(self, obj: JsonView | None, owner: type | None = None) -> Key[_T] | _T:
         if obj is None:
             return self
         value = dict.get(obj, self.name, self.default)

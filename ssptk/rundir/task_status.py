@@ -29,17 +29,17 @@ from typing import Any
 
 from ssptk.rundir.space import write_whole
 
-__all__ = ["DONE", "FAILED", "READY_STATE", "STATUS_DIR_ENV", "STOPPED", "TRACEBACK_LINES", "TaskError", "TaskStatus",
-           "read_status", "read_statuses", "status_path", "write_status"]
+__all__ = ["DONE", "FAILED_STATE", "READY_STATE", "STATUS_DIR_ENV", "STOPPED", "TRACEBACK_LINES", "TaskError",
+           "TaskStatus", "read_status", "read_statuses", "status_path", "write_status"]
 
 #: The environment variable naming the directory a task writes its status file in.
 STATUS_DIR_ENV = "SSPTK_STATUS_DIR"
 READY_STATE = "ready"
-FAILED = "failed"
+FAILED_STATE = "failed"
 #: a task no launcher started finished its part of the run / was ended by SIGTERM (see the module's text)
 DONE = "done"
 STOPPED = "stopped"
-_STATES = (READY_STATE, FAILED, DONE, STOPPED)
+_STATES = (READY_STATE, FAILED_STATE, DONE, STOPPED)
 #: How many of the traceback's last lines a failure keeps.
 TRACEBACK_LINES = 10
 

@@ -23,10 +23,10 @@ from ssptk.core.options import RunOptions
 from ssptk.core.records import StepRecord
 from ssptk.rundir import RunDir
 from ssptk.runtime.checkpoint import save_whole
-from ssptk.runtime.optimizers import eager_slots, eager_update
 from ssptk.runtime.ps_loop import variable_names
 from ssptk.runtime.reaper import on_sigterm
 from ssptk.runtime.recorder import Recorder
+from ssptk.runtime.tf_optimizers import eager_slots, eager_update
 
 
 def tf_config(cluster: dict[str, list[str]], index: int) -> str:

@@ -20,10 +20,9 @@ import numpy as np
 from ssptk.core.models import ModelSpec, eval_batch
 from ssptk.runtime.fastrun import feeding_callable
 from ssptk.runtime.ps_graph import model_graph
+from ssptk.sim.replay import Params
 
 __all__ = ["TFOracle"]
-
-Params = list[np.ndarray]
 
 
 class TFOracle:

@@ -34,10 +34,10 @@ from ssptk.core.optimizers import learning_rate
 from ssptk.core.options import RunOptions
 from ssptk.runtime import ps_graph, sync_graph
 from ssptk.runtime.injected import delayed
-from ssptk.runtime.optimizers import optimizer_variables, tf_optimizer
 from ssptk.runtime.placement import on_its_shard
+from ssptk.runtime.tf_optimizers import optimizer_variables, tf_optimizer
 
-__all__ = ["LocalOps", "build", "rounds"]
+__all__ = ["LocalOps", "build_local_graph", "rounds"]
 
 
 @dataclass
@@ -54,7 +54,7 @@ def rounds(opts: RunOptions) -> int:
     return math.ceil(opts.steps / (opts.local_steps or 1))
 
 
-def build(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, container: str,
+def build_local_graph(spec: ModelSpec, opts: RunOptions, cluster: dict[str, list[str]], index: int, container: str,
           with_delay: bool, gpu: int | None = None,
           incarnation: int | None = None) -> tuple[ps_graph.PSGraph, LocalOps]:
     """Worker ``index``'s graph for ``--mode local``: the PS modes' shared part with the global variables (held-out

@@ -45,8 +45,8 @@ class LocalTrainer(Trainer):
 
     def _build(self, cluster: dict[str, list[str]], container: str, with_delay: bool, gpu: int | None,
                incarnation: int | None) -> ps_graph.PSGraph:
-        g, self.local = local_graph.build(self.spec, self.opts, cluster, self.index, container, with_delay, gpu,
-                                          incarnation)
+        g, self.local = local_graph.build_local_graph(self.spec, self.opts, cluster, self.index, container, with_delay,
+                                                      gpu, incarnation)
         return g
 
     def _train(self, rejoin: int) -> int:

@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 
 from ssptk.core.errors import DiskFull
-from ssptk.rundir.task_status import FAILED, READY_STATE, STATUS_DIR_ENV, TaskError, TaskStatus, write_status
+from ssptk.rundir.task_status import FAILED_STATE, READY_STATE, STATUS_DIR_ENV, TaskError, TaskStatus, write_status
 
 __all__ = ["EXIT_DISK_FULL", "PREDICT", "READY", "RUN_DONE", "TASK_FAILED", "keep_status_in", "report_end",
            "report_failure", "report_ready", "report_run_done"]
@@ -75,7 +75,7 @@ def report_run_done(tasks: list[str], run_id: str) -> None:
     with _lock:
         for task in tasks:
             old = _reported.get(task)
-            if old is None or old.state != FAILED:
+            if old is None or old.state != FAILED_STATE:
                 _report(replace(old or TaskStatus(task, os.getpid(), READY_STATE, 0.0), run=run_id, time=time.time()))
 
 
@@ -86,7 +86,7 @@ def report_failure(task: str, error: TaskError | None = None) -> str:
         if not _first_failure:
             _first_failure.append(task)
             old = _reported.get(task)
-            _report(TaskStatus(task, os.getpid(), FAILED, time.time(), old.run if old else None, error))
+            _report(TaskStatus(task, os.getpid(), FAILED_STATE, time.time(), old.run if old else None, error))
         return _first_failure[0]
 
 
@@ -97,7 +97,7 @@ def report_end(task: str, state: str) -> None:
     held = _lock.acquire(timeout=2.0)
     try:
         old = _reported.get(task)
-        if old is None or old.state != FAILED:
+        if old is None or old.state != FAILED_STATE:
             _report(TaskStatus(task, os.getpid(), state, time.time(), old.run if old else None))
     finally:
         if held:

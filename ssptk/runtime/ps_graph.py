@@ -23,10 +23,10 @@ from ssptk.runtime.delay_comp import Snapshots
 from ssptk.runtime.fence import HELD, fetch_add, make_fence
 from ssptk.runtime.graph_parts import PS, QUEUE_CAPACITY, GraphParts, received_on_shards
 from ssptk.runtime.injected import delayed
-from ssptk.runtime.optimizers import optimizer_variables, tf_optimizer
 from ssptk.runtime.placement import on_its_shard, shard_setter
 from ssptk.runtime.ssp_ops import ssp_wait_ops, wake_satisfied
 from ssptk.runtime.sync_graph import sync_ops
+from ssptk.runtime.tf_optimizers import optimizer_variables, tf_optimizer
 
 BUILD_LOCK = threading.Lock()  # one model build at a time (see model_graph)
 

@@ -35,10 +35,10 @@ import threading
 from ssptk.core.errors import is_tf_noise
 from ssptk.runtime.reaper import before_exit
 
-__all__ = ["ENV", "StderrFilter", "quiet_stderr", "to_log"]
+__all__ = ["TF_LOGS_ENV", "StderrFilter", "quiet_stderr", "to_log"]
 
 #: ``SSPTK_TF_LOGS=1``: a task's stderr as TensorFlow writes it, start-up chatter included
-ENV = "SSPTK_TF_LOGS"
+TF_LOGS_ENV = "SSPTK_TF_LOGS"
 _PIPE_BYTES = 1 << 20
 _PARTIAL_S = 0.5  # a line without its end yet (a prompt, a progress bar) is shown after this long
 _EARLY_BYTES = 1 << 20  # what is kept for the log until it is opened
@@ -202,7 +202,7 @@ def quiet_stderr() -> StderrFilter | None:
         fcntl.fcntl(write_fd, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     os.dup2(write_fd, 2)
     os.close(write_fd)
-    f = StderrFilter(read_fd, out_fd, gpu_lines=_no_gpu(), show_all=os.environ.get(ENV) == "1")
+    f = StderrFilter(read_fd, out_fd, gpu_lines=_no_gpu(), show_all=os.environ.get(TF_LOGS_ENV) == "1")
     _active[:] = [f]
     threading.Thread(target=f.run, name="quiet-stderr", daemon=True).start()
     atexit.register(f.drain)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 DUPLICATE_TEXT = "request was received twice"
 # A re-run is refused again with probability below 3e-5 (100,000 ids / 2**32): five attempts are plenty.
@@ -43,7 +43,7 @@ class Rerunner:
         self._errors = (errors.AbortedError, errors.CancelledError)
         self.retries = 0
 
-    def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def __call__(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         for attempt in range(ATTEMPTS):
             try:
                 return fn(*args, **kwargs)
@@ -70,7 +70,7 @@ class RetryingSession:
         """How many runs were rejected as duplicate requests and run again."""
         return self._rerun.retries
 
-    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    def call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``fn(*args, **kwargs)``, run again if rejected (for what takes the session itself, e.g. a Saver)."""
         return self._rerun(fn, *args, **kwargs)
 

@@ -40,7 +40,7 @@ from ssptk.runtime.quiet_stderr import quiet_stderr, to_log
 from ssptk.runtime.reaper import become_subreaper, exit_with_descendants, kill_descendants, reap_on_sigterm
 from ssptk.runtime.tf_import import skip_eager_keras
 
-__all__ = ["main", "parser", "parse_cluster", "parse_task"]
+__all__ = ["task_main", "parser", "parse_cluster", "parse_task"]
 
 
 #: how long a PS that no launcher stops keeps serving after the run is over, for the workers' sessions to close
@@ -172,7 +172,7 @@ def _serve_forks(args: list[str]) -> list[str] | None:
     return serve(int(args[0]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def task_main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == [FORK_SERVER_FLAG]:  # a cluster's fork server (ssptk.runtime.fork_server)
         try:
@@ -394,4 +394,4 @@ def _redirect_output(path: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(task_main())

@@ -58,7 +58,7 @@ ARRIVAL_FACTOR = 1.5
 #: (``exp_tcp_share.py``; against shaped runs of ssptk: ``benchmarks/experiments/exp_link_sharing.py``).
 HEAD_SHARE = 2.0
 _PULL, _PUSH, _LAND, _COMPUTE, _GAP, _BACK = 0, 1, 2, 3, 4, 5
-W = TypeVar("W")  # what the caller has in flight per worker
+_W = TypeVar("_W")  # what the caller has in flight per worker
 
 
 def cpu_seconds(step_s: float, workers: int, cores: float) -> float:
@@ -156,7 +156,7 @@ class LinkModel:
     def __bool__(self) -> bool:
         return self.in_flight > 0
 
-    def landings(self, work: Sequence[W]) -> Iterator[tuple[float, W]]:
+    def landings(self, work: Sequence[_W]) -> Iterator[tuple[float, _W]]:
         """Each step as it lands (:meth:`next`), ``(when, work[worker])``, until none is in flight."""
         while self.in_flight > 0:
             t, w = self.next()

@@ -14,7 +14,7 @@ from ssptk.analysis.tradeoff import tradeoff_table
 from ssptk.analysis.verdict import Verdict, verdict_of
 from ssptk.render.fit import foot_note, label_ticks
 from ssptk.render.style import NOTE_COLOR, NotebookFigure
-from ssptk.render.verdict import WHERE_THE_TRADEOFF_IS, marker, no_winner_box, verdict_lines
+from ssptk.render.verdict_words import WHERE_THE_TRADEOFF_IS, marker, no_winner_box, verdict_lines
 
 __all__ = ["WHERE_THE_TRADEOFF_IS", "tradeoff_figure", "tradeoff_lines"]
 
@@ -22,8 +22,9 @@ _PRICE, _GAIN, _TIME, _BAD = "tab:blue", "tab:green", "tab:purple", "tab:red"
 
 
 def tradeoff_lines(table: pd.DataFrame, verdict: Verdict | None = None) -> list[str]:
-    """What the time to the target says about the tradeoff, in words: :func:`ssptk.render.verdict.verdict_lines` of
-    the comparison's verdict (``verdict``, else the one ``table`` carries)."""
+    """What the time to the target says about the tradeoff, in words:
+    :func:`ssptk.render.verdict_words.verdict_lines` of the comparison's verdict (``verdict``, else the one ``table``
+    carries)."""
     return verdict_lines(verdict_of(table) if verdict is None else verdict)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ssptk.analysis.outcomes import DIVERGED, EARLY_PER_WORKER, FAILED, NEVER, SOME, Outcome
+from ssptk.analysis.outcomes import DIVERGED, EARLY_PER_WORKER, FAILED, NEVER, SOME, SettingOutcome
 from ssptk.analysis.verdict import Noise, Verdict
 from ssptk.analysis.verdict_facts import DC_NEGLIGIBLE, DelayCompensation, PaceGap, SkewOverStaleness
 from ssptk.core.divergence import DIVERGENCE_RULE, HELD_OUT_DIVERGENCE_RULE
@@ -33,11 +33,11 @@ def _names(labels: Iterable[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
 
-def _on(o: Outcome) -> str:
+def _on(o: SettingOutcome) -> str:
     return "held-out loss" if o.diverged_on == "held-out" else "training loss"
 
 
-def outcome_status(o: Outcome) -> str:
+def outcome_status(o: SettingOutcome) -> str:
     """How a setting ended, in a few words: ``reached the target``, ``never reached the target``, ``diverged
     (held-out loss)``, ``failed``, ``reached the target in 2 of its 3 runs``."""
     if o.reach == DIVERGED:
@@ -51,7 +51,7 @@ def outcome_status(o: Outcome) -> str:
     return "reached the target"
 
 
-def legend_mark(o: Outcome | None) -> str:
+def legend_mark(o: SettingOutcome | None) -> str:
     """What a legend adds to a setting's label: `` (DIVERGED)``, `` (DIVERGED, held-out)``, `` (1 of 3 DIVERGED)``,
     or nothing (``o``: ``None`` for a label the verdict does not have)."""
     if o is None or not o.diverged_runs:
@@ -60,7 +60,7 @@ def legend_mark(o: Outcome | None) -> str:
     return f" ({o.diverged_runs} of {o.runs} DIVERGED{which})" if o.reach != DIVERGED else f" (DIVERGED{which})"
 
 
-def marker(o: Outcome) -> str:
+def marker(o: SettingOutcome) -> str:
     """What a figure writes at a setting without a time or minibatches to the target: ``× diverged`` (over
     ``(held-out)`` on a second line, to stay as narrow as its neighbours'), ``× failed``, ``× not reached``."""
     if o.reach == DIVERGED:
@@ -82,7 +82,7 @@ def _noise_words(noise: Noise, lead: bool) -> str:
     return what if lead else f"within {what}"
 
 
-def _early_words(o: Outcome) -> str:
+def _early_words(o: SettingOutcome) -> str:
     of_run = f" ({_pct(o.share)} of its run)" if o.share is not None else ""
     return f"{o.label} reached the target after {o.per_worker:.3g} minibatches per worker{of_run}"
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ssptk.analysis.delay_comp import dc_correction_summary
+from ssptk.analysis.delay_comp_summary import dc_correction_summary
 from ssptk.analysis.held_out import held_out_curve, held_out_divergence, held_out_to_target
 from ssptk.analysis.metrics import prepare_steps, run_options, smoothing_window, start_time, summarize, time_to_target
 from ssptk.analysis.step_split import blocked_share, step_split
