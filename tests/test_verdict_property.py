@@ -219,7 +219,7 @@ def contradictions(spec: Spec, table: pd.DataFrame, verdict: Verdict) -> list[st
                 else "× diverged"
             if not marks or any(not m.startswith("× diverged") for m in marks) or want not in marks:
                 out.append(f"{label} diverged, its markers say {marks}")
-            if f"{label} never reached" in words:
+            if re.search(rf"(?<![\w·]){re.escape(label)} never reached", words):  # not async's, for sync
                 out.append(f"{label} diverged, yet 'never reached'")
         if reach == NEVER and (not marks or any(m != "× not reached" for m in marks)):
             out.append(f"{label} never reached the target, its markers say {marks}")

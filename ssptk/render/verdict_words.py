@@ -216,18 +216,22 @@ def no_winner_box(v: Verdict) -> str | None:
     return _BOX.get(v.kind)
 
 
-def _skew_line(f: SkewOverStaleness) -> str:
+def _skew_line(facts: list[SkewOverStaleness]) -> str:
+    """One sentence for every setting whose skew and staleness disagree: each one's figures, then why, once."""
     said = []
-    if f.far:
-        said.append(f"{f.label}'s max skew {f.max_skew} is far above its mean staleness {f.mean_staleness:.3g}")
-    if f.less_stale_than:
-        said.append(f"{f.label}, which no bound holds, has a lower mean staleness ({f.mean_staleness:.3g}) than "
-                    + _names(f"{label}'s {s:.3g}" for label, s in f.less_stale_than))
+    for f in facts:
+        if f.far:
+            said.append(f"{f.label}'s max skew {f.max_skew} is far above its mean staleness {f.mean_staleness:.3g}")
+        if f.less_stale_than:
+            said.append(f"{f.label}, which no bound holds, has a lower mean staleness ({f.mean_staleness:.3g}) than "
+                        + _names(f"{label}'s {s:.3g}" for label, s in f.less_stale_than))
+    whose = _names(f"{f.label}'s" for f in facts)
     return ("; ".join(said) + ": skew counts how many steps one worker got ahead of another, staleness how many "
             "updates landed between a step's read of the parameters and its own update. A worker that races ahead "
             "while the others wait (for a core on a busy machine, or in a pause) applies its updates with few others "
-            f"in between, so a large skew can come with a low staleness: here {f.label}'s workers took turns more "
-            "than they ran together, which says nothing about how stale it is in principle.")
+            f"in between, so a large skew can come with a low staleness: here {whose} workers took turns more "
+            f"than they ran together, which says nothing about how stale {'they are' if len(facts) > 1 else 'it is'} "
+            "in principle.")
 
 
 def dc_line(f: DelayCompensation) -> str:
@@ -256,8 +260,8 @@ def dc_line(f: DelayCompensation) -> str:
 
 def fact_lines(v: Verdict) -> list[str]:
     """The verdict's facts (:mod:`ssptk.analysis.verdict_facts`) in sentences."""
-    return [_skew_line(f) if isinstance(f, SkewOverStaleness) else dc_line(f) for f in v.facts
-            if isinstance(f, (SkewOverStaleness, DelayCompensation))]
+    skews = [f for f in v.facts if isinstance(f, SkewOverStaleness)]
+    return ([_skew_line(skews)] if skews else []) + [dc_line(f) for f in v.facts if isinstance(f, DelayCompensation)]
 
 
 _WHY = {"clock": "its clock came from a per-step overhead of {p} ms, this run calibrated {r} ms (predicted before "
