@@ -2,10 +2,12 @@
 
 Tasks started without ssptk's launcher (``srun``, a TFJob, by hand) find each other by address alone, and TensorFlow's
 gRPC servers accept whoever connects. Two Slurm jobs that meet on the same ports (``--port-base`` given by hand, or
-a block shared by chance) would let a worker of one job train on the other job's PS. So each PS task keeps its run
-id (``--run-id``; under Slurm ``slurm-<job>.<step>``) in a string variable, and a worker reads every PS task's
-right after it connects and before it touches any state of the run: another id fails the worker in one line naming
-both. The variable lives in the PS's default container, apart from the run's own state (the run id's container).
+a block shared by chance) would let a worker of one job train on the other job's PS. So each PS task keeps its run's
+identity (:func:`ssptk.runtime.host_dir.run_identity`: the run id, ``--run-id``, under Slurm ``slurm-<job>.<step>``,
+and a digest of the cluster spec and the run options) in a string variable, and a worker reads every PS task's right
+after it connects and before it touches any state of the run: another run id, or the same one started with other
+options, fails the worker in one line. The variable lives in the PS's default container, apart from the run's own
+state (the run id's container).
 """
 from __future__ import annotations
 
@@ -29,22 +31,29 @@ def _variable(tf: Any, ps: int, value: str) -> Any:
                            collections=[], use_resource=True)
 
 
-def publish(target: str, run_id: str, ps: int) -> None:
-    """On PS task ``ps``, right after its server started: keep ``run_id`` where workers read it."""
+def publish(target: str, identity: str, ps: int) -> None:
+    """On PS task ``ps``, right after its server started: keep the run's ``identity`` where workers read it."""
     import tensorflow as tf
 
     graph = tf.Graph()
     with graph.as_default():
-        init = _variable(tf, ps, run_id).initializer
+        init = _variable(tf, ps, identity).initializer
     config = tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/task:{ps}"])
     with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
         sess.run(init)
 
 
-def check(target: str, cluster: dict[str, list[str]], task: str, run_id: str, wait_s: float = 300.0) -> None:
-    """On a worker, before it joins the run: every PS task serves ``run_id``, else :class:`ForeignCluster` naming
-    both ids. A PS that has not published yet (it started a moment ago) is waited for up to ``wait_s``: on a
-    crowded node (2 cores, load 27) a PS took over 60 s from listening to publishing."""
+def _run_id(identity: str) -> str:
+    """The run id an identity ``<run id>:<digest>`` starts with (a bare run id: itself)."""
+    rid, sep, digest = identity.rpartition(":")
+    return rid if sep and len(digest) == 12 else identity
+
+
+def check(target: str, cluster: dict[str, list[str]], task: str, identity: str, wait_s: float = 300.0) -> None:
+    """On a worker, before it joins the run: every PS task serves this worker's run ``identity``, else
+    :class:`ForeignCluster` naming what differs (the run id, or the options and cluster spec under the same id). A PS
+    that has not published yet (it started a moment ago) is waited for up to ``wait_s``: on a crowded node (2 cores,
+    load 27) a PS took over 60 s from listening to publishing."""
     import tensorflow as tf
 
     graph = tf.Graph()
@@ -55,6 +64,7 @@ def check(target: str, cluster: dict[str, list[str]], task: str, run_id: str, wa
         values = [v.read_value() for v in names]
     config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:{task.replace(':', '/task:')}"])
     deadline = time.monotonic() + wait_s
+    run_id = _run_id(identity)
     with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
         while not all(sess.run(ready)):
             if time.monotonic() > deadline:
@@ -65,7 +75,13 @@ def check(target: str, cluster: dict[str, list[str]], task: str, run_id: str, wa
             time.sleep(0.2)
         for i, got in enumerate(sess.run(values)):
             theirs = got.decode(errors="replace")
-            if theirs != run_id:
+            if theirs == identity:
+                continue
+            where = f"this worker (run {run_id!r}) reached ps:{i} at {cluster['ps'][i]}"
+            if _run_id(theirs) != run_id:
                 raise ForeignCluster(
-                    f"this worker (run {run_id!r}) reached ps:{i} at {cluster['ps'][i]}, which serves run {theirs!r}: "
-                    "two runs share these ports (give each job its own --port-base, or leave it auto under Slurm)")
+                    f"{where}, which serves run {_run_id(theirs)!r}: two runs share these ports (give each job its own "
+                    "--port-base, or leave it auto under Slurm)")
+            raise ForeignCluster(
+                f"{where}, which serves that run started with other options or another --cluster: start every task "
+                "of a run with the same command line (only --task differs)")

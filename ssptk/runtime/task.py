@@ -222,9 +222,9 @@ def task_main(argv: list[str] | None = None) -> int:
                                        start=True)
     _ready(args.task)
     if job == "ps":
-        _ps(server, args.run_id, index, cluster)
+        _ps(server, args.run_id, identity, index, cluster)
         return 0
-    _worker(args, cluster, index, server.target, opts, spec, run_dir)
+    _worker(args, cluster, index, server.target, opts, spec, run_dir, identity)
     return 0
 
 
@@ -267,7 +267,7 @@ def _ready(task: str) -> None:
     report_ready(task)
 
 
-def _ps(server: Any, run_id: str, index: int, cluster: dict[str, list[str]]) -> None:
+def _ps(server: Any, run_id: str, identity: str | None, index: int, cluster: dict[str, list[str]]) -> None:
     """PS task ``index``: serve until the launcher stops it, or, started by hand, srun or a TFJob, until worker 0
     has saved the model (then exit 0: srun waits for every task)."""
     if os.environ.get("SSPTK_WATCH_PARENT") == "1":  # a launcher's PS: the launcher stops it
@@ -276,7 +276,7 @@ def _ps(server: Any, run_id: str, index: int, cluster: dict[str, list[str]]) -> 
     from ssptk.runtime.identity import publish
     from ssptk.runtime.ps_graph import wait_for_run_end
 
-    publish(server.target, run_id, index)  # workers check it when they connect (ssptk.runtime.identity)
+    publish(server.target, identity or run_id, index)  # workers check it when they connect (ssptk.runtime.identity)
     wait_for_run_end(server.target, run_id, len(cluster["ps"]))
     report_end(f"ps:{index}", DONE)
     # the workers close their sessions just after the run is over: a PS gone at once makes each of them log
@@ -286,7 +286,7 @@ def _ps(server: Any, run_id: str, index: int, cluster: dict[str, list[str]]) -> 
 
 
 def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int, target: str, opts: RunOptions,
-            spec: Any, run_dir: str) -> None:
+            spec: Any, run_dir: str, identity: str | None) -> None:
     """A worker task of the processes layout: its runs (one, or one per stdin line with ``--serve``), then exit."""
     from ssptk.core.models import load_model
     from ssptk.runtime.local_loop import trainer_for
@@ -306,7 +306,7 @@ def _worker(args: argparse.Namespace, cluster: dict[str, list[str]], index: int,
         if os.environ.get("SSPTK_WATCH_PARENT") != "1":  # not the launcher's task (its PS publishes no identity)
             from ssptk.runtime.identity import check
 
-            check(target, cluster, args.task, args.run_id)  # never another run's PS (ssptk.runtime.identity)
+            check(target, cluster, args.task, identity or args.run_id)  # never another run's PS (its identity)
         trainer_for(opts.mode)(spec, opts, cluster, index, target, run_dir, container=args.run_id,
                                incarnation=args.rejoin).run(rejoin=args.rejoin)
 
