@@ -157,7 +157,7 @@ FIGURE_LEGEND = {
     "time_to_target_s": "to target s / mb: seconds and minibatches until the loss first reached the target below",
     "max_skew": "max skew: most minus least completed steps (SSP: at most S+1)",
     "wait_fraction": "wait: share of worker time blocked by the mode (sync: the slowest; ssp: the bound; "
-                     "local: averages; allreduce: the all-reduce call, less its transfer where --network times it)",
+                     "local: averages)",
     "mean_staleness": "staleness: mean updates applied between a step's read of the parameters and its own",
     "mb_per_minibatch": "MB/step: megabytes the workers sent and received per minibatch, measured on their links",
     "link_busy": "net busy: the busiest shaped link's traffic over the run, as a share of its --network rate",

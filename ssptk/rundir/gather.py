@@ -4,17 +4,16 @@
 host of worker 0, which writes them; every worker's JSONL log; the task logs and status files, the PS's too),
 refusing directories that are not of one run: their tasks recorded other run identities (``tasks/<task>.json``,
 ``config.json``'s ``run_identity``: :mod:`ssptk.rundir.task_status`), or, where older runs recorded none, their
-``config.json`` options differ. Only regular files up to :data:`~ssptk.rundir.contract.MAX_LOG_BYTES` are copied
-(a FIFO, a directory or a device where a file should be is left behind, said in one line). ``ssptk report
+``config.json`` options differ. Only regular files up to :data:`~ssptk.rundir.contract.MAX_LOG_BYTES` are copied,
+each checked on the descriptor it is copied from (a FIFO, a directory or a device where a file should be, even one
+swapped in after a check, is left behind, said in one line). ``ssptk report
 DIR DIR ...`` reads the gathered directory.
 """
 from __future__ import annotations
 
-import filecmp
 import os
-import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ssptk.core.errors import UsageError
 from ssptk.rundir.claim import os_reason
@@ -43,7 +42,7 @@ def gather(sources: list[str], dest: str, warn: Callable[[str], None] | None = N
         if options[rd.path] != options[first.path]:
             raise UsageError(f"{first.path} and {rd.path} are not one run: their config.json options differ")
     out = _destination(dest)
-    shutil.copy2(first.config_path, out.config_path)
+    _copy(first.config_path, out.config_path, say, first.path)
     for rd in rds:
         _merge(rd.workers_dir, out.workers_dir, lambda n: n.endswith(".jsonl"), rd.path, say)
         _merge(rd.logs_dir, out.logs_dir, lambda n: n.endswith(".log"), rd.path, say)
@@ -97,19 +96,71 @@ def _destination(dest: str) -> RunDir:
     return out
 
 
+def _open_regular(path: str, say: Callable[[str], None]) -> tuple[int, os.stat_result] | None:
+    """An open descriptor of ``path`` and its status when it is a regular file of at most :data:`MAX_LOG_BYTES`
+    (after links), checked on the descriptor itself, so a file swapped for a FIFO or a device after a check is never
+    read (opened without blocking; a missing one is not said). The caller closes the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_LOG_BYTES:
+        return fd, st
+    os.close(fd)
+    say(f"{path}: not a regular file: left behind" if not stat.S_ISREG(st.st_mode) else
+        f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB: left behind")
+    return None
+
+
 def _copyable(path: str, say: Callable[[str], None]) -> bool:
     """``path`` is a regular file of at most :data:`MAX_LOG_BYTES` (after links); a missing one is not said."""
+    opened = _open_regular(path, say)
+    if opened is not None:
+        os.close(opened[0])
+    return opened is not None
+
+
+def _chunks(fd: int) -> Iterator[bytes]:
+    """The bytes of the open file ``fd``, up to :data:`MAX_LOG_BYTES` (a file that grows is cut there)."""
+    left = MAX_LOG_BYTES
+    while left > 0:
+        chunk = os.read(fd, min(left, 2**20))
+        if not chunk:
+            return
+        left -= len(chunk)
+        yield chunk
+
+
+def _same(fd: int, target: str) -> bool:
+    """Whether the open file ``fd`` holds what ``target`` holds."""
+    with open(target, "rb") as f:
+        for chunk in _chunks(fd):
+            if f.read(len(chunk)) != chunk:
+                return False
+        return f.read(1) == b""
+
+
+def _copy(path: str, target: str, say: Callable[[str], None], origin: str) -> None:
+    """Copy the regular file ``path`` to ``target`` from one open descriptor (its mode and times too); an existing
+    ``target`` with other content is two runs mixed up."""
+    opened = _open_regular(path, say)
+    if opened is None:
+        return
+    fd, st = opened
     try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        say(f"{path}: not a regular file: left behind")
-        return False
-    if st.st_size > MAX_LOG_BYTES:
-        say(f"{path}: larger than {MAX_LOG_BYTES // 2**20} MiB: left behind")
-        return False
-    return True
+        if os.path.exists(target):
+            if _same(fd, target):
+                return  # the same file seen twice (a file system the hosts share)
+            raise UsageError(f"{os.path.basename(path)} is in two of these directories with different content (the "
+                             f"second in {origin}): is each worker's log from one host only?")
+        with open(target, "xb") as out:
+            for chunk in _chunks(fd):
+                out.write(chunk)
+        os.chmod(target, stat.S_IMODE(st.st_mode))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(fd)
 
 
 def _merge(src: str, dst: str, wanted: Callable[[str], bool], origin: str, say: Callable[[str], None]) -> None:
@@ -117,12 +168,5 @@ def _merge(src: str, dst: str, wanted: Callable[[str], bool], origin: str, say: 
     if not os.path.isdir(src):
         return
     for name in sorted(os.listdir(src)):
-        if not wanted(name) or not _copyable(os.path.join(src, name), say):
-            continue
-        target = os.path.join(dst, name)
-        if os.path.exists(target):
-            if filecmp.cmp(os.path.join(src, name), target, shallow=False):
-                continue  # the same file seen twice (a file system the hosts share)
-            raise UsageError(f"{name} is in two of these directories with different content (the second in "
-                             f"{origin}): is each worker's log from one host only?")
-        shutil.copy2(os.path.join(src, name), target)
+        if wanted(name):
+            _copy(os.path.join(src, name), os.path.join(dst, name), say, origin)
