@@ -345,15 +345,27 @@ def test_the_format_check_sees_violations(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 #: What a summary.json or config.json (or a section of one) is called where the code holds it: a variable, attribute
-#: or method named so (``summary``, ``r.summary``, ``rd.config()``, ``stored``).
-CONTRACT_NAMES = re.compile(r"^(summary|summaries|config|cfg|stored)$")
+#: or method named so (``summary``, ``r.summary``, ``rd.config()``, ``stored``, ``rd.final()``, ``rd.traffic()``).
+CONTRACT_NAMES = re.compile(r"^(summary|summaries|config|cfg|stored|final|traffic)$")
 
 
 def contract_keys() -> set[str]:
-    """The keys of summary.json and config.json, their sections included, as their typed owners declare them."""
-    from ssptk.rundir import Predicted, RunConfig, StoredOptions, Summary, TaskInfo, TrafficSection
+    """The keys of summary.json, config.json, model/final.json and traffic.json, their sections included, as their
+    typed owners declare them."""
+    from ssptk.rundir import (
+        FinalModel,
+        LinkTraffic,
+        Predicted,
+        RunConfig,
+        StoredOptions,
+        Summary,
+        TaskBytes,
+        TaskInfo,
+        TrafficSection,
+    )
 
-    return {k for view in (Summary, TrafficSection, Predicted, RunConfig, TaskInfo, StoredOptions) for k in view.KEYS}
+    return {k for view in (Summary, TrafficSection, Predicted, RunConfig, TaskInfo, StoredOptions, FinalModel,
+                           LinkTraffic, TaskBytes) for k in view.KEYS}
 
 
 def _names(node: ast.expr) -> Iterator[str]:
@@ -388,11 +400,13 @@ def _key_read(n: ast.AST) -> tuple[str, ast.expr] | None:
 #: :data:`CONTRACT_NAMES` is taken for a read of the files: a cluster spec's ``cluster``; a divergence check's
 #: ``diverged_at_step``; model/final.json's ``params``; a comparison table's attrs (``target``, ``target_on``,
 #: ``predicted``, ``traffic_not_measured``); traffic.json's and the links' counters (``tasks``, ``rates``); a
-#: predicted run's job (``run_dir``); an event record's ``signal``; the keyword options of a run (``warm``).
+#: predicted run's job (``run_dir``); an event record's ``signal``; the keyword options of a run (``warm``); a held-out
+#: evaluation's record, and its curve's columns (``eval_loss``, ``eval_accuracy``: model/final.json's too).
 #: Every other key of theirs that is not a table column, a step record's field or an option is theirs alone, and
 #: read by key nowhere outside ``rundir/``, whatever the name it is read through.
 SHARED_KEYS = frozenset({"cluster", "diverged_at_step", "params", "target", "target_on", "predicted",
-                         "traffic_not_measured", "tasks", "rates", "run_dir", "signal", "warm"})
+                         "traffic_not_measured", "tasks", "rates", "run_dir", "signal", "warm", "eval_loss",
+                         "eval_accuracy"})
 
 
 def contract_only_keys() -> set[str]:
@@ -419,7 +433,7 @@ def contract_read_problems() -> list[str]:
             if read is not None and (read[0] in only or read[0] in keys
                                      and any(CONTRACT_NAMES.match(x) for x in _names(read[1]))):
                 found.append(f"{m}:{n.lineno} reads {ast.unparse(read[1])}[{read[0]!r}] by key: use the attribute "
-                             f"of ssptk.rundir.Summary / RunConfig")
+                             f"of ssptk.rundir.Summary / RunConfig / FinalModel / LinkTraffic")
     return found
 
 
@@ -429,12 +443,13 @@ def test_contract_files_are_read_through_their_owners() -> None:
 
 
 def test_the_contract_read_check_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A planted read by key of a summary's or a config's key is found outside rundir/, through any chain that names
+    """A planted read by key of a summary's, a config's, a final model's or a traffic file's key is found outside rundir/, through any chain that names
     the file; a key that is not the files', a write, and the same reads inside rundir/ are not."""
     planted = {"ssptk.render.a": 'x = r.summary["steps_per_s"]\ny = rd.config().get("tasks")\n'
                                  'z = summary.traffic.get("split")\nsummary["target"] = 1.0\n'
                                  'w = summary["not_a_key"]\nv = row["steps_per_s"]\nu = s.get("overhead_ms")\n'
-                                 't = table.attrs["target"]\n',
+                                 't = table.attrs["target"]\nq = rd.final()["eval_loss"]\n'
+                                 'o = rd.traffic().get("network")\nk = counts["sent"]\n',
                "ssptk.rundir.b": 'x = r.summary["steps_per_s"]\ny = s.get("overhead_ms")\n'}
     modules = {}
     for name, text in planted.items():
@@ -445,7 +460,9 @@ def test_the_contract_read_check_sees_violations(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(__import__(__name__), "MODULES", modules)
     assert [p.split(" by key")[0] for p in contract_read_problems()] == [
         "ssptk.render.a:2 reads r.summary['steps_per_s']", "ssptk.render.a:3 reads rd.config()['tasks']",
-        "ssptk.render.a:4 reads summary.traffic['split']", "ssptk.render.a:8 reads s['overhead_ms']"]
+        "ssptk.render.a:4 reads summary.traffic['split']", "ssptk.render.a:8 reads s['overhead_ms']",
+        "ssptk.render.a:10 reads rd.final()['eval_loss']", "ssptk.render.a:11 reads rd.traffic()['network']",
+        "ssptk.render.a:12 reads counts['sent']"]
 
 
 #: Rules with one owner each: a line matching the pattern may only be in the owner modules.

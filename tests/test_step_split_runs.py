@@ -105,7 +105,9 @@ def test_every_mode_splits_a_step_into_parts_that_add_up_and_agree_with_its_reco
     if mode == "sync":
         assert blocked > 0.01  # three workers' pushes through one PS link: the earlier ones wait at the barrier
     if ring:  # the all-reduce call holds the collective's transfer
-        assert blocked > split.transfer and split.wait == pytest.approx(blocked - split.transfer, abs=1e-6)
+        # (the estimate, bytes at the link's rate, can pass the call's time: 0.895 of the step against a call of 0.879
+        # in one run on a busy machine; then no wait is left)
+        assert split.wait == pytest.approx(max(0.0, blocked - split.transfer), abs=1e-6)
     else:  # the worker's own tensors are not on the wire while the mode blocks it
         assert split.wait == pytest.approx(min(blocked, 1.0 - split.transfer), abs=1e-6)
 

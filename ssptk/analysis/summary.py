@@ -56,9 +56,9 @@ def run_summary(run_dir: str | RunDir, opts: RunOptions, failure: TaskFailure | 
     else:  # the simulator's own clock: nothing measured to hold against it
         s.update(overhead_ms=1000.0 * float(predicted.overhead_s or 0.0), ideal_steps_per_s=None,
                  measured_over_ideal=None, gap_ms=1000.0 * float(predicted.gap_s or 0.0), predicted=dict(predicted))
-    s.update(final_loss=final.get("eval_loss"), final_accuracy=final.get("eval_accuracy"))
+    s.update(final_loss=final.eval_loss, final_accuracy=final.eval_accuracy)
     s.update(_diverged_on(steps, events, s))
-    s.update(params=final.get("params") if opts.model == "linear" else None, run_dir=rd.path)
+    s.update(params=final.params if opts.model == "linear" else None, run_dir=rd.path)
     return s, (steps, events, config, s)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from ssptk.analysis.step_split import split_of, unblocked_transfer
-from ssptk.rundir import Summary, TrafficSection
+from ssptk.rundir import LinkTraffic, Summary, TaskBytes, TrafficSection
 
 __all__ = ["link_capacity", "traffic_summary", "worker_cpu_s"]
 
@@ -45,7 +45,7 @@ def worker_cpu_s(events: pd.DataFrame) -> float | None:
     return max(0.0, float((by["done"] - by["start"]).sum()))
 
 
-def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: float | None,
+def traffic_summary(traffic: Mapping[str, Any], minibatches: int | None, wall_s: float | None,
                     workers: int | None = None, wait_fraction: float | None = None,
                     cpu_s: float | None = None, steps: pd.DataFrame | None = None) -> dict[str, Any]:
     """The summary's ``traffic`` section, or ``{}`` for a run that measured none.
@@ -60,21 +60,22 @@ def traffic_summary(traffic: dict[str, Any], minibatches: int | None, wall_s: fl
       ``compute_ms`` (``cpu_s``, the workers' CPU seconds, per minibatch), ``wait_ms``; and ``split``, those as a
       partition of the step (:func:`ssptk.analysis.step_split.split_of`).
     """
-    tasks = traffic.get("tasks") if isinstance(traffic, dict) else None
-    if not isinstance(tasks, dict) or not tasks:
+    traffic = LinkTraffic.of(traffic)
+    if not traffic.tasks:
         return {}
-    counts = {t: (int(c.get("sent", 0)), int(c.get("received", 0))) for t, c in tasks.items() if isinstance(c, dict)}
+    counts = {t: (int(TaskBytes.of(c).sent), int(TaskBytes.of(c).received)) for t, c in traffic.tasks.items()
+              if isinstance(c, dict)}
     n = minibatches or 0
 
     def per_minibatch(role: str) -> float | None:
         total = sum(s + r for t, (s, r) in counts.items() if t.startswith(role))
         return total / n / 1e6 if n else None
 
-    rates = traffic.get("rates") or {}
+    rates = traffic.rates
     busy = {t: max(s, r) * 8 / (float(rates[t]) * wall_s) for t, (s, r) in counts.items()
             if rates.get(t) and wall_s}
     busiest = max(busy.items(), key=lambda kv: kv[1]) if busy else None
-    out = {"network": traffic.get("network"), "mb_per_minibatch": per_minibatch("worker:"),
+    out: dict[str, Any] = {"network": traffic.network, "mb_per_minibatch": per_minibatch("worker:"),
            "ps_mb_per_minibatch": per_minibatch("ps:"),
            "link_busy": busy, "busiest": None if busiest is None else [busiest[0], busiest[1]],
            "tasks": {t: {"sent": s, "received": r} for t, (s, r) in counts.items()},
@@ -123,7 +124,7 @@ def link_capacity(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         counts = tasks.get(task)
         if not rate or not isinstance(counts, Mapping):
             continue
-        per_minibatch = max(float(counts.get("sent") or 0), float(counts.get("received") or 0)) / n
+        per_minibatch = max(TaskBytes.of(counts).sent, TaskBytes.of(counts).received) / n
         if per_minibatch <= 0:
             continue
         limit = float(rate) / 8 / per_minibatch

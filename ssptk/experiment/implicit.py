@@ -73,7 +73,7 @@ def _real(workers: Sequence[int], seeds: int, lr: float, updates: int, target: f
             runs[n].append(r)
             t = linear_trajectory(r.df, r.options)
             trajectories.append(t)
-            final = RunDir(r.run_dir).final().get("params") or {}
+            final = RunDir(r.run_dir).final().params
             if final:
                 errors[n] = max(errors.get(n, 0.0), float(np.max(np.abs(t.versions[-1] - [final["w"], final["b"]]))))
         settles[n] = settle_updates([excess_loss(t.versions) for t in trajectories], target)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ssptk.analysis.step_split import PARTS, StepSplit, step_split
 from ssptk.analysis.traffic import link_capacity
-from ssptk.rundir import Summary, TrafficSection
+from ssptk.rundir import Summary, TaskBytes, TrafficSection
 
 __all__ = ["CAPACITY_SENTENCE", "SPLIT_SENTENCE", "network_section", "split_html", "split_legend", "split_text",
            "split_words", "status_text"]
@@ -201,7 +201,8 @@ def _tasks_table(summaries: Mapping[str, Summary]) -> str:
         for s in summaries.values():
             counts = (s.traffic or TrafficSection()).tasks.get(task)
             n = _steps_of(task, s)
-            cells.append(f"{_num(counts['sent'] / n / 1e3)} / {_num(counts['received'] / n / 1e3)}"
+            b = TaskBytes.of(counts)
+            cells.append(f"{_num(b.sent / n / 1e3)} / {_num(b.received / n / 1e3)}"
                          if isinstance(counts, Mapping) and n else "-")
         rows.append(f"<tr><td>{html.escape(task)}</td>" + "".join(f"<td>{c}</td>" for c in cells)
                     + "</tr>")

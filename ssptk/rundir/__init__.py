@@ -20,11 +20,12 @@ from ssptk.rundir import trace as _trace  # noqa: F401  (installs the reader of 
 from ssptk.rundir.comparison import ComparisonDir
 from ssptk.rundir.config_file import RunConfig, StoredOptions, TaskInfo
 from ssptk.rundir.layout import USER_MODEL_FILE, RunDir, read_json, recorded_cores, task_log_name
+from ssptk.rundir.model_files import FinalModel, LinkTraffic, TaskBytes
 from ssptk.rundir.summary_file import Predicted, Summary, TrafficSection
 
-__all__ = ["USER_MODEL_FILE", "ComparisonDir", "JsonlTail", "Predicted", "RunConfig", "RunDir", "RunLogReader",
-           "StoredOptions", "Summary", "TaskInfo", "TrafficSection", "load_run", "read_json", "read_run",
-           "recorded_cores", "task_log_name"]
+__all__ = ["USER_MODEL_FILE", "ComparisonDir", "FinalModel", "JsonlTail", "LinkTraffic", "Predicted", "RunConfig",
+           "RunDir", "RunLogReader", "StoredOptions", "Summary", "TaskBytes", "TaskInfo", "TrafficSection",
+           "load_run", "read_json", "read_run", "recorded_cores", "task_log_name"]
 
 _READERS = ("JsonlTail", "RunLogReader", "load_run", "read_run")
 

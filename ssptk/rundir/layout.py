@@ -24,6 +24,7 @@ from ssptk.rundir.contract import (
     check_traffic,
     load_json,
 )
+from ssptk.rundir.model_files import FinalModel, LinkTraffic
 from ssptk.rundir.space import write_whole
 from ssptk.rundir.summary_file import Summary
 
@@ -194,8 +195,9 @@ class RunDir:
         """``summary.json`` (:class:`~ssptk.rundir.summary_file.Summary`; empty where it is missing)."""
         return Summary(check_summary(read_json(self.summary_path))[0])
 
-    def final(self) -> dict[str, Any]:
-        return check_final(read_json(self.final_path))[0]
+    def final(self) -> FinalModel:
+        """``model/final.json`` (empty where the run wrote none)."""
+        return FinalModel.of(check_final(read_json(self.final_path))[0])
 
     # --- writers --------------------------------------------------------------------------------
     def write_config(self, opts: RunOptions, cluster: dict[str, list[str]], gpus: dict[str, str | None],
@@ -231,9 +233,10 @@ class RunDir:
     def write_summary(self, summary: Summary | dict[str, Any]) -> None:
         _write_json(self.summary_path, summary)
 
-    def traffic(self) -> dict[str, Any]:
-        """``traffic.json`` (``{}`` where the run measured none: no private namespace, or an older run)."""
-        return check_traffic(read_json(self.traffic_path))[0] if os.path.exists(self.traffic_path) else {}
+    def traffic(self) -> LinkTraffic:
+        """``traffic.json`` (empty where the run measured none: no private namespace, or an older run)."""
+        return LinkTraffic.of(check_traffic(read_json(self.traffic_path))[0] if os.path.exists(self.traffic_path)
+                              else {})
 
     def write_traffic(self, traffic: dict[str, Any], before: dict[str, Any] | None = None) -> None:
         """What each task sent and received through its link during the run (``docs/run-directory.md``): the
