@@ -22,6 +22,13 @@ def _start(cluster: dict[str, list[str]], task: str, run_id: str, out: Path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def _end(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+        p.stdout.close()  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("worker_run", ["slurm-41.0", "slurm-42.0"])
 def test_a_worker_of_another_run_fails_in_one_line(tmp_path: Path, worker_run: str) -> None:
     """The PS serves slurm-42.0; its own worker trains, a worker of slurm-41.0 stops before touching any state."""
@@ -46,10 +53,7 @@ def test_a_worker_of_another_run_fails_in_one_line(tmp_path: Path, worker_run: s
             assert [e.get("event") for e in events] == ["error"] and "slurm-42.0" in events[0]["message"]
             assert procs[0].poll() is None  # the other run's PS is untouched: its own workers may still come
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-            p.stdout.close()  # type: ignore[union-attr]
+        _end(procs)
     assert_gone(str(tmp_path))
 
 
@@ -73,9 +77,6 @@ def test_a_worker_started_with_other_options_fails_at_connect(tmp_path: Path) ->
         assert not (out / "model" / "final.json").exists() and "Traceback" not in text
         assert procs[0].poll() is None
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-            p.stdout.close()  # type: ignore[union-attr]
+        _end(procs)
     assert_gone(str(tmp_path))
 

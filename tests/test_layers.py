@@ -173,6 +173,21 @@ def test_contributing_states_these_limits() -> None:
     assert not missing, f"CONTRIBUTING.md's layer table has no row for {missing}"
 
 
+def plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: dict[str, str],
+          doc: str = '"""doc"""') -> None:
+    """Make the checks read only the modules ``planted`` (dotted name -> source after the docstring ``doc``), written
+    under ``tmp_path``: a name of a package (``ssptk.render``) is its ``__init__.py``."""
+    modules = {}
+    for name, text in planted.items():
+        parts = name.split(".")
+        path = (tmp_path.joinpath(*parts) / "__init__.py" if len(parts) == 2
+                else tmp_path.joinpath(*parts).with_suffix(".py"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{doc}\n{text}")
+        modules[name] = path
+    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+
+
 def test_the_checker_sees_violations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks above can fail: a planted upward import, cycle and private import are found."""
     fake = {"ssptk.core.a": "from ssptk.render.b import _x\n", "ssptk.render.b": "import ssptk.core.a\n"}
@@ -267,15 +282,7 @@ def test_the_name_check_sees_violations(tmp_path: Path, monkeypatch: pytest.Monk
                "ssptk.analysis.table": "from ssptk.analysis.numbers import Outcome\nLIMIT: int = 4\n",
                "ssptk.notebook.magics": "def load_ipython_extension(ip):\n    pass\nLIMIT = 5\n",
                "ssptk.render": "", "ssptk.analysis": ""}
-    modules = {}
-    for name, text in planted.items():
-        parts = name.split(".")
-        path = (tmp_path.joinpath(*parts) / "__init__.py" if len(parts) == 2
-                else tmp_path.joinpath(*parts).with_suffix(".py"))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'"""doc"""\n{text}')
-        modules[name] = path
-    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+    plant(tmp_path, monkeypatch, planted)
     assert name_problems() == [
         "ssptk.analysis.numbers, ssptk.render.numbers share the file name numbers.py: name each for what it holds in "
         "its layer",
@@ -330,13 +337,7 @@ def test_the_format_check_sees_violations(tmp_path: Path, monkeypatch: pytest.Mo
     planted = {"ssptk.render.a": 'import os\np = os.path.join("x", "summary.json")\nq = f"{p}/rep-{1}"\n',
                "ssptk.analysis.b": 'COLS = ("t", "worker", "step", "global_step", "loss")\n',
                "ssptk.rundir.c": 'NAME = "summary.json"\n'}
-    modules = {}
-    for name, text in planted.items():
-        path = tmp_path.joinpath(*name.split(".")).with_suffix(".py")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'"""Writes summary.json."""\n{text}')
-        modules[name] = path
-    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+    plant(tmp_path, monkeypatch, planted, doc='"""Writes summary.json."""')
     assert format_problems() == [
         "ssptk.analysis.b:2 lists the step record's fields ['t', 'worker', 'step', 'global_step', 'loss']: "
         "use ssptk.core.records",
@@ -451,13 +452,7 @@ def test_the_contract_read_check_sees_violations(tmp_path: Path, monkeypatch: py
                                  't = table.attrs["target"]\nq = rd.final()["eval_loss"]\n'
                                  'o = rd.traffic().get("network")\nk = counts["sent"]\n',
                "ssptk.rundir.b": 'x = r.summary["steps_per_s"]\ny = s.get("overhead_ms")\n'}
-    modules = {}
-    for name, text in planted.items():
-        path = tmp_path.joinpath(*name.split(".")).with_suffix(".py")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'"""doc"""\n{text}')
-        modules[name] = path
-    monkeypatch.setattr(__import__(__name__), "MODULES", modules)
+    plant(tmp_path, monkeypatch, planted)
     assert [p.split(" by key")[0] for p in contract_read_problems()] == [
         "ssptk.render.a:2 reads r.summary['steps_per_s']", "ssptk.render.a:3 reads rd.config()['tasks']",
         "ssptk.render.a:4 reads summary.traffic['split']", "ssptk.render.a:8 reads s['overhead_ms']",
