@@ -171,12 +171,16 @@ def _outcome(verdict: Verdict, label: str) -> SettingOutcome | None:
     return next((o for o in verdict.outcomes if o.label == label), None)
 
 
+def _summary_of(value: pd.DataFrame | Sequence[Any]) -> Summary:
+    """The run's summary.json content, where ``value`` is a ``(steps, events, config, summary)`` tuple (else empty)."""
+    stored = value[3] if not isinstance(value, pd.DataFrame) and len(value) > 3 else None
+    return Summary.of(stored)
+
+
 def _run_tuple(value: pd.DataFrame | Sequence[Any]) -> RunTuple:
     """``value`` as the analysis layer's ``(steps, events, config, summary)``; what it lacks is empty."""
     steps, events = _as_run(value)
-    stored = value[3] if not isinstance(value, pd.DataFrame) and len(value) > 3 else None
-    return (steps, pd.DataFrame() if events is None else events, _config_of(value) or {},
-            stored if isinstance(stored, Mapping) else {})
+    return steps, pd.DataFrame() if events is None else events, _config_of(value) or {}, _summary_of(value)
 
 
 def comparison_tables(runs: Mapping[str, Any], target: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -221,7 +225,7 @@ def comparison_figure(runs: Mapping[str, pd.DataFrame | Sequence[Any]], verdict:
     for i, (label, value) in enumerate(runs.items()):
         run_color = color(i, n)
         values = list(Repeats.of(value))
-        reps = [(*_as_run(v), Summary.of(_run_tuple(v)[3])) for v in values]
+        reps = [(*_as_run(v), _summary_of(v)) for v in values]
         drawn = [(steps, events, stored) for steps, events, stored in reps if steps is not None and not steps.empty]
         if not drawn:
             ax_t.plot([], [], color=run_color, label=f"{label} (no records)")
