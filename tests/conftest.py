@@ -169,6 +169,29 @@ LONG_FIRST = ("test_notebooks.py", "test_runs_cli.py", "test_restart.py", "test_
               "test_repeat.py", "test_warm.py", "test_watchdog.py")
 
 
+#: Why a test that shapes links is skipped (or, under CI, fails) where iproute2 is not installed.
+NEEDS_TC = "shapes links with --network: needs iproute2's tc and ip (sudo apt-get install iproute2)"
+
+
+def has_tc() -> bool:
+    """Whether ``tc`` and ``ip`` are here (on PATH or where the system keeps them), as ``--network`` needs them."""
+    from ssptk.launch import tools
+
+    return tools.find("tc") is not None and tools.find("ip") is not None
+
+
+def traffic_here() -> str:
+    """What a run's ``config.json`` says of its traffic on this machine (``tasks.traffic``): measured, or, where
+    iproute2 is missing, not measured and why."""
+    return "measured" if has_tc() else "not measured (tc is not on PATH, in /usr/sbin or /sbin; package iproute2 has it)"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs_tc`` where iproute2 is missing: skipped, saying so (a failure under CI)."""
+    if item.get_closest_marker("needs_tc") is not None and not has_tc():
+        skip_or_fail(NEEDS_TC)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import assert_gone, cluster_processes, skip_or_fail, ssptk_cmd, warm_processes
+from conftest import assert_gone, cluster_processes, skip_or_fail, ssptk_cmd, traffic_here, warm_processes
 
 import ssptk
 from ssptk.core.resources import machine_cores
@@ -164,7 +164,7 @@ def test_warm_cluster_ports_reachable_only_inside_its_namespace(tmp_path: Path, 
     again = ssptk.run(out=str(tmp_path / "b"), warm=True, steps=20, **COMMON)
     assert again.ok and again.config["tasks"] == {"warm": True, "reused": True, "runs_served": 2,
                                                    "layout": "processes", "isolation": "netns",
-                                                   "cores": machine_cores(), "traffic": "measured",
+                                                   "cores": machine_cores(), "traffic": traffic_here(),
                                                    "tracking": tracking.method()}
     assert ssptk.shutdown() == 1
     assert cluster.namespace is None  # closed with the cluster
@@ -194,7 +194,7 @@ def test_cold_run_is_isolated_while_it_trains_and_its_files_are_ours(tmp_path: P
     r = ssptk.run(out=str(out), steps=300, straggler=["0:0.01", "1:0.01"], **COMMON)
     t.join()
     assert r.ok and r.config["tasks"] == {"warm": False, "layout": "processes", "isolation": "netns",
-                                          "cores": machine_cores(), "traffic": "measured",
+                                          "cores": machine_cores(), "traffic": traffic_here(),
                                           "tracking": tracking.method()}
     assert probes.pop(0) == [True], "the tasks ended before the ports were probed"
     assert len(probes) == 3 and not any(any(v) for v in probes.values()), probes

@@ -15,7 +15,7 @@ from conftest import assert_gone
 import ssptk
 from ssptk.core.errors import RunFailed, UsageError
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_tc]
 MLP = {"model": "mlp:256", "gpus": "none", "workers": 2}  # 85 k parameters: ~0.35 MB per pull and per push
 
 

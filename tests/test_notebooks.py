@@ -60,9 +60,11 @@ def test_there_are_notebooks() -> None:
 #: quickstart.ipynb runs whole in JupyterLab in tests/test_browser.py (errors, figures, widgets, no task left) where the
 #: browser is there, as it is under CI: not twice
 IN_LAB = pytest.mark.skipif(browser_available(), reason="tests/test_browser.py runs it in JupyterLab")
+#: marks of single notebooks: quickstart runs in JupyterLab where a browser is; network shapes links
+MARKS = {"quickstart.ipynb": IN_LAB, "network.ipynb": pytest.mark.needs_tc}
 
 
-@pytest.mark.parametrize("name", [pytest.param(p.name, marks=IN_LAB) if p.name == "quickstart.ipynb" else p.name
+@pytest.mark.parametrize("name", [pytest.param(p.name, marks=MARKS[p.name]) if p.name in MARKS else p.name
                                   for p in NOTEBOOKS])
 def test_notebook_runs_clean(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSPTK_NOTEBOOK_QUICK", "1")  # notebooks that honour it run a smaller version of a long cell

@@ -123,6 +123,7 @@ def test_a_restarted_worker_finds_the_slots_the_ps_kept(run_dir: Path, mode: str
     assert abs(r.summary["params"]["w"] - 2.0) < 0.15 and abs(r.summary["params"]["b"] - 10.0) < 0.15
 
 
+@pytest.mark.needs_tc
 def test_the_slots_cost_no_byte_on_the_wire(tmp_path: Path) -> None:
     """The slots live beside their variables on the PS: a shaped run's bytes per minibatch are SGD's. What Adam adds
     is not its slots' bytes: the checkpoint reads each slot once at the end (2 x 0.34 MB), and every 10th step's full

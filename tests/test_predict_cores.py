@@ -217,6 +217,7 @@ def test_a_comparison_of_predictions_says_whose_cores() -> None:
 # --- a real run and its prediction ------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.needs_tc
 @pytest.mark.usefixtures("module_warm_clusters")
 def test_compare_predict_records_and_uses_the_cores_the_runs_had(tmp_path: Path) -> None:
     """A shaped run records the cores it had; its summary's ideal and its prediction let the workers share them."""

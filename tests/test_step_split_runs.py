@@ -22,7 +22,7 @@ from ssptk.render.text import format_summary
 from ssptk.render.traffic_words import network_section, split_text, split_words
 from ssptk.rundir.logs import read_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs_tc]
 MODES = [("sync", 3), ("ssp:2", 3), ("async", 3), ("local:4", 2), ("allreduce", 2)]
 TIMED = ("sync", "ssp:2", "async")
 
