@@ -184,7 +184,9 @@ def test_what_a_killed_worker_started_dies_with_it_while_the_run_goes_on(tmp_pat
         worker1 = [p for p in cluster_processes(str(run_dir)) if "--task worker:1" in " ".join(p.cmdline())]
         assert len(orphans) == 2 and len(worker1) == 1
         worker1[0].kill()
-        assert_dead(orphans, within=5.0)
+        # while the run goes on (it has a million steps to go): by the supervisor's next look, which on a busy
+        # machine without a cgroup (the /proc way, a scan of every process) took more than 5 s once
+        assert_dead(orphans, within=30.0)
         assert launcher.poll() is None, "the run should go on (the worker is restarted)"
         launcher.send_signal(signal.SIGINT)
         err = launcher.communicate(timeout=60)[1]

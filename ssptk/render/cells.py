@@ -85,13 +85,22 @@ def _range(lo: Any, hi: Any, fmt: Any = cell) -> str:
     return f"[{fmt(lo)}\u2013{fmt(hi)}]"
 
 
+def _range_end(value: Any) -> str:
+    """An end of a range under its mean: 3 significant digits (a spread, not a measurement), the whole integer
+    part kept (``0.0689``, ``636``, ``1234``)."""
+    if isinstance(value, (float, np.floating)) and not math.isnan(value) and value != 0:
+        return f"{value:.{max(3, len(str(int(abs(value)))))}g}"
+    return cell(value)
+
+
 def _short_range(lo: Any, hi: Any, share: bool) -> str:
-    """``150.3–300.7``, ``13–15%``: a range on its own line, as its mean is shown, one unit."""
+    """``150–301``, ``0.0689–0.0751``, ``13–15%``: a range on its own line under its mean, one unit, 3 significant
+    digits (a terminal's table of repeats keeps a single run's columns within 100 characters)."""
     if missing(lo) or missing(hi):
         return ""
     if share:
         return f"{percent(lo).rstrip('%')}\u2013{percent(hi)}"
-    return f"{cell(lo)}\u2013{cell(hi)}"
+    return f"{_range_end(lo)}\u2013{_range_end(hi)}"
 
 
 def _status_cell(status: Any, diverged: Any) -> str:
