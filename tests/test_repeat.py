@@ -229,7 +229,7 @@ def test_cli_compare_repeat_real_runs(run_dir: Path) -> None:
     assert csv["label"].tolist() == ["async", "async", "ssp:1", "ssp:1"] and csv["rep"].tolist() == [1, 2, 1, 2]
     assert (csv["steps_per_s"] > 0).all() and (csv["status"] == "ok").all()
     lines = p.stdout.splitlines()
-    assert lines[0].split()[:2] == ["run", "steps/s"]  # short headers, the rest in metrics.csv
+    assert lines[0].split()[0] == "run" and "steps/s" in lines[0].split()  # short headers, the rest in metrics.csv
     assert "_min" not in lines[0] and max(len(line) for line in lines[:6]) <= 100
     assert "wait" in lines[0] and "staleness" in lines[0] and "to target mb" in lines[0]  # a single run's columns
     assert lines[2].startswith("async") and lines[4].startswith("ssp:1") and "\u2013" in lines[3]  # ranges below
