@@ -22,7 +22,8 @@ from harness import HERE, Context, Row, at_most
 HOGS = 2
 #: the whole suite may take this long before it counts as hung
 SUITE_TIMEOUT_S = 3 * 3600
-_SUMMARY = re.compile(r"=+ (.*) in ([\d.]+)s")
+#: pytest's last line, framed by ``=`` or, with ``-q``, bare: ``1303 passed, 3 skipped in 639.71s (0:10:39)``
+_SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in ([\d.]+)s", re.M)
 
 
 def _counts(text: str) -> tuple[dict[str, int], float | None]:
@@ -52,6 +53,8 @@ def _suite(clone: str, hogs: int, ctx: Context, label: str) -> tuple[dict[str, i
             p.kill()
             p.wait()
     counts, seconds = _counts(out.stdout)
+    if not counts:  # say how it ended, rather than only that no summary was found
+        ctx.note(f"{label}: no pytest summary; the output ended: {' | '.join(out.stdout.splitlines()[-3:])[-400:]}")
     failed = [ln for ln in out.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
     ctx.note(f"{label}: {', '.join(f'{n} {k}' for k, n in counts.items()) or 'no summary'} in "
              f"{seconds if seconds is not None else took:.0f} s" + (f"; {'; '.join(failed[:8])}" if failed else ""))
