@@ -122,8 +122,11 @@ def test_a_shaped_link_holds_a_transfer_to_its_rate_and_counts_its_bytes() -> No
     free = probe("none", 2.0)
     shaped = probe("ps=16mbit", 2.0)  # 2 MB = 16 Mbit: about one second through the PS's link
     assert free["received"] == shaped["received"] == 2_000_000
-    assert free["seconds"] < 0.5
-    assert 0.8 < shaped["seconds"] < 2.0, shaped["seconds"]
+    # the rate holds the transfer back (a lower bound, true on any machine); the free link is far faster; the upper
+    # bound only catches a link many times slower than its rate (the fixed 0.5 s / 2 s bounds failed once in a full
+    # suite run, the other test process busy beside it)
+    assert free["seconds"] < shaped["seconds"] / 4, (free["seconds"], shaped["seconds"])
+    assert 0.8 < shaped["seconds"] < 5.0, shaped["seconds"]
     for run in (free, shaped):  # worker:0 sent it, ps:0 received it; both counted with headers (< 10% more)
         t = run["traffic"]
         assert 2.0e6 <= t["worker:0"]["sent"] < 2.2e6 and 2.0e6 <= t["ps:0"]["received"] < 2.2e6
@@ -133,7 +136,7 @@ def test_a_shaped_link_holds_a_transfer_to_its_rate_and_counts_its_bytes() -> No
 @needs_ns
 def test_the_calling_tasks_link_is_shaped_too() -> None:
     shaped = probe("worker=16mbit", 2.0)
-    assert 0.8 < shaped["seconds"] < 2.0, shaped["seconds"]
+    assert 0.8 < shaped["seconds"] < 5.0, shaped["seconds"]  # held to its rate; not many times slower
 
 
 @needs_ns
