@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,27 @@ def cluster_processes(marker: str) -> list[psutil.Process]:
         if "ssptk.worker" in cmd and marker in cmd and p.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(p)
     return found
+
+
+def kill_worker_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) -> threading.Thread:
+    """A thread that SIGKILLs ``worker:WORKER``'s task (not a restarted one) of the run in ``run_dir`` once its log
+    has ``after_steps`` step records, noting the pid in ``killed``."""
+
+    def kill() -> None:
+        deadline = time.monotonic() + 120
+        log = run_dir / "workers" / f"worker-{worker}.jsonl"
+        while time.monotonic() < deadline:
+            if log.exists() and log.read_text().count('"step"') >= after_steps:
+                for p in cluster_processes(str(run_dir)):
+                    if f"worker:{worker}" in " ".join(p.cmdline()) and "--rejoin" not in p.cmdline():
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed.append(p.pid)
+                        return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=kill)
+    t.start()
+    return t
 
 
 def assert_gone(marker: str, within: float = 5.0) -> None:

@@ -4,15 +4,11 @@ slots the PS kept, and the slots cost no byte on the wire."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_gone, cluster_processes
+from conftest import assert_gone, kill_worker_when
 from helpers import records
 
 import ssptk
@@ -88,28 +84,10 @@ def test_adam_in_async_reaches_the_held_out_accuracy_sgd_reaches(tmp_path: Path)
     assert_gone(str(tmp_path))
 
 
-def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) -> threading.Thread:
-    def kill() -> None:
-        deadline = time.monotonic() + 120
-        log = run_dir / "workers" / f"worker-{worker}.jsonl"
-        while time.monotonic() < deadline:
-            if log.exists() and log.read_text().count('"step"') >= after_steps:
-                for p in cluster_processes(str(run_dir)):
-                    if f"worker:{worker}" in " ".join(p.cmdline()) and "--rejoin" not in p.cmdline():
-                        os.kill(p.pid, signal.SIGKILL)
-                        killed.append(p.pid)
-                        return
-            time.sleep(0.02)
-
-    t = threading.Thread(target=kill)
-    t.start()
-    return t
-
-
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_a_restarted_worker_finds_the_slots_the_ps_kept(run_dir: Path, mode: str) -> None:
     killed: list[int] = []
-    killer = _kill_when(run_dir, 1, 30, killed)
+    killer = kill_worker_when(run_dir, 1, 30, killed)
     r = ssptk.run(mode=mode, workers=3, steps=200, optimizer="momentum:0.9", lr=0.01, restart_failed=1,
                   out=str(run_dir), straggler=["0:0.04", "1:0.04", "2:0.04"], raise_on_failure=False)
     killer.join()

@@ -9,29 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import assert_gone, cluster_processes
+from conftest import assert_gone, cluster_processes, kill_worker_when
 from helpers import records
 
 import ssptk
 from ssptk.core.errors import UsageError
-
-
-def _kill_when(run_dir: Path, worker: int, after_steps: int, killed: list[int]) -> threading.Thread:
-    def kill() -> None:
-        deadline = time.monotonic() + 120
-        log = run_dir / "workers" / f"worker-{worker}.jsonl"
-        while time.monotonic() < deadline:
-            if log.exists() and log.read_text().count('"step"') >= after_steps:
-                for p in cluster_processes(str(run_dir)):
-                    if f"worker:{worker}" in " ".join(p.cmdline()) and "--rejoin" not in p.cmdline():
-                        os.kill(p.pid, signal.SIGKILL)
-                        killed.append(p.pid)
-                        return
-            time.sleep(0.02)
-
-    t = threading.Thread(target=kill)
-    t.start()
-    return t
 
 
 @pytest.mark.slow
@@ -41,7 +23,7 @@ def test_a_worker_killed_halfway_is_restarted_and_the_run_converges(run_dir: Pat
     # Slow steps (40 ms each) so that the run outlasts the restart (TensorFlow's start-up, seconds); local SGD's
     # rounds wait for the restarted worker as sync's steps do, so fewer steps outlast it.
     steps = 120 if mode.startswith("local") else 300
-    killer = _kill_when(run_dir, worker, 30, killed)
+    killer = kill_worker_when(run_dir, worker, 30, killed)
     extra = {"staleness": 2} if mode == "ssp" else {}
     r = ssptk.run(mode=mode, workers=3, steps=steps, restart_failed=1, out=str(run_dir),
                   straggler=["0:0.04", "1:0.04", "2:0.04"], raise_on_failure=False, **extra)
@@ -99,7 +81,7 @@ def _assert_local_rejoined(df: pd.DataFrame, restart: pd.Series, worker: int, st
 @pytest.mark.parametrize("mode", ["sync", "local:2"])
 def test_sync_and_local_do_not_restart_their_chief(run_dir: Path, mode: str) -> None:
     killed: list[int] = []
-    killer = _kill_when(run_dir, 0, 20, killed)
+    killer = kill_worker_when(run_dir, 0, 20, killed)
     name = mode.partition(":")[0]
     with pytest.raises(ssptk.RunFailed, match=rf"worker:0 \(exit code -9\): was killed by SIGKILL \(not restarted: "
                                               rf"in {name} mode worker:0 runs the aggregator, and the run cannot go on "
